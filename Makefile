@@ -1,0 +1,41 @@
+# rpal: thin driver over CMake + Ninja.  `make demo` and `make test` do all set-up.
+BUILD      ?= build
+BUILD_SAN  ?= build-asan
+BUILD_TSAN ?= build-tsan
+CMAKE_GEN  := -G Ninja
+JOBS       ?= $(shell nproc)
+
+.PHONY: all deps build demo test test-release test-asan test-tsan clean
+
+all: build
+
+# Install the toolchain on a fresh Debian machine (no-op when present).
+deps:
+	@./scripts/deps.sh
+
+build: deps
+	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+
+demo: build
+	@./scripts/demo.sh $(BUILD)
+
+test-release: build
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+
+test-asan: deps
+	@cmake -S . -B $(BUILD_SAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DRPAL_SANITIZE=address,undefined >/dev/null
+	@cmake --build $(BUILD_SAN) -j $(JOBS)
+	@cd $(BUILD_SAN) && RPAL_TEST_SCALE=10 ctest --output-on-failure -j $(JOBS) --timeout 300 -LE no-asan
+
+test-tsan: deps
+	@cmake -S . -B $(BUILD_TSAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DRPAL_SANITIZE=thread >/dev/null
+	@cmake --build $(BUILD_TSAN) -j $(JOBS)
+	@cd $(BUILD_TSAN) && RPAL_TEST_SCALE=10 ctest --output-on-failure -j $(JOBS) --timeout 300 -L tsan
+
+# Every test: release build, then ASan+UBSan, then the TSan subset.
+test: test-release test-asan test-tsan
+	@echo "make test: all suites passed"
+
+clean:
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN)

@@ -1,0 +1,269 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rpal.h - Run Process As Library: user-space cross-process calls on stock Linux.
+ *
+ * NOTE: conventions for the whole header.
+ *  - Calls return 0 or a count on success and -errno on failure; errno is not
+ *    set.  rpal_strerror(-ret) gives a sentence that says what went wrong,
+ *    including the detail of the most recent failure on this thread.
+ *  - The epoll replacements (rpal_epoll_create/ctl/wait) keep POSIX's own
+ *    convention (-1 and errno) so that swapping them in changes nothing else.
+ *  - A connection is named by an int: the descriptor of its Unix socket.  Do
+ *    not read, write or close() it directly; close it with rpal_close().
+ *  - One thread at a time may send on a connection, and one thread at a time
+ *    may receive on it (a send and a receive may run concurrently).  The
+ *    allocator and connection set-up are thread safe.
+ *
+ * Connected mode in one paragraph: rpal_init() reserves a fixed PROT_NONE
+ * region, claims one slot of it and maps this process's arena (a sealed memfd)
+ * there.  A connection's peer maps that arena read-only at the same address,
+ * so pointers into it mean the same thing in both processes.  Messages move
+ * through single-producer rings, each written only by its owner; a consumer
+ * spins briefly, then advertises that it sleeps, and only then does the
+ * producer make a system call to wake it.
+ */
+#ifndef RPAL_H
+#define RPAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/epoll.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define RPAL_VERSION_MAJOR 0
+#define RPAL_VERSION_MINOR 1
+
+/* ---------------------------------------------------------------- types */
+
+/* Defaults; each can be overridden in struct rpal_config or the environment. */
+#define RPAL_DEFAULT_REGION_BASE  0x600000000000ULL  /* RPAL_REGION_BASE */
+#define RPAL_DEFAULT_SLOT_SIZE    (64ULL << 30)      /* RPAL_SLOT_SIZE: 64 GiB */
+#define RPAL_DEFAULT_NR_SLOTS     256u               /* RPAL_NR_SLOTS */
+#define RPAL_DEFAULT_ARENA_SIZE   (64ULL << 20)      /* RPAL_ARENA_SIZE: 64 MiB */
+#define RPAL_DEFAULT_RING_ENTRIES 256u               /* RPAL_RING_ENTRIES */
+#define RPAL_DEFAULT_SPIN_US      50u                /* RPAL_SPIN_US */
+#define RPAL_DEFAULT_HANDSHAKE_MS 1000u              /* RPAL_HANDSHAKE_MS */
+
+/* Largest payload carried inside a ring slot, with no buffer and no ack. */
+#define RPAL_INLINE_MAX 40u
+
+/*
+ * Process-wide settings, read once by rpal_init().  Fill with
+ * rpal_config_default() (defaults, then RPAL_* environment overrides) and
+ * change what you need.
+ */
+struct rpal_config {
+	uint64_t region_base;     /* start of the reserved region, slot-aligned */
+	uint64_t slot_size;       /* bytes per slot; a power of two >= 1 MiB */
+	unsigned nr_slots;        /* slots in the region, 2..4096 */
+	uint64_t arena_size;      /* this process's arena, <= slot_size, page multiple */
+	unsigned ring_entries;    /* slots per ring direction, power of two 8..65536 */
+	unsigned spin_us;         /* longest spin before a waiter sleeps; 0 = never spin */
+	unsigned handshake_ms;    /* bound on each handshake step */
+	char runtime_dir[108];    /* sockets and locks; "" = $RPAL_RUNTIME_DIR,
+	                             $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid> */
+};
+
+/*
+ * Who may connect.  A peer is accepted if allow_same_uid is set and its uid
+ * equals ours, or its uid is in uids[], or its gid is in gids[].  A NULL
+ * policy means "same uid only".  Both ends check the other.
+ */
+struct rpal_policy {
+	int allow_same_uid;
+	const uid_t *uids;
+	unsigned nr_uids;
+	const gid_t *gids;
+	unsigned nr_gids;
+};
+
+/* Flags for rpal_accept(), rpal_connect(), rpal_send*() and rpal_recv*(). */
+#define RPAL_NONBLOCK 0x1   /* fail with -EAGAIN instead of waiting */
+#define RPAL_MORE     0x2   /* send: more follows; defer the wake-up check */
+
+/*
+ * A received message.  data points either into the sender's arena (zero
+ * copy; valid until rpal_msg_release()) or, for payloads of at most
+ * RPAL_INLINE_MAX bytes, into inline_copy.
+ */
+struct rpal_msg {
+	const void *data;
+	uint32_t len;
+	uint32_t flags;                          /* RPAL_MSG_* */
+	uint64_t token;                          /* private: what release acks */
+	unsigned char inline_copy[RPAL_INLINE_MAX];
+};
+#define RPAL_MSG_BUF 0x1   /* data is a buffer in the peer's arena */
+
+/* ------------------------------------------------------- setup, teardown */
+
+/* Fill *cfg with the defaults, then apply RPAL_* environment overrides. */
+void rpal_config_default(struct rpal_config *cfg);
+
+/*
+ * Reserve the region, claim a slot and create this process's arena.  cfg may
+ * be NULL (rpal_config_default()).  Calling it twice returns -EALREADY.
+ * Other calls initialise with defaults on first use.  Errors: -EINVAL (a bad
+ * field, named by rpal_strerror), -EEXIST (something already mapped in the
+ * region), -EBUSY (no free slot), -ENOMEM, or the errno of a failed syscall.
+ */
+int rpal_init(const struct rpal_config *cfg);
+
+/* Close every connection, release the slot, unmap the region. */
+void rpal_fini(void);
+
+/* This process's slot index, arena base and size; -ENOTCONN before init. */
+int rpal_self(unsigned *slot, void **arena_base, size_t *arena_size);
+
+/* --------------------------------------------------------- connections */
+
+/*
+ * Listen for connections on a service name.  A name maps to a Unix socket
+ * "<runtime_dir>/<name>.sock"; a name starting with '/' is used as a path,
+ * one starting with '@' is in the abstract namespace.  Returns a listening
+ * descriptor that becomes readable when rpal_accept() has work, or -errno:
+ * -EADDRINUSE when a live process already serves the name (a stale socket
+ * left by a dead one is removed).
+ */
+int rpal_listen(const char *service, const struct rpal_policy *policy);
+
+/*
+ * Accept one connection: check the peer's credentials, exchange arenas and
+ * doorbells, map the peer's arena read-only at its slot address.  Returns a
+ * connection descriptor, -EAGAIN with RPAL_NONBLOCK when no handshake is
+ * complete, or the error of a refused handshake (the refused peer is told
+ * why; nothing stays mapped or open).  A peer that stalls is dropped after
+ * handshake_ms without blocking other peers.
+ */
+int rpal_accept(int lfd, int flags);
+
+/*
+ * Connect to a service.  Returns a connection descriptor or -errno:
+ * -ENOENT/-ECONNREFUSED (no such service), -EACCES (credentials refused, by
+ * either side), -EPROTO (the peer spoke garbage), -ETIMEDOUT, -EADDRINUSE
+ * (the peer claims our slot).
+ */
+int rpal_connect(const char *service, const struct rpal_policy *policy, int flags);
+
+/*
+ * Stop sending: after draining, the peer reads end-of-stream (rpal_recv
+ * returns 0) and sees EPOLLRDHUP.  how is SHUT_WR (others: -EINVAL).
+ */
+int rpal_shutdown(int fd, int how);
+
+/*
+ * Close a connection, listener or rpal epoll descriptor; any other
+ * descriptor is passed to close().  Buffers the peer had not acknowledged
+ * return to the allocator; the peer's arena is unmapped once no connection
+ * to that peer remains.
+ */
+int rpal_close(int fd);
+
+/* What we know about a connection. */
+struct rpal_conn_info {
+	pid_t peer_pid;
+	uid_t peer_uid;
+	gid_t peer_gid;
+	unsigned peer_slot;
+	int peer_alive;             /* 0 once hang-up or death was seen */
+	uint64_t tx_msgs, rx_msgs;  /* messages sent and received */
+	uint64_t wakeups;           /* wake-up syscalls made for the peer */
+	uint64_t sleeps;            /* times we slept waiting on this connection */
+	unsigned bufs_outstanding;  /* our buffers the peer holds, not yet acked */
+};
+int rpal_conn_info(int fd, struct rpal_conn_info *info);
+
+/* ------------------------------------------------------ send and receive */
+
+/*
+ * One-copy send of one message.  Payloads up to RPAL_INLINE_MAX bytes travel
+ * in the ring slot; larger ones are copied into a buffer of our arena that
+ * the receiver acknowledges.  Returns len, -EAGAIN (RPAL_NONBLOCK and ring or
+ * buffer quota full), -ENOMEM (arena exhausted), -EPIPE (shut down),
+ * -ECONNRESET (peer gone), -EMSGSIZE (larger than the arena allows).
+ */
+ssize_t rpal_send(int fd, const void *buf, size_t len, int flags);
+
+/* Send n messages, msgs[i] each, with one wake-up check.  Returns the number sent. */
+int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags);
+
+/*
+ * One-copy receive of one message into buf.  Returns its length, 0 at end of
+ * stream, -EAGAIN (RPAL_NONBLOCK, nothing there), -EMSGSIZE (buf too small;
+ * the message stays queued), -ECONNRESET (peer gone, queue drained), -EPROTO
+ * (the peer broke the protocol; the connection is closed for I/O).
+ */
+ssize_t rpal_recv(int fd, void *buf, size_t len, int flags);
+
+/*
+ * Zero-copy receive of up to n messages.  Returns the count, 0 at end of
+ * stream, or -errno as rpal_recv().  Each message must be given back with
+ * rpal_msg_release() (in any order).
+ */
+int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags);
+
+/* Acknowledge messages from rpal_recv_msg(); the sender's buffers are freed. */
+int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n);
+
+/*
+ * Zero-copy send.  rpal_buf_alloc() returns len bytes in our own arena
+ * (64-byte aligned; visible to every peer at the same address) or NULL when
+ * the arena is exhausted.  rpal_send_buf() passes ownership to the peer; the
+ * buffer returns to the allocator when the peer releases it or dies.  On
+ * error the caller still owns it.  rpal_buf_free() frees an unsent buffer.
+ */
+void *rpal_buf_alloc(size_t len);
+void rpal_buf_free(void *buf);
+int rpal_send_buf(int fd, void *buf, size_t len, int flags);
+
+/* Publish messages sent with RPAL_MORE and wake the peer if it sleeps. */
+int rpal_flush(int fd);
+
+/* ------------------------------------------------------------------ epoll */
+
+/* Extra event bits, as in the RPAL RFC: a user-space readable/writable. */
+#define EPOLLRPALIN  0x00020000u
+#define EPOLLRPALOUT 0x00040000u
+
+/*
+ * An epoll instance that also waits on rpal connections.  Ordinary
+ * descriptors behave as with epoll(7) (plain epoll_ctl() on the returned fd
+ * works for them too).  For an rpal connection, EPOLLIN/EPOLLRPALIN,
+ * EPOLLOUT/EPOLLRPALOUT, EPOLLRDHUP, EPOLLHUP, EPOLLERR, EPOLLET and
+ * EPOLLONESHOT mean what they mean for a socket.  rpal connection events are
+ * found in user space, with no system call, when they are ready; ordinary
+ * descriptors are still polled at least every 16 calls.
+ */
+int rpal_epoll_create(int flags);
+int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
+int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout);
+
+/* ------------------------------------------------------------ diagnostics */
+
+/* Process-wide counters. */
+struct rpal_stats {
+	unsigned slot;
+	void *arena_base;
+	size_t arena_size;
+	size_t arena_used;          /* bytes handed out by the allocator */
+	uint64_t bufs_in_use;       /* live buffers (sent or not) */
+	unsigned nr_conns;          /* open connections */
+	unsigned nr_peers_mapped;   /* peer arenas currently mapped */
+};
+int rpal_stats(struct rpal_stats *st);
+
+/*
+ * A sentence for -err: the detail of this thread's most recent rpal failure
+ * if it ended with that errno, else strerror(err).  Never NULL.
+ */
+const char *rpal_strerror(int err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RPAL_H */

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs what the build needs on a fresh Debian machine; quiet and quick when all is present.
+set -euo pipefail
+need=()
+command -v cmake >/dev/null || need+=(cmake)
+command -v ninja >/dev/null || need+=(ninja-build)
+command -v gcc   >/dev/null || need+=(gcc)
+command -v make  >/dev/null || need+=(make)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "deps: installing ${need[*]}"
+	sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
