@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* config.c - defaults, RPAL_* environment overrides and one validator. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+static void env_u64(const char *name, uint64_t *v)
+{
+	const char *s = getenv(name);
+	char *end;
+	unsigned long long x;
+
+	if (!s || !*s)
+		return;
+	errno = 0;
+	x = strtoull(s, &end, 0);
+	if (errno || *end)
+		return;   /* rpal_config_check() reports the default instead */
+	*v = x;
+}
+
+static void env_uint(const char *name, unsigned *v)
+{
+	uint64_t x = *v;
+
+	env_u64(name, &x);
+	if (x <= UINT32_MAX)
+		*v = (unsigned)x;
+}
+
+RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
+{
+	const char *dir;
+
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->region_base = RPAL_DEFAULT_REGION_BASE;
+	cfg->slot_size = RPAL_DEFAULT_SLOT_SIZE;
+	cfg->nr_slots = RPAL_DEFAULT_NR_SLOTS;
+	cfg->arena_size = RPAL_DEFAULT_ARENA_SIZE;
+	cfg->ring_entries = RPAL_DEFAULT_RING_ENTRIES;
+	cfg->spin_us = RPAL_DEFAULT_SPIN_US;
+	cfg->handshake_ms = RPAL_DEFAULT_HANDSHAKE_MS;
+
+	env_u64("RPAL_REGION_BASE", &cfg->region_base);
+	env_u64("RPAL_SLOT_SIZE", &cfg->slot_size);
+	env_uint("RPAL_NR_SLOTS", &cfg->nr_slots);
+	env_u64("RPAL_ARENA_SIZE", &cfg->arena_size);
+	env_uint("RPAL_RING_ENTRIES", &cfg->ring_entries);
+	env_uint("RPAL_SPIN_US", &cfg->spin_us);
+	env_uint("RPAL_HANDSHAKE_MS", &cfg->handshake_ms);
+	dir = getenv("RPAL_RUNTIME_DIR");
+	if (dir && strlen(dir) < sizeof(cfg->runtime_dir))
+		strcpy(cfg->runtime_dir, dir);
+}
+
+static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+/* Names the first bad field and its limit. */
+int rpal_config_check(const struct rpal_config *c)
+{
+	const uint64_t user_top = 1ULL << 47;
+
+	if (!pow2(c->slot_size) || c->slot_size < (1ULL << 20))
+		return rpal_fail(EINVAL, "config: slot_size %#" PRIx64 " must be a power of two >= 1 MiB", c->slot_size);
+	if (c->nr_slots < 2 || c->nr_slots > 4096)
+		return rpal_fail(EINVAL, "config: nr_slots %u must be in 2..4096", c->nr_slots);
+	if (c->region_base == 0 || c->region_base % c->slot_size)
+		return rpal_fail(EINVAL, "config: region_base %#" PRIx64 " must be non-zero and slot_size aligned", c->region_base);
+	if (c->slot_size > user_top / c->nr_slots || c->region_base > user_top - c->slot_size * c->nr_slots)
+		return rpal_fail(EINVAL, "config: region %#" PRIx64 " + %u x %#" PRIx64 " passes the 47-bit user address limit",
+				 c->region_base, c->nr_slots, c->slot_size);
+	if (c->arena_size < (1ULL << 20) || c->arena_size > c->slot_size || c->arena_size % RPAL_PAGE)
+		return rpal_fail(EINVAL, "config: arena_size %#" PRIx64 " must be a page multiple in 1 MiB..slot_size", c->arena_size);
+	if (!pow2(c->ring_entries) || c->ring_entries < 8 || c->ring_entries > 65536)
+		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536", c->ring_entries);
+	if (c->spin_us > 10u * 1000 * 1000)
+		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s", c->spin_us);
+	if (c->handshake_ms == 0 || c->handshake_ms > 60000)
+		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000", c->handshake_ms);
+	if (memchr(c->runtime_dir, 0, sizeof(c->runtime_dir)) == NULL)
+		return rpal_fail(EINVAL, "config: runtime_dir is not NUL-terminated");
+	return 0;
+}
+
+/* Where sockets and locks live; see struct rpal_config. */
+int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len)
+{
+	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	int n;
+
+	if (cfg->runtime_dir[0])
+		n = snprintf(out, len, "%s", cfg->runtime_dir);
+	else if (xdg && xdg[0] == '/')
+		n = snprintf(out, len, "%s/rpal", xdg);
+	else
+		n = snprintf(out, len, "/tmp/rpal-%u", (unsigned)geteuid());
+	if (n < 0 || (size_t)n >= len)
+		return rpal_fail(ENAMETOOLONG, "runtime directory name is too long");
+	return 0;
+}

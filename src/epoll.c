@@ -1,0 +1,522 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * epoll.c - one wait for rpal connections and ordinary descriptors.
+ *
+ * The descriptor the user sees (U) is a real epoll set holding the user's
+ * ordinary descriptors with the user's own data.  A private top set (T)
+ * holds U plus, per registered connection, its doorbell, socket and pidfd,
+ * each tagged with our own data.  Keeping the two apart means the user's
+ * data never has to be told from ours.
+ *
+ * rpal_epoll_wait() first looks at the rings in user space and returns what
+ * is ready with no system call.  Ordinary descriptors are polled when the
+ * rings have nothing, and at least every RPAL_EPOLL_FAIR calls when they
+ * always have something.  With nothing ready it spins for the adaptive
+ * budget, then advertises sleep on every connection and blocks on T.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
+#define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
+
+enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_MASK = 3 };
+
+struct rpal_ep_reg {
+	struct rpal_conn *c;
+	struct rpal_ep *ep;
+	uint32_t events;        /* as registered */
+	epoll_data_t data;
+	bool disabled;          /* EPOLLONESHOT fired */
+	uint64_t in_mark;       /* EPOLLET: peer tail at the last EPOLLIN */
+	uint64_t out_mark;      /* EPOLLET: peer head at the last EPOLLOUT */
+	uint32_t hup_seen;      /* EPOLLET: hang-up bits already reported */
+	bool fresh;             /* EPOLLET: report current state once */
+	uint32_t sleeping;      /* RPAL_WAIT_* advertised in this wait */
+};
+
+struct rpal_ep {
+	enum rpal_kind kind;
+	int fd;                 /* U */
+	int top;                /* T */
+	pthread_mutex_t lock;
+	struct rpal_ep_reg **regs;
+	unsigned nregs, cap;
+	unsigned rr;            /* round-robin start among connections */
+	unsigned since_kernel;  /* calls since ordinary descriptors were polled */
+	struct rpal_spin spin;
+};
+
+#define IN_BITS  (EPOLLIN | EPOLLRPALIN)
+#define OUT_BITS (EPOLLOUT | EPOLLRPALOUT)
+
+static struct rpal_ep *ep_get(int epfd)
+{
+	struct rpal_ep *ep = obj_get(epfd);
+
+	return ep && ep->kind == OBJ_EPOLL ? ep : NULL;
+}
+
+RPAL_EXPORT int rpal_epoll_create(int flags)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct rpal_ep *ep;
+	int ret;
+
+	if ((ret = rpal_ensure_init()) != 0) {
+		errno = -ret;
+		return -1;
+	}
+	ep = calloc(1, sizeof(*ep));
+	if (!ep) {
+		errno = ENOMEM;
+		return -1;
+	}
+	ep->kind = OBJ_EPOLL;
+	pthread_mutex_init(&ep->lock, NULL);
+	spin_init(&ep->spin, rpal_g.cfg.spin_us);
+	ep->fd = epoll_create1(flags);
+	ep->top = epoll_create1(EPOLL_CLOEXEC);
+	ev.data.u64 = TAG_USER;
+	if (ep->fd < 0 || ep->top < 0 || epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->fd, &ev) < 0)
+		goto fail;
+	pthread_mutex_lock(&rpal_g.lock);
+	ret = obj_set(ep->fd, ep);
+	pthread_mutex_unlock(&rpal_g.lock);
+	if (ret) {
+		errno = -ret;
+		goto fail;
+	}
+	return ep->fd;
+fail:
+	ret = errno;
+	if (ep->fd >= 0)
+		close(ep->fd);
+	if (ep->top >= 0)
+		close(ep->top);
+	free(ep);
+	errno = ret;
+	return -1;
+}
+
+static int internal_ctl(struct rpal_ep *ep, int op, struct rpal_ep_reg *r)
+{
+	struct epoll_event ev;
+	const struct { int fd; uint32_t events; unsigned tag; } fds[] = {
+		{ r->c->doorbell, EPOLLIN | EPOLLET, TAG_BELL },
+		{ r->c->fd, EPOLLRDHUP | EPOLLET, TAG_SOCK },
+		{ r->c->pidfd, EPOLLIN | EPOLLET, TAG_PIDFD },
+	};
+	unsigned i;
+
+	for (i = 0; i < 3; i++) {
+		ev.events = fds[i].events;
+		ev.data.u64 = (uintptr_t)r | fds[i].tag;
+		if (epoll_ctl(ep->top, op, fds[i].fd, &ev) < 0 && op != EPOLL_CTL_DEL) {
+			int e = errno;
+			while (i--)
+				epoll_ctl(ep->top, EPOLL_CTL_DEL, fds[i].fd, NULL);
+			return -e;
+		}
+	}
+	return 0;
+}
+
+static void reg_arm(struct rpal_ep_reg *r, const struct epoll_event *ev)
+{
+	r->events = ev->events;
+	r->data = ev->data;
+	r->disabled = false;
+	r->fresh = true;
+	r->hup_seen = 0;
+}
+
+/* Caller holds ep->lock. */
+static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
+{
+	unsigned i;
+
+	for (i = 0; i < ep->nregs; i++) {
+		if (ep->regs[i] == r) {
+			ep->regs[i] = ep->regs[--ep->nregs];
+			break;
+		}
+	}
+	internal_ctl(ep, EPOLL_CTL_DEL, r);
+	if (r->sleeping)
+		wait_end(r->c, r->sleeping);
+	r->c->reg = NULL;
+	free(r);
+}
+
+static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epoll_event *ev)
+{
+	struct rpal_ep_reg *r = c->reg;
+	int ret = 0;
+
+	pthread_mutex_lock(&ep->lock);
+	switch (op) {
+	case EPOLL_CTL_ADD:
+		if (r) {
+			ret = r->ep == ep ? -EEXIST : -EBUSY;   /* one rpal set per connection */
+			break;
+		}
+		if (ep->nregs == ep->cap) {
+			unsigned cap = ep->cap ? 2 * ep->cap : 16;
+			void *p = realloc(ep->regs, cap * sizeof(*ep->regs));
+			if (!p) {
+				ret = -ENOMEM;
+				break;
+			}
+			ep->regs = p;
+			ep->cap = cap;
+		}
+		r = calloc(1, sizeof(*r));
+		if (!r) {
+			ret = -ENOMEM;
+			break;
+		}
+		r->c = c;
+		r->ep = ep;
+		reg_arm(r, ev);
+		ret = internal_ctl(ep, EPOLL_CTL_ADD, r);
+		if (ret) {
+			free(r);
+			break;
+		}
+		ep->regs[ep->nregs++] = r;
+		c->reg = r;
+		break;
+	case EPOLL_CTL_MOD:
+		if (!r || r->ep != ep)
+			ret = -ENOENT;
+		else
+			reg_arm(r, ev);
+		break;
+	case EPOLL_CTL_DEL:
+		if (!r || r->ep != ep)
+			ret = -ENOENT;
+		else
+			reg_remove(ep, r);
+		break;
+	default:
+		ret = -EINVAL;
+	}
+	pthread_mutex_unlock(&ep->lock);
+	return ret;
+}
+
+RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
+{
+	struct rpal_ep *ep = ep_get(epfd);
+	struct rpal_conn *c = obj_get(fd);
+	int ret;
+
+	if (!ep || !c || c->kind != OBJ_CONN)
+		return epoll_ctl(epfd, op, fd, event);
+	if (op != EPOLL_CTL_DEL && !event) {
+		errno = EFAULT;
+		return -1;
+	}
+	ret = conn_ctl(ep, op, c, event);
+	if (ret) {
+		errno = -ret;
+		return -1;
+	}
+	return 0;
+}
+
+/* Called by rpal_close() before a connection goes away. */
+void epoll_conn_gone(struct rpal_conn *c)
+{
+	struct rpal_ep_reg *r = c->reg;
+	struct rpal_ep *ep;
+
+	if (!r)
+		return;
+	ep = r->ep;
+	pthread_mutex_lock(&ep->lock);
+	reg_remove(ep, r);
+	pthread_mutex_unlock(&ep->lock);
+}
+
+/* ------------------------------------------------------------------ wait */
+
+/*
+ * The events of one registration that are due now; 0 if none.
+ * Level-triggered: the current state.  Edge-triggered (as for sockets): IN
+ * when messages arrived since the last report, OUT when the consumer moved
+ * since the last report, each hang-up bit once; all once after ADD or MOD.
+ */
+static uint32_t reg_events(struct rpal_ep_reg *r)
+{
+	struct rpal_conn *c = r->c;
+	uint32_t want = r->events, ev = 0, hup = 0, state;
+	bool et = want & EPOLLET;
+
+	if (r->disabled)
+		return 0;
+	state = peer_update(c);
+	if (c->err)
+		hup |= EPOLLERR | EPOLLHUP;
+	if (c->dead)
+		hup |= EPOLLHUP | EPOLLRDHUP;
+	if (state & RPAL_STATE_SHUT_WR)
+		hup |= EPOLLRDHUP;
+
+	if ((want & IN_BITS) && ring_readable(c)) {
+		uint64_t mark = load_relaxed(&c->pb->tail);
+		if (!et || r->fresh || mark != r->in_mark)
+			ev |= IN_BITS;
+		r->in_mark = mark;
+	}
+	if ((want & OUT_BITS) && !hup && !(state & RPAL_STATE_CLOSED)) {
+		acks_drain(c);
+		if (ring_writable(c)) {
+			uint64_t mark = c->head_cache;
+			if (!et || r->fresh || mark != r->out_mark)
+				ev |= OUT_BITS;
+			r->out_mark = mark;
+		}
+	}
+	if (hup) {
+		uint32_t news = et && !r->fresh ? hup & ~r->hup_seen : hup;
+		/* End of stream and errors are readable, as on a socket. */
+		if (news)
+			ev |= hup | IN_BITS;
+		r->hup_seen |= hup;
+	}
+	r->fresh = false;
+	/* Report only what was asked for; HUP and ERR always (as epoll does). */
+	ev &= want | EPOLLHUP | EPOLLERR;
+	if (ev && (want & EPOLLONESHOT))
+		r->disabled = true;
+	return ev;
+}
+
+/* Collect ready connections, starting from the round-robin point.  Lock held. */
+static int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
+{
+	unsigned n = ep->nregs, i, start = ep->rr;
+	int got = 0;
+
+	for (i = 0; i < n && got < max; i++) {
+		struct rpal_ep_reg *r = ep->regs[(start + i) % n];
+		uint32_t ev = reg_events(r);
+
+		if (ev) {
+			out[got].events = ev;
+			out[got].data = r->data;
+			got++;
+		}
+	}
+	if (n)
+		ep->rr = (start + i) % n;
+	return got;
+}
+
+static bool reg_live(struct rpal_ep *ep, struct rpal_ep_reg *r)
+{
+	unsigned i;
+
+	for (i = 0; i < ep->nregs; i++)
+		if (ep->regs[i] == r)
+			return true;
+	return false;
+}
+
+/*
+ * One epoll_wait on T: note doorbells and deaths, then harvest the user's
+ * ordinary descriptors if U is ready.  Lock held (dropped while blocking).
+ */
+static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int timeout)
+{
+	struct epoll_event kev[32];
+	bool user = false;
+	int n, i;
+
+	if (timeout)
+		pthread_mutex_unlock(&ep->lock);
+	n = epoll_wait(ep->top, kev, 32, timeout);
+	if (timeout)
+		pthread_mutex_lock(&ep->lock);
+	if (n < 0)
+		return errno == EINTR ? 0 : -errno;
+	for (i = 0; i < n; i++) {
+		struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)(kev[i].data.u64 & ~(uint64_t)TAG_MASK);
+		unsigned tag = kev[i].data.u64 & TAG_MASK;
+
+		if (tag == TAG_USER) {
+			user = true;
+			continue;
+		}
+		if (!reg_live(ep, r))
+			continue;       /* removed while we slept */
+		if (tag == TAG_BELL)
+			r->c->bell_dirty = true;
+		else
+			conn_mark_dead(r->c);
+	}
+	if (!user || max <= 0)
+		return 0;
+	n = epoll_wait(ep->fd, out, max, 0);
+	return n < 0 ? (errno == EINTR ? 0 : -errno) : n;
+}
+
+static void sleep_begin(struct rpal_ep *ep)
+{
+	unsigned i;
+
+	for (i = 0; i < ep->nregs; i++) {
+		struct rpal_ep_reg *r = ep->regs[i];
+		uint32_t bits = 0;
+
+		if (r->disabled || r->c->dead || r->c->err)
+			continue;
+		if (r->events & IN_BITS)
+			bits |= RPAL_WAIT_RX;
+		if ((r->events & OUT_BITS) && !ring_writable(r->c))
+			bits |= RPAL_WAIT_TX;
+		if (bits) {
+			wait_begin(r->c, bits);
+			r->sleeping = bits;
+		}
+	}
+}
+
+static void sleep_end(struct rpal_ep *ep)
+{
+	unsigned i;
+
+	for (i = 0; i < ep->nregs; i++) {
+		struct rpal_ep_reg *r = ep->regs[i];
+		if (r->sleeping) {
+			wait_end(r->c, r->sleeping);
+			r->sleeping = 0;
+			r->c->sleeps++;
+		}
+	}
+}
+
+static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout)
+{
+	uint64_t t0 = 0, deadline = UINT64_MAX, budget;
+	int n, k;
+	unsigned i;
+
+	n = scan(ep, events, max);
+	if (n == 0 || ++ep->since_kernel >= RPAL_EPOLL_FAIR) {
+		ep->since_kernel = 0;
+		k = kernel_wait(ep, events + n, max - n, 0);
+		if (k < 0)
+			return n ? n : k;
+		n += k;
+		if (!n)
+			n = scan(ep, events, max);      /* a death may have been noted */
+	}
+	if (n || timeout == 0)
+		return n;
+
+	t0 = now_ns();
+	if (timeout > 0)
+		deadline = t0 + (uint64_t)timeout * 1000000;
+	budget = ep->spin.cur_ns;
+	for (i = 1; budget && ep->nregs; i++) {
+		pthread_mutex_unlock(&ep->lock);
+		cpu_relax();
+		pthread_mutex_lock(&ep->lock);
+		n = scan(ep, events, max);
+		if (!n && !(i % SPIN_KERNEL_POLL)) {
+			k = kernel_wait(ep, events, max, 0);
+			if (k < 0)
+				return k;
+			n = k ? k : scan(ep, events, max);
+		}
+		if (n) {
+			spin_update(&ep->spin, now_ns() - t0);
+			return n;
+		}
+		if (!(i & 63)) {
+			uint64_t now = now_ns();
+			if (now - t0 > budget || now >= deadline)
+				break;
+		}
+	}
+
+	for (;;) {
+		uint64_t now = now_ns();
+		int left;
+
+		if (now >= deadline)
+			return 0;
+		left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+		for (i = 0; i < ep->nregs; i++)
+			if (ep->regs[i]->c->bell_dirty)
+				doorbell_drain(ep->regs[i]->c);
+		sleep_begin(ep);
+		n = scan(ep, events, max);
+		if (n) {
+			sleep_end(ep);
+			return n;
+		}
+		k = kernel_wait(ep, events, max, left);
+		sleep_end(ep);
+		if (k < 0)
+			return k;
+		n = k + scan(ep, events + k, max - k);
+		if (n) {
+			spin_update(&ep->spin, now_ns() - t0);
+			return n;
+		}
+	}
+}
+
+RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+{
+	struct rpal_ep *ep = ep_get(epfd);
+	int n;
+
+	if (!ep)
+		return epoll_wait(epfd, events, maxevents, timeout);
+	if (maxevents <= 0 || !events) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&ep->lock);
+	n = ep_wait(ep, events, maxevents, timeout);
+	pthread_mutex_unlock(&ep->lock);
+	if (n < 0) {
+		errno = -n;
+		return -1;
+	}
+	return n;
+}
+
+void epoll_destroy(void *obj)
+{
+	struct rpal_ep *ep = obj;
+
+	pthread_mutex_lock(&ep->lock);
+	while (ep->nregs)
+		reg_remove(ep, ep->regs[0]);
+	pthread_mutex_unlock(&ep->lock);
+	pthread_mutex_lock(&rpal_g.lock);
+	obj_clear(ep->fd);
+	pthread_mutex_unlock(&rpal_g.lock);
+	close(ep->top);
+	close(ep->fd);
+	free(ep->regs);
+	free(ep);
+}
+
+/* After fork: the child closes T; U is closed by the caller. */
+void epoll_forget_child(void *obj)
+{
+	struct rpal_ep *ep = obj;
+
+	close(ep->top);
+}

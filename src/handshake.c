@@ -1,0 +1,246 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * handshake.c - the hello messages and every check made on what a peer sends
+ * before anything of it is mapped or used.  The parsers are pure functions
+ * of their input (fuzzed in test/fuzz_*).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -EPROTO)
+
+static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
+
+void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = RPAL_HELLO_MAGIC;
+	h->version = RPAL_WIRE_VERSION;
+	h->type = type;
+	h->size = sizeof(*h);
+	h->features = RPAL_FEATURES_V1;
+	h->pid = (uint32_t)getpid();
+	h->slot = rpal_g.slot;
+	h->nr_slots = rpal_g.cfg.nr_slots;
+	h->region_base = rpal_g.region;
+	h->slot_size = rpal_g.cfg.slot_size;
+	h->arena_size = rpal_g.cfg.arena_size;
+	h->arena_nonce = rpal_g.arena->nonce;
+	h->block = (uintptr_t)blk;
+	h->block_nonce = blk->nonce;
+	h->ring_entries = blk->ring_entries;
+	h->ack_entries = blk->ack_entries;
+	if (service)
+		strncpy(h->service, service, sizeof(h->service) - 1);
+}
+
+/* Shape only: magic, version, type, size.  0 or -EPROTO with a reason. */
+int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hello *out,
+		char *why, size_t whylen)
+{
+	struct rpal_hello h;
+
+	if (len < 8)
+		return WHY("handshake message of %zu bytes is too short", len);
+	memcpy(&h, buf, len < sizeof(h) ? len : sizeof(h));
+	if (h.magic != RPAL_HELLO_MAGIC)
+		return WHY("bad magic %#x (not an rpal peer)", h.magic);
+	if (h.version != RPAL_WIRE_VERSION)
+		return WHY("peer speaks wire version %u, we speak %u", h.version, RPAL_WIRE_VERSION);
+	if (h.type != want_type)
+		return WHY("expected handshake message type %u, got %u", want_type, h.type);
+	if (len != sizeof(h) || h.size != sizeof(h))
+		return WHY("hello of %zu bytes (says %u), expected %zu", len, h.size, sizeof(h));
+	*out = h;
+	return 0;
+}
+
+/* Geometry: does this peer fit our address map?  (No memory is touched.) */
+int hello_check_peer(const struct rpal_hello *h, char *why, size_t whylen)
+{
+	const struct rpal_config *cfg = &rpal_g.cfg;
+	uint64_t base, bsize;
+
+	if (h->region_base != rpal_g.region || h->slot_size != cfg->slot_size || h->nr_slots != cfg->nr_slots)
+		return WHY("peer's region %#" PRIx64 " x %u x %#" PRIx64 " differs from ours %#" PRIxPTR " x %u x %#" PRIx64,
+			   h->region_base, h->nr_slots, h->slot_size, rpal_g.region, cfg->nr_slots, cfg->slot_size);
+	if (h->slot >= cfg->nr_slots)
+		return WHY("peer slot %u out of range", h->slot);
+	if (h->slot == rpal_g.slot && h->pid != (uint32_t)getpid())
+		return snprintf(why, whylen, "peer claims our own slot %u", h->slot), -EADDRINUSE;
+	if (h->arena_size < (1u << 20) || h->arena_size > cfg->slot_size || h->arena_size % RPAL_PAGE)
+		return WHY("peer arena size %#" PRIx64 " invalid", h->arena_size);
+	if (!pow2(h->ring_entries) || h->ring_entries < 8 || h->ring_entries > 65536)
+		return WHY("peer ring_entries %u invalid", h->ring_entries);
+	if (!pow2(h->ack_entries) || h->ack_entries < 8 || h->ack_entries > 65536)
+		return WHY("peer ack_entries %u invalid", h->ack_entries);
+	base = h->region_base + (uint64_t)h->slot * h->slot_size;
+	bsize = sizeof(struct rpal_block) + (uint64_t)h->ring_entries * sizeof(struct rpal_slot) +
+		(uint64_t)h->ack_entries * sizeof(struct rpal_ack);
+	if (h->block % RPAL_CACHELINE || h->block < base + RPAL_PAGE ||
+	    h->block >= base + h->arena_size || bsize > base + h->arena_size - h->block)
+		return WHY("peer block %#" PRIx64 " is not inside its arena", h->block);
+	return 0;
+}
+
+/* After mapping: the peer's block must say what its hello said. */
+int block_check(const struct rpal_block *pb, const struct rpal_hello *h, uintptr_t pbase,
+		size_t psize, char *why, size_t whylen)
+{
+	if (pb->magic != RPAL_BLOCK_MAGIC || pb->version != RPAL_WIRE_VERSION || pb->nonce != h->block_nonce)
+		return WHY("peer block header does not match its hello");
+	if (pb->ring_entries != h->ring_entries || pb->ack_entries != h->ack_entries ||
+	    pb->hdr_size != sizeof(struct rpal_block) || pb->ring_off != sizeof(struct rpal_block) ||
+	    pb->ack_off != pb->ring_off + h->ring_entries * sizeof(struct rpal_slot))
+		return WHY("peer block geometry does not match its hello");
+	(void)pbase;
+	(void)psize;
+	return 0;
+}
+
+void refuse_fill(struct rpal_refuse *r, int err, const char *reason)
+{
+	memset(r, 0, sizeof(*r));
+	r->magic = RPAL_HELLO_MAGIC;
+	r->version = RPAL_WIRE_VERSION;
+	r->type = RPAL_HS_REFUSE;
+	r->size = sizeof(*r);
+	r->error = err;
+	snprintf(r->reason, sizeof(r->reason), "%s", reason);
+}
+
+/* 0 if buf is a well-formed refusal; *err is clamped to a plausible errno. */
+int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rlen)
+{
+	struct rpal_refuse r;
+
+	if (len != sizeof(r))
+		return -EPROTO;
+	memcpy(&r, buf, sizeof(r));
+	if (r.magic != RPAL_HELLO_MAGIC || r.type != RPAL_HS_REFUSE || r.size != sizeof(r))
+		return -EPROTO;
+	r.reason[sizeof(r.reason) - 1] = 0;
+	*err = (r.error > 0 && r.error < 4096) ? r.error : EPROTO;
+	snprintf(reason, rlen, "%s", r.reason);
+	return 0;
+}
+
+int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
+{
+	union {
+		char buf[CMSG_SPACE(2 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	ssize_t n;
+
+	if (nfds > 0) {
+		struct cmsghdr *cm;
+		memset(&u, 0, sizeof(u));
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE((size_t)nfds * sizeof(int));
+		cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN((size_t)nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, (size_t)nfds * sizeof(int));
+	}
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	return n == (ssize_t)len ? 0 : -EPROTO;
+}
+
+/*
+ * Receive one handshake datagram and at most maxfds descriptors.  Every
+ * descriptor that arrived beyond maxfds, or with a truncated message, is
+ * closed: a peer cannot make us leak them.  Returns the byte count.
+ */
+int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
+{
+	union {
+		char buf[CMSG_SPACE(8 * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = buf, .iov_len = cap };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	ssize_t n;
+
+	*nfds = 0;
+	do
+		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -errno;
+	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		int *in;
+		size_t k, cnt;
+
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		in = (int *)CMSG_DATA(cm);
+		cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (k = 0; k < cnt; k++) {
+			if (*nfds < maxfds)
+				fds[(*nfds)++] = in[k];
+			else
+				close(in[k]);
+		}
+	}
+	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+		while (*nfds)
+			close(fds[--*nfds]);
+		return -EPROTO;
+	}
+	if (n == 0)
+		return -ECONNRESET;
+	return (int)n;
+}
+
+/* A sealed memfd of exactly size bytes: a peer can never shrink it under us. */
+int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return WHY("peer's arena descriptor is not a regular file");
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0)
+		return WHY("peer's arena is not a memfd (no seals)");
+	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return WHY("peer's arena is not sealed against shrink and grow (seals %#x)", seals);
+	if ((uint64_t)st.st_size != size)
+		return WHY("peer's arena is %lld bytes, its hello says %" PRIu64, (long long)st.st_size, size);
+	return 0;
+}
+
+int doorbell_check(int fd, char *why, size_t whylen)
+{
+	int type = 0, domain = 0;
+	socklen_t l1 = sizeof(type), l2 = sizeof(domain);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l1) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l2) < 0)
+		return WHY("peer's doorbell is not a socket");
+	if (domain != AF_UNIX || type != SOCK_DGRAM)
+		return WHY("peer's doorbell is not an AF_UNIX datagram socket");
+	return 0;
+}

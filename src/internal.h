@@ -1,0 +1,264 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * internal.h - librpal's private state.  Do not include from applications.
+ *
+ * Map of src/:
+ *   error.c      per-thread error detail, rpal_strerror
+ *   config.c     defaults, environment overrides, validation
+ *   region.c     the reserved region, slot claim, own arena, peer mappings
+ *   alloc.c      the buffer allocator of our own arena
+ *   ring.c       data and ack rings: produce, consume, validate
+ *   handshake.c  hello encoding and checks (pure; fuzzed)
+ *   conn.c       listen, accept, connect, close, peer death, object table
+ *   msg.c        send and receive APIs
+ *   notify.c     spinning, sleeping and waking
+ *   epoll.c      rpal_epoll_*
+ */
+#ifndef RPAL_INTERNAL_H
+#define RPAL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "rpal.h"
+#include "wire.h"
+
+#define RPAL_EXPORT __attribute__((visibility("default")))
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* ------------------------------------------------------------ atomics
+ * x86-64 is TSO: loads are acquire and stores release for free; only a
+ * store followed by a load of another location needs a full barrier (the
+ * sleep/wake Dekker pairs in notify.c).  Every use names its pair. */
+#define load_acquire(p)      atomic_load_explicit((p), memory_order_acquire)
+#define load_relaxed(p)      atomic_load_explicit((p), memory_order_relaxed)
+#define store_release(p, v)  atomic_store_explicit((p), (v), memory_order_release)
+#define store_relaxed(p, v)  atomic_store_explicit((p), (v), memory_order_relaxed)
+
+#if defined(__SANITIZE_THREAD__)
+#define smp_mb() atomic_thread_fence(memory_order_seq_cst)
+#else
+/* A locked no-op on the stack: a full barrier, cheaper than mfence. */
+#define smp_mb() __asm__ __volatile__("lock; orl $0,(%%rsp)" ::: "memory", "cc")
+#endif
+
+static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* ------------------------------------------------------------- errors */
+/* Record a detail for rpal_strerror(-err) on this thread; returns -err. */
+int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------- config */
+int rpal_config_check(const struct rpal_config *cfg);
+int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len);
+
+/* ---------------------------------------------------------- allocator */
+struct rpal_alloc;
+struct rpal_alloc *alloc_create(void *heap, size_t size);
+void alloc_destroy(struct rpal_alloc *a);
+void *alloc_get(struct rpal_alloc *a, size_t len);
+int alloc_put(struct rpal_alloc *a, void *p);   /* -EINVAL if p is not a live block */
+bool alloc_owns(struct rpal_alloc *a, const void *p);
+int alloc_claim(struct rpal_alloc *a, void *p, size_t len);
+bool alloc_in_flight(struct rpal_alloc *a, void *p);
+size_t alloc_used(struct rpal_alloc *a);
+uint64_t alloc_nr_blocks(struct rpal_alloc *a);
+
+/* ----------------------------------------------------- peer mappings */
+struct rpal_peer {
+	struct rpal_peer *next;
+	unsigned slot;
+	pid_t pid;
+	uint64_t arena_nonce;
+	uintptr_t base;
+	size_t size;
+	int refs;           /* connections using this mapping */
+	int dead;           /* pidfd or hang-up said so */
+};
+
+/* ---------------------------------------------------- outstanding set */
+/* Our buffers a peer holds, keyed by address: what its acks may name. */
+struct bufset {
+	uint64_t *keys;     /* 0 empty, 1 tombstone */
+	unsigned cap, count, used;
+};
+int bufset_init(struct bufset *s, unsigned max_items);
+void bufset_free(struct bufset *s);
+int bufset_add(struct bufset *s, uint64_t key);
+bool bufset_del(struct bufset *s, uint64_t key);
+
+/* --------------------------------------------------------- adaptive spin */
+struct rpal_spin {
+	uint32_t max_ns;    /* configured ceiling */
+	uint32_t cur_ns;    /* current budget */
+};
+void spin_init(struct rpal_spin *s, unsigned max_us);
+void spin_update(struct rpal_spin *s, uint64_t waited_ns);
+uint64_t now_ns(void);
+
+/* --------------------------------------------------------- objects */
+enum rpal_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_EPOLL };
+
+struct rpal_ep_reg;
+
+struct rpal_conn {
+	enum rpal_kind kind;
+	int fd;                       /* the Unix socket: the user's handle */
+
+	/* My side: in my arena. */
+	struct rpal_block *me;
+	struct rpal_slot *ring;       /* my data ring */
+	uint32_t ring_mask;
+	struct rpal_ack *acks;        /* my ack ring */
+	uint32_t ack_mask;
+
+	/* Peer side: read-only mapping; geometry copied from the hello,
+	 * never re-read from shared memory. */
+	struct rpal_peer *peer;
+	const struct rpal_block *pb;
+	const struct rpal_slot *pring;
+	uint32_t pring_mask;
+	const struct rpal_ack *packs;
+	uint32_t pack_mask;
+	uint64_t pnonce;
+
+	/* Producer state (mirrors of what I publish). */
+	uint64_t tail;
+	uint64_t head_cache;          /* last peer rx_head seen */
+	uint64_t published;           /* tail at the last wake-up check */
+
+	/* Consumer state. */
+	uint64_t rx_head;
+	uint64_t rx_checked;          /* rx_head at the last TX-waiter check */
+	uint64_t ack_tail;            /* acks I have produced */
+	uint64_t ack_head;            /* peer acks I have consumed */
+
+	struct bufset out;            /* my buffers the peer holds */
+	unsigned out_limit;           /* = peer's ack_entries */
+
+	int doorbell;                 /* mine: the peer rings it; I sleep on it */
+	int peer_doorbell;            /* the peer's: I ring it */
+	uint64_t last_rung;           /* the peer's waiting word when I last rang */
+	bool bell_dirty;              /* my doorbell has datagrams to drain */
+	int pidfd;
+
+	int err;                      /* sticky: EPROTO after a violation */
+	bool dead;                    /* peer gone: hang-up or exit */
+	uint32_t peer_state;          /* RPAL_STATE_* seen in its block */
+	uint64_t last_peer_poll;      /* now_ns() of the last liveness poll */
+	bool shut_wr;                 /* we shut down writing */
+	bool eof;                     /* we have seen the peer's end of stream */
+
+	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
+	struct rpal_spin spin;
+
+	pid_t peer_pid;
+	uid_t peer_uid;
+	gid_t peer_gid;
+	uint64_t tx_msgs, rx_msgs, wakeups, sleeps;
+};
+
+struct rpal_pending {             /* an accepted socket mid-handshake */
+	int fd;
+	uint64_t deadline_ns;
+};
+
+struct rpal_listener {
+	enum rpal_kind kind;
+	int fd;                       /* the user's handle: an epoll of sock + pending */
+	int sock;
+	int lockfd;                   /* held while we serve the name */
+	char path[108];
+	struct rpal_policy policy;
+	uid_t *uids;
+	gid_t *gids;
+	struct rpal_pending pending[64];
+	unsigned nr_pending;
+};
+
+/* ----------------------------------------------------------- globals */
+struct rpal_global {
+	pthread_mutex_t lock;         /* object table, peers, init */
+	bool inited;
+	struct rpal_config cfg;
+	char rundir[108];
+	uintptr_t region;             /* reserved region base */
+	size_t region_size;
+	unsigned slot;
+	int slot_lockfd;
+	int memfd;
+	struct rpal_arena_hdr *arena;
+	struct rpal_alloc *alloc;
+	pthread_mutex_t alloc_lock;
+	struct rpal_peer *peers;
+	unsigned nr_conns;
+	uint64_t tsc_dummy;
+};
+extern struct rpal_global rpal_g;
+
+int rpal_ensure_init(void);
+
+/* region.c */
+int region_setup(void);
+void region_teardown(void);
+uintptr_t slot_base(unsigned slot);
+int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer **out);
+void peer_put(struct rpal_peer *p);
+void *arena_alloc(size_t len);
+int arena_free(void *p);
+int arena_claim(void *p, size_t len);
+bool arena_in_flight(void *p);
+
+/* conn.c: the object table, indexed by descriptor. */
+void *obj_get(int fd);
+int obj_set(int fd, void *obj);
+void obj_clear(int fd);
+struct rpal_conn *conn_get(int fd, int *err);
+void conn_mark_dead(struct rpal_conn *c);
+int conn_poll_peer(struct rpal_conn *c);
+bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
+void conn_reclaim(struct rpal_conn *c);
+
+/* handshake.c */
+void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service);
+int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hello *out,
+		char *why, size_t whylen);
+int hello_check_peer(const struct rpal_hello *h, char *why, size_t whylen);
+void refuse_fill(struct rpal_refuse *r, int err, const char *reason);
+int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rlen);
+int block_check(const struct rpal_block *pb, const struct rpal_hello *h, uintptr_t pbase,
+		size_t psize, char *why, size_t whylen);
+int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds);
+int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
+int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
+int doorbell_check(int fd, char *why, size_t whylen);
+
+/* ring.c */
+struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries);
+void block_destroy(struct rpal_block *b);
+int ring_reserve(struct rpal_conn *c);           /* 0 or -EAGAIN */
+void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
+int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
+void ring_consume(struct rpal_conn *c);
+bool ring_readable(struct rpal_conn *c);
+bool ring_writable(struct rpal_conn *c);
+int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
+int ack_push(struct rpal_conn *c, uint64_t addr);
+
+/* notify.c */
+enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
+void notify_peer_rx(struct rpal_conn *c);        /* after publishing */
+void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
+int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
+void doorbell_drain(struct rpal_conn *c);
+uint32_t peer_update(struct rpal_conn *c);
+void wait_begin(struct rpal_conn *c, uint32_t bit);
+void wait_end(struct rpal_conn *c, uint32_t bit);
+
+/* epoll.c */
+void epoll_conn_gone(struct rpal_conn *c);
+
+#endif /* RPAL_INTERNAL_H */

@@ -1,0 +1,322 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * msg.c - sending and receiving.  Small payloads ride in the ring slot; the
+ * rest live in a buffer of the sender's arena that the receiver reads in
+ * place and acknowledges through its own ack ring.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "internal.h"
+
+/* Why we cannot send: -EPROTO, -EPIPE (peer closed), -ECONNRESET (died). */
+static int send_error(struct rpal_conn *c)
+{
+	if (c->err)
+		return -c->err;
+	if (c->shut_wr)
+		return rpal_fail(EPIPE, "connection was shut down for writing");
+	if (peer_update(c) & RPAL_STATE_CLOSED)
+		return rpal_fail(EPIPE, "peer pid %d closed the connection", (int)c->peer_pid);
+	if (c->dead)
+		return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
+	return 0;
+}
+
+/* Wait for a free slot (and, for buffers, quota) or fail. */
+static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
+{
+	for (;;) {
+		int ret = send_error(c);
+
+		if (ret)
+			return ret;
+		if (!ring_reserve(c)) {
+			if (!(what & WANT_QUOTA))
+				return 0;
+			acks_drain(c);
+			if (c->out.count < c->out_limit)
+				return 0;
+		}
+		/* The consumer may be waiting on messages we deferred. */
+		if (c->published != c->tail)
+			notify_peer_rx(c);
+		ret = conn_wait(c, what, flags);
+		if (ret)
+			return ret;
+	}
+}
+
+/* Publish a claimed buffer of ours.  The caller has reserved slot and quota. */
+static void publish_buf(struct rpal_conn *c, void *buf, size_t len)
+{
+	bufset_add(&c->out, (uintptr_t)buf);   /* cannot fail: quota checked */
+	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
+}
+
+static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int flags)
+{
+	void *copy;
+	int ret;
+
+	if (len == 0)   /* would read as end of stream */
+		return rpal_fail(EINVAL, "empty messages are not allowed");
+	if (len <= RPAL_INLINE_MAX) {
+		ret = send_prepare(c, WANT_SLOT, flags);
+		if (ret)
+			return ret;
+		ring_publish(c, buf, (uint32_t)len, 0, RPAL_SLOT_INLINE);
+		return (ssize_t)len;
+	}
+	if (len > UINT32_MAX || len > rpal_g.cfg.arena_size / 2)
+		return rpal_fail(EMSGSIZE, "message of %zu bytes is larger than half the arena", len);
+	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
+	if (ret)
+		return ret;
+	copy = arena_alloc(len);
+	if (!copy) {
+		acks_drain(c);
+		copy = arena_alloc(len);
+		if (!copy)
+			return rpal_fail(ENOMEM, "arena exhausted: no room for a %zu-byte message "
+					 "(do peers release what they receive?)", len);
+	}
+	memcpy(copy, buf, len);
+	arena_claim(copy, len);
+	publish_buf(c, copy, len);
+	return (ssize_t)len;
+}
+
+RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
+{
+	struct rpal_conn *c;
+	ssize_t ret;
+	int err;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	ret = send_one(c, buf, len, flags);
+	if (ret >= 0 && !(flags & RPAL_MORE))
+		notify_peer_rx(c);
+	return ret;
+}
+
+RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags)
+{
+	struct rpal_conn *c;
+	unsigned i;
+	int err;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	for (i = 0; i < n; i++) {
+		/* Only the first may wait; later ones stop at a full ring. */
+		ssize_t ret = send_one(c, msgs[i].iov_base, msgs[i].iov_len, i ? flags | RPAL_NONBLOCK : flags);
+		if (ret < 0) {
+			if (i == 0)
+				return (int)ret;
+			break;
+		}
+	}
+	if (!(flags & RPAL_MORE))
+		notify_peer_rx(c);
+	return (int)i;
+}
+
+RPAL_EXPORT int rpal_flush(int fd)
+{
+	struct rpal_conn *c;
+	int err;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	if (!c->dead)
+		notify_peer_rx(c);
+	return 0;
+}
+
+RPAL_EXPORT void *rpal_buf_alloc(size_t len)
+{
+	if (len == 0 || (rpal_g.inited && len > rpal_g.cfg.arena_size / 2))
+		return NULL;
+	return arena_alloc(len);
+}
+
+RPAL_EXPORT void rpal_buf_free(void *buf)
+{
+	/* A buffer in flight belongs to the peer until it acks; freeing it
+	 * here would hand it out twice. */
+	if (!buf || !rpal_g.inited || arena_in_flight(buf))
+		return;
+	arena_free(buf);
+}
+
+RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
+{
+	struct rpal_conn *c;
+	int err, ret;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	if (len == 0 || len > UINT32_MAX)
+		return rpal_fail(EINVAL, "rpal_send_buf: length %zu out of range", len);
+	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
+	if (ret)
+		return ret;
+	ret = arena_claim(buf, len);
+	if (ret == -EBUSY)
+		return rpal_fail(EBUSY, "rpal_send_buf: buffer %p is already in flight", buf);
+	if (ret)
+		return rpal_fail(EINVAL, "rpal_send_buf: %p is not a live rpal_buf_alloc() buffer of >= %zu bytes",
+				 buf, len);
+	publish_buf(c, buf, len);
+	if (!(flags & RPAL_MORE))
+		notify_peer_rx(c);
+	return 0;
+}
+
+/* ---------------------------------------------------------------- receive */
+
+/* Nothing queued: end of stream, error, or wait.  0 means "look again". */
+static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
+{
+	*eof = false;
+	if (c->err)
+		return -c->err;
+	/* The consumer went idle: a producer stuck on a full ring must hear. */
+	if (c->rx_checked != c->rx_head)
+		notify_peer_tx(c, true);
+	if (peer_update(c) & RPAL_STATE_SHUT_WR) {
+		/* A3: state was stored after the last slot (R3); look once more. */
+		if (!ring_readable(c)) {
+			*eof = true;
+			return 0;
+		}
+		return 0;
+	}
+	if (conn_poll_peer_if_idle(c, flags)) {
+		if (!ring_readable(c))
+			return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
+		return 0;
+	}
+	return conn_wait(c, WANT_RX, flags);
+}
+
+RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
+{
+	struct rpal_conn *c;
+	struct rpal_slot s;
+	int err, r;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	for (;;) {
+		bool eof;
+
+		r = ring_peek(c, &s);
+		if (r < 0)
+			return r;
+		if (r == 1)
+			break;
+		r = recv_empty(c, flags, &eof);
+		if (r < 0)
+			return r;
+		if (eof)
+			return 0;
+	}
+	if (s.len > len)
+		return rpal_fail(EMSGSIZE, "message of %u bytes does not fit in %zu", s.len, len);
+	if (s.flags == RPAL_SLOT_INLINE) {
+		memcpy(buf, s.data, s.len);
+		ring_consume(c);
+		notify_peer_tx(c, false);
+	} else {
+		memcpy(buf, (const void *)(uintptr_t)s.addr, s.len);
+		ring_consume(c);
+		r = ack_push(c, s.addr);
+		if (r)
+			return r;
+		notify_peer_tx(c, true);
+	}
+	return s.len;
+}
+
+RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags)
+{
+	struct rpal_conn *c;
+	struct rpal_slot s;
+	unsigned got = 0;
+	int err, r;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	if (n == 0)
+		return 0;
+	for (;;) {
+		bool eof;
+
+		while (got < n) {
+			struct rpal_msg *m = &msgs[got];
+
+			r = ring_peek(c, &s);
+			if (r < 0)
+				return got ? (int)got : r;   /* the error stays for the next call */
+			if (r == 0)
+				break;
+			m->len = s.len;
+			if (s.flags == RPAL_SLOT_INLINE) {
+				memcpy(m->inline_copy, s.data, s.len);
+				m->data = m->inline_copy;
+				m->flags = 0;
+				m->token = 0;
+			} else {
+				m->data = (const void *)(uintptr_t)s.addr;
+				m->flags = RPAL_MSG_BUF;
+				m->token = s.addr;
+			}
+			ring_consume(c);
+			got++;
+		}
+		if (got) {
+			notify_peer_tx(c, false);
+			return (int)got;
+		}
+		r = recv_empty(c, flags, &eof);
+		if (r < 0)
+			return r;
+		if (eof)
+			return 0;
+	}
+}
+
+RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
+{
+	struct rpal_conn *c;
+	unsigned i;
+	int err, ret = 0;
+	bool acked = false;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	for (i = 0; i < n; i++) {
+		uint64_t tok = msgs[i].token;
+
+		msgs[i].token = 0;      /* a second release of this struct is a no-op */
+		if (!tok || c->dead || c->err)
+			continue;
+		ret = ack_push(c, tok);
+		if (ret)
+			break;
+		acked = true;
+	}
+	if (acked)
+		notify_peer_tx(c, true);
+	return ret;
+}

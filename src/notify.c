@@ -1,0 +1,201 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * notify.c - spin, then sleep; wake a peer only when it said it sleeps.
+ *
+ * The sleep/wake handshake is a Dekker pair on two locations in two arenas:
+ *
+ *   waiter (my arena):  waiting |= bit;  MB (W0);  re-check the ring;  sleep
+ *   peer   (its arena): publish;         MB (W1);  if (waiting & bit) ring doorbell
+ *
+ * With both barriers, at least one side sees the other's store: either the
+ * waiter finds the message and does not sleep, or the peer sees the bit and
+ * rings.  The doorbell is a datagram socket (see wire.h): rung with
+ * send(MSG_DONTWAIT), registered edge-triggered in epoll sets, and drained
+ * before the next sleep.  The waiting word counts sleeps, so the peer rings
+ * once per sleep however many messages it publishes meanwhile.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void spin_init(struct rpal_spin *s, unsigned max_us)
+{
+	uint64_t ns = (uint64_t)max_us * 1000;
+
+	s->max_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
+	s->cur_ns = s->max_ns;
+}
+
+/*
+ * Adapt the budget to what waiting would have bought: a wait that ended
+ * within the ceiling restores it; a longer one halves it, so a mostly idle
+ * connection soon goes straight to sleep and burns no CPU.
+ */
+void spin_update(struct rpal_spin *s, uint64_t waited_ns)
+{
+	if (waited_ns <= s->max_ns)
+		s->cur_ns = s->max_ns;
+	else
+		s->cur_ns /= 2;
+}
+
+/* Ring once per sleep of the peer.  EAGAIN means datagrams are queued:
+ * the peer has an unconsumed edge and will wake anyway. */
+static void ring_doorbell(struct rpal_conn *c, uint64_t w)
+{
+	if (w == c->last_rung)
+		return;
+	c->last_rung = w;
+	(void)!send(c->peer_doorbell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	c->wakeups++;
+}
+
+/* After publishing: wake the consumer if it advertised sleep. */
+void notify_peer_rx(struct rpal_conn *c)
+{
+	uint64_t w;
+
+	c->published = c->tail;
+	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
+	w = load_relaxed(&c->pb->waiting);
+	if (unlikely(w & RPAL_WAIT_RX))
+		ring_doorbell(c, w);
+}
+
+/* Empty my doorbell before advertising a new sleep. */
+void doorbell_drain(struct rpal_conn *c)
+{
+	char buf[64];
+
+	c->bell_dirty = false;
+	while (recv(c->doorbell, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
+		;
+}
+
+/* Advertise a sleep on bit; the locked RMW is barrier W0. */
+void wait_begin(struct rpal_conn *c, uint32_t bit)
+{
+	if (c->bell_dirty)
+		doorbell_drain(c);
+	atomic_fetch_add(&c->me->waiting, RPAL_WAIT_EPOCH);
+	atomic_fetch_or(&c->me->waiting, bit);
+}
+
+void wait_end(struct rpal_conn *c, uint32_t bit)
+{
+	atomic_fetch_and(&c->me->waiting, ~(uint64_t)bit);
+}
+
+/*
+ * After consuming or acking: wake a producer waiting for room.  It sleeps
+ * only with a full ring, so checking every quarter ring (or when forced:
+ * acks, an emptied ring) keeps the barrier off the per-message path without
+ * losing a wake-up.
+ */
+void notify_peer_tx(struct rpal_conn *c, bool force)
+{
+	if (!force && c->rx_head - c->rx_checked < (c->pring_mask + 1) / 4)
+		return;
+	uint64_t w;
+
+	c->rx_checked = c->rx_head;
+	smp_mb();       /* W1 for the TX direction */
+	w = load_relaxed(&c->pb->waiting);
+	if (unlikely(w & RPAL_WAIT_TX))
+		ring_doorbell(c, w);
+}
+
+/*
+ * The peer's lifecycle bits (RPAL_STATE_*), cached once seen.  A3: the
+ * acquire pairs with the release that stored them after its last slot (R3),
+ * so a ring found empty after SHUT_WR is empty for good.
+ */
+uint32_t peer_update(struct rpal_conn *c)
+{
+	if (c->peer_state != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(c->dead && !c->peer->base))
+		c->peer_state |= load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
+	return c->peer_state;
+}
+
+static bool wait_done(struct rpal_conn *c, unsigned what)
+{
+	if (c->dead || c->err)
+		return true;
+	if (what & WANT_RX)
+		return ring_readable(c) || (peer_update(c) & RPAL_STATE_SHUT_WR);
+	if (peer_update(c) & RPAL_STATE_CLOSED)
+		return true;
+	if ((what & WANT_SLOT) && ring_reserve(c))
+		return false;
+	if (what & WANT_QUOTA) {
+		acks_drain(c);
+		if (c->out.count >= c->out_limit)
+			return false;
+	}
+	return true;
+}
+
+/*
+ * Wait until what (WANT_*) holds, the peer dies or shuts down.  Spins up to
+ * the adaptive budget, then sleeps on the doorbell, the socket and the pidfd.
+ */
+int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
+{
+	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
+	uint64_t t0, budget = c->spin.cur_ns;
+	unsigned i;
+
+	if (wait_done(c, what))
+		return 0;
+	if (flags & RPAL_NONBLOCK)
+		return -EAGAIN;
+
+	t0 = now_ns();
+	for (i = 1; budget; i++) {
+		cpu_relax();
+		if (wait_done(c, what))
+			goto done;
+		if (!(i & 63) && now_ns() - t0 > budget)
+			break;
+	}
+
+	for (;;) {
+		struct pollfd pfd[3] = {
+			{ .fd = c->doorbell, .events = POLLIN },
+			{ .fd = c->fd, .events = POLLRDHUP },
+			{ .fd = c->pidfd, .events = POLLIN },
+		};
+		wait_begin(c, bit);
+		if (wait_done(c, what)) {
+			wait_end(c, bit);
+			break;
+		}
+		c->sleeps++;
+		if (poll(pfd, 3, -1) < 0 && errno != EINTR) {
+			wait_end(c, bit);
+			return -errno;
+		}
+		wait_end(c, bit);
+		if (pfd[0].revents & POLLIN)
+			c->bell_dirty = true;
+		if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
+			conn_mark_dead(c);
+		if (wait_done(c, what))
+			break;
+	}
+done:
+	spin_update(&c->spin, now_ns() - t0);
+	return 0;
+}

@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * region.c - the address map: one PROT_NONE region of nr_slots slots at a
+ * fixed address in every rpal process.  We own one slot (an OFD lock on one
+ * byte of "<runtime_dir>/slots.lock", dropped by the kernel when we die) and
+ * map our arena there read-write; a peer's arena is mapped read-only over
+ * the peer's slot, so arena pointers mean the same in every process.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+#ifndef F_SEAL_FUTURE_WRITE
+#define F_SEAL_FUTURE_WRITE 0x0010
+#endif
+
+struct rpal_global rpal_g = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.alloc_lock = PTHREAD_MUTEX_INITIALIZER,
+	.slot_lockfd = -1,
+	.memfd = -1,
+};
+
+uintptr_t slot_base(unsigned slot)
+{
+	return rpal_g.region + (uintptr_t)slot * rpal_g.cfg.slot_size;
+}
+
+/* Put the PROT_NONE reservation back over [addr, addr+len). */
+static void reserve_again(uintptr_t addr, size_t len)
+{
+	void *p = mmap((void *)addr, len, PROT_NONE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	if (p != MAP_FAILED)
+		madvise(p, len, MADV_DONTFORK);
+}
+
+/* Create (mode 0700) or check the runtime directory: ours, not writable by others. */
+static int rundir_setup(const char *dir)
+{
+	struct stat st;
+
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return rpal_fail(errno, "cannot create runtime directory %s", dir);
+	if (lstat(dir, &st) < 0)
+		return rpal_fail(errno, "cannot stat runtime directory %s", dir);
+	if (!S_ISDIR(st.st_mode))
+		return rpal_fail(ENOTDIR, "runtime directory %s is not a directory", dir);
+	if (st.st_uid != geteuid())
+		return rpal_fail(EPERM, "runtime directory %s belongs to uid %u, not us (%u)",
+				 dir, (unsigned)st.st_uid, (unsigned)geteuid());
+	if (st.st_mode & 0022)
+		return rpal_fail(EPERM, "runtime directory %s has mode %04o; others may write it (want 0700)",
+				 dir, (unsigned)(st.st_mode & 07777));
+	return 0;
+}
+
+/* Claim the first free slot, starting from a pid-derived one to spread
+ * start-up races.  The lock lives as long as the process or rpal_fini(). */
+static int slot_claim(void)
+{
+	char path[160];
+	unsigned n = rpal_g.cfg.nr_slots, i;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/slots.lock", rpal_g.rundir);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return rpal_fail(errno, "cannot open slot lock file %s", path);
+	for (i = 0; i < n; i++) {
+		unsigned slot = (unsigned)(getpid() + i) % n;
+		struct flock fl = {
+			.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1,
+		};
+		if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
+			rpal_g.slot_lockfd = fd;
+			rpal_g.slot = slot;
+			return 0;
+		}
+		if (errno != EAGAIN && errno != EACCES) {
+			int e = errno;
+			close(fd);
+			return rpal_fail(e, "cannot lock slot %u in %s", slot, path);
+		}
+	}
+	close(fd);
+	return rpal_fail(EBUSY, "all %u slots in %s are taken", n, path);
+}
+
+static int arena_create(void)
+{
+	size_t size = rpal_g.cfg.arena_size;
+	uintptr_t base = slot_base(rpal_g.slot);
+	struct rpal_arena_hdr *h;
+	uint64_t nonce = 0;
+	void *p;
+	int fd;
+
+	fd = memfd_create("rpal-arena", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return rpal_fail(errno, "memfd_create for the arena failed");
+	if (ftruncate(fd, (off_t)size) < 0) {
+		int e = errno;
+		close(fd);
+		return rpal_fail(e, "cannot size the arena to %zu bytes", size);
+	}
+	p = mmap((void *)base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return rpal_fail(e, "cannot map the arena at %#" PRIxPTR, base);
+	}
+	madvise(p, size, MADV_DONTFORK);
+	/* No shrink or grow: a peer's mapping can never SIGBUS.  Future-write:
+	 * nobody can map it writable again; our mapping stays writable. */
+	if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE | F_SEAL_SEAL) < 0) {
+		int e = errno;
+		reserve_again(base, size);
+		close(fd);
+		return rpal_fail(e, "cannot seal the arena memfd");
+	}
+	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+		nonce = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+
+	h = p;
+	h->magic = RPAL_ARENA_MAGIC;
+	h->version = RPAL_WIRE_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->slot = rpal_g.slot;
+	h->pid = (uint32_t)getpid();
+	h->arena_size = size;
+	h->base = base;
+	h->heap_off = RPAL_PAGE;
+	h->nonce = nonce;
+
+	rpal_g.alloc = alloc_create((char *)p + RPAL_PAGE, size - RPAL_PAGE);
+	if (!rpal_g.alloc) {
+		reserve_again(base, size);
+		close(fd);
+		return rpal_fail(ENOMEM, "cannot create the arena allocator");
+	}
+	rpal_g.memfd = fd;
+	rpal_g.arena = h;
+	return 0;
+}
+
+int region_setup(void)
+{
+	size_t size = (size_t)rpal_g.cfg.slot_size * rpal_g.cfg.nr_slots;
+	void *p;
+	int ret;
+
+	ret = rpal_runtime_dir(&rpal_g.cfg, rpal_g.rundir, sizeof(rpal_g.rundir));
+	if (ret)
+		return ret;
+	ret = rundir_setup(rpal_g.rundir);
+	if (ret)
+		return ret;
+
+	p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
+		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+	if (p == MAP_FAILED)
+		return rpal_fail(errno == EEXIST ? EEXIST : errno,
+				 "cannot reserve %zu bytes at %#" PRIx64 " (something is mapped there; set RPAL_REGION_BASE)",
+				 size, rpal_g.cfg.region_base);
+	if ((uintptr_t)p != rpal_g.cfg.region_base) {   /* a kernel without NOREPLACE */
+		munmap(p, size);
+		return rpal_fail(EEXIST, "region %#" PRIx64 " is not free", rpal_g.cfg.region_base);
+	}
+	/* A forked child gets none of it: it cannot write our arena and may
+	 * rpal_init() afresh. */
+	madvise(p, size, MADV_DONTFORK);
+	rpal_g.region = (uintptr_t)p;
+	rpal_g.region_size = size;
+
+	ret = slot_claim();
+	if (!ret)
+		ret = arena_create();
+	if (ret) {
+		if (rpal_g.slot_lockfd >= 0)
+			close(rpal_g.slot_lockfd);
+		rpal_g.slot_lockfd = -1;
+		munmap(p, size);
+		rpal_g.region = 0;
+	}
+	return ret;
+}
+
+void region_teardown(void)
+{
+	while (rpal_g.peers) {
+		struct rpal_peer *p = rpal_g.peers;
+		rpal_g.peers = p->next;
+		free(p);
+	}
+	if (rpal_g.alloc)
+		alloc_destroy(rpal_g.alloc);
+	rpal_g.alloc = NULL;
+	rpal_g.arena = NULL;
+	if (rpal_g.memfd >= 0)
+		close(rpal_g.memfd);
+	rpal_g.memfd = -1;
+	if (rpal_g.region)
+		munmap((void *)rpal_g.region, rpal_g.region_size);
+	rpal_g.region = 0;
+	if (rpal_g.slot_lockfd >= 0)
+		close(rpal_g.slot_lockfd);
+	rpal_g.slot_lockfd = -1;
+}
+
+/*
+ * Map a peer's arena read-only at its slot, or share an existing mapping of
+ * the same incarnation.  Caller holds rpal_g.lock and has checked the hello
+ * (geometry, slot range, sizes) and the memfd (seals, size).
+ */
+int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer **out)
+{
+	struct rpal_peer *p, **pp;
+	uintptr_t base = slot_base(h->slot);
+	const struct rpal_arena_hdr *ah;
+	void *m;
+
+	for (pp = &rpal_g.peers; (p = *pp); pp = &p->next) {
+		if (p->slot != h->slot)
+			continue;
+		if (!p->dead && p->pid == pid && p->arena_nonce == h->arena_nonce) {
+			p->refs++;
+			*out = p;
+			return 0;
+		}
+		if (!p->dead)
+			return rpal_fail(EADDRINUSE, "peer pid %d claims slot %u, which live pid %d holds",
+					 (int)pid, h->slot, (int)p->pid);
+		/* A dead incarnation whose connections are still open: its
+		 * slot is needed, so retire the mapping now (documented). */
+		reserve_again(p->base, p->size);
+		p->base = 0;
+		*pp = p->next;
+		p->next = NULL;   /* connections still point at it; freed by the last put */
+		break;
+	}
+
+	if (pid == getpid()) {
+		/* Same address space (hosted mode): the owner's mapping is the one. */
+		m = (void *)base;
+	} else {
+		m = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
+		if (m == MAP_FAILED)
+			return rpal_fail(errno, "cannot map peer arena of slot %u", h->slot);
+		madvise(m, h->arena_size, MADV_DONTFORK);
+	}
+	ah = m;
+	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
+	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
+		if (pid != getpid())
+			reserve_again(base, h->arena_size);
+		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
+	}
+	p = calloc(1, sizeof(*p));
+	if (!p) {
+		if (pid != getpid())
+			reserve_again(base, h->arena_size);
+		return rpal_fail(ENOMEM, "out of memory");
+	}
+	p->slot = h->slot;
+	p->pid = pid;
+	p->arena_nonce = h->arena_nonce;
+	p->base = base;
+	p->size = h->arena_size;
+	p->refs = 1;
+	p->next = rpal_g.peers;
+	rpal_g.peers = p;
+	*out = p;
+	return 0;
+}
+
+/* Drop one connection's reference; unmap with the last.  Caller holds the lock. */
+void peer_put(struct rpal_peer *p)
+{
+	struct rpal_peer **pp;
+
+	if (--p->refs > 0)
+		return;
+	for (pp = &rpal_g.peers; *pp; pp = &(*pp)->next) {
+		if (*pp == p) {
+			*pp = p->next;
+			break;
+		}
+	}
+	if (p->base && p->pid != getpid())
+		reserve_again(p->base, p->size);
+	free(p);
+}
+
+void *arena_alloc(size_t len)
+{
+	void *p;
+
+	if (rpal_ensure_init())
+		return NULL;
+	pthread_mutex_lock(&rpal_g.alloc_lock);
+	p = alloc_get(rpal_g.alloc, len);
+	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	return p;
+}
+
+int arena_free(void *p)
+{
+	int ret;
+
+	pthread_mutex_lock(&rpal_g.alloc_lock);
+	ret = alloc_put(rpal_g.alloc, p);
+	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	return ret;
+}
+
+int arena_claim(void *p, size_t len)
+{
+	int ret;
+
+	pthread_mutex_lock(&rpal_g.alloc_lock);
+	ret = alloc_claim(rpal_g.alloc, p, len);
+	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	return ret;
+}
+
+bool arena_in_flight(void *p)
+{
+	bool ret;
+
+	pthread_mutex_lock(&rpal_g.alloc_lock);
+	ret = alloc_in_flight(rpal_g.alloc, p);
+	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	return ret;
+}
+
+RPAL_EXPORT int rpal_self(unsigned *slot, void **arena_base, size_t *arena_size)
+{
+	if (!rpal_g.inited)
+		return -ENOTCONN;
+	if (slot)
+		*slot = rpal_g.slot;
+	if (arena_base)
+		*arena_base = rpal_g.arena;
+	if (arena_size)
+		*arena_size = rpal_g.cfg.arena_size;
+	return 0;
+}

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ring.c - single-producer/single-consumer rings between two arenas.
+ *
+ * Thread model: one producer thread and one consumer thread per ring at a
+ * time.  The producer writes slots and its tail in its own arena; the
+ * consumer writes its head in its own arena.  Neither ever writes the other's
+ * memory, so the consumer must treat every slot as hostile input: it copies
+ * the slot, then checks sequence, flags, length and buffer bounds.
+ *
+ * Indices are free-running 64-bit counters masked on access.  A slot is
+ * published by storing seq = (index + 1) mod 2^32 with release ordering after
+ * its contents (R0); the consumer's acquire load of seq (A0) pairs with it.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "internal.h"
+
+struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries)
+{
+	size_t ring_off = sizeof(struct rpal_block);
+	size_t ack_off = ring_off + (size_t)ring_entries * sizeof(struct rpal_slot);
+	size_t size = ack_off + (size_t)ack_entries * sizeof(struct rpal_ack);
+	struct rpal_block *b = arena_alloc(size);
+	uint64_t nonce = 0;
+
+	if (!b)
+		return NULL;
+	/* Zeroed slots have seq 0, which never equals an expected index + 1
+	 * on the first lap; later laps hold the previous lap's seq. */
+	memset(b, 0, size);
+	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
+		nonce = now_ns() ^ (uintptr_t)b;
+	b->magic = RPAL_BLOCK_MAGIC;
+	b->version = RPAL_WIRE_VERSION;
+	b->hdr_size = sizeof(struct rpal_block);
+	b->nonce = nonce | 1;
+	b->ring_entries = ring_entries;
+	b->ack_entries = ack_entries;
+	b->ring_off = (uint32_t)ring_off;
+	b->ack_off = (uint32_t)ack_off;
+	return b;
+}
+
+void block_destroy(struct rpal_block *b)
+{
+	/* Tell a peer still reading that this block is no longer its connection. */
+	b->magic = 0;
+	b->nonce = 0;
+	arena_free(b);
+}
+
+/* ------------------------------------------------------------- producer */
+
+/* 0 if a slot is free, -EAGAIN if the ring is full. */
+int ring_reserve(struct rpal_conn *c)
+{
+	if (likely(c->tail - c->head_cache <= c->ring_mask))
+		return 0;
+	/* A1: pairs with the consumer's release of rx_head (R1): once we see
+	 * its head move, its reads of those slots are complete. */
+	c->head_cache = load_acquire(&c->pb->rx_head);
+	if (c->tail - c->head_cache > c->ring_mask + 1) {
+		/* The peer claims to have consumed what we never sent. */
+		c->head_cache = c->tail - (c->ring_mask + 1);
+	}
+	return c->tail - c->head_cache <= c->ring_mask ? 0 : -EAGAIN;
+}
+
+void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags)
+{
+	struct rpal_slot *s = &c->ring[c->tail & c->ring_mask];
+
+	s->len = len;
+	s->flags = flags;
+	s->addr = addr;
+	if (flags & RPAL_SLOT_INLINE)
+		memcpy(s->data, data, len);
+	/* R0: contents before seq. */
+	store_release(&s->seq, (uint32_t)(c->tail + 1));
+	c->tail++;
+	store_relaxed(&c->me->tail, c->tail);
+	c->tx_msgs++;
+}
+
+bool ring_writable(struct rpal_conn *c)
+{
+	return ring_reserve(c) == 0;
+}
+
+/* ------------------------------------------------------------- consumer */
+
+static int violation(struct rpal_conn *c, const char *what, unsigned long long v)
+{
+	c->err = EPROTO;
+	return rpal_fail(EPROTO, "peer pid %d broke the protocol: %s (%#llx); connection closed",
+			 (int)c->peer_pid, what, v);
+}
+
+/*
+ * Copy the next slot into *out and validate it.  1: a message; 0: empty;
+ * -EPROTO: the peer broke the protocol (sticky).
+ */
+int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
+{
+	const struct rpal_slot *s;
+	uint32_t seq, want = (uint32_t)(c->rx_head + 1);
+
+	if (unlikely(c->err))
+		return -c->err;
+	if (unlikely(c->dead) && !c->peer->base)
+		return 0;       /* the dead peer's mapping was retired */
+	s = &c->pring[c->rx_head & c->pring_mask];
+	/* A0: pairs with R0; the contents below are the published ones. */
+	seq = load_acquire(&s->seq);
+	if (seq != want) {
+		/* Not yet written (previous lap's seq) or garbage: only a value
+		 * from the previous lap is a legal "empty". */
+		if (seq == (uint32_t)(want - (c->pring_mask + 1)) || (seq == 0 && c->rx_head <= c->pring_mask))
+			return 0;
+		return violation(c, "slot sequence out of order", seq);
+	}
+	memcpy(out, s, sizeof(*out));
+	if (unlikely(c->pb->nonce != c->pnonce))
+		return violation(c, "connection block reused under us", c->pb->nonce);
+	if (out->flags == RPAL_SLOT_INLINE) {
+		if (out->len > sizeof(out->data))
+			return violation(c, "inline length too large", out->len);
+	} else if (out->flags == RPAL_SLOT_BUF) {
+		uintptr_t lo = c->peer->base + RPAL_PAGE, hi = c->peer->base + c->peer->size;
+		if (out->addr < lo || out->addr >= hi || out->len > hi - out->addr)
+			return violation(c, "buffer outside the peer's arena", out->addr);
+		if (out->len == 0)
+			return violation(c, "empty buffer message", 0);
+	} else {
+		return violation(c, "unknown slot flags", out->flags);
+	}
+	return 1;
+}
+
+void ring_consume(struct rpal_conn *c)
+{
+	c->rx_head++;
+	/* R1: our reads of the slot happened before the producer may reuse it. */
+	store_release(&c->me->rx_head, c->rx_head);
+	c->rx_msgs++;
+}
+
+bool ring_readable(struct rpal_conn *c)
+{
+	const struct rpal_slot *s;
+
+	if (c->err || (c->dead && !c->peer->base))
+		return false;
+	s = &c->pring[c->rx_head & c->pring_mask];
+	return load_relaxed(&s->seq) == (uint32_t)(c->rx_head + 1);
+}
+
+/* ------------------------------------------------------------------ acks */
+
+/* Tell the peer we are done with its buffer.  Our ack ring has room: the
+ * peer keeps at most ack_entries buffers with us (checked on receipt). */
+int ack_push(struct rpal_conn *c, uint64_t addr)
+{
+	struct rpal_ack *a;
+
+	if (c->ack_tail - load_acquire(&c->pb->ack_head) > c->ack_mask) {
+		/* The peer never drained: it sent more buffers than our ring holds. */
+		c->err = EPROTO;
+		return rpal_fail(EPROTO, "peer pid %d exceeded its buffer quota", (int)c->peer_pid);
+	}
+	a = &c->acks[c->ack_tail & c->ack_mask];
+	a->addr = addr;
+	/* R2: pairs with A2 in acks_drain(). */
+	store_release(&a->seq, (uint32_t)(c->ack_tail + 1));
+	c->ack_tail++;
+	store_release(&c->me->ack_tail, c->ack_tail);
+	return 0;
+}
+
+/* Free every buffer the peer has acknowledged.  Returns how many. */
+int acks_drain(struct rpal_conn *c)
+{
+	int n = 0;
+
+	if (c->err || (c->dead && !c->peer->base))
+		return 0;
+	for (;;) {
+		const struct rpal_ack *a = &c->packs[c->ack_head & c->pack_mask];
+		/* A2: pairs with R2. */
+		uint32_t seq = load_acquire(&a->seq);
+		uint64_t addr;
+
+		if (seq != (uint32_t)(c->ack_head + 1))
+			break;
+		addr = a->addr;
+		if (!bufset_del(&c->out, addr)) {
+			violation(c, "ack of a buffer it does not hold", addr);
+			break;
+		}
+		arena_free((void *)(uintptr_t)addr);
+		c->ack_head++;
+		n++;
+	}
+	if (n)
+		store_release(&c->me->ack_head, c->ack_head);
+	return n;
+}

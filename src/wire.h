@@ -1,0 +1,163 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * wire.h - the connected-mode layout shared with peers (docs/PROTOCOL.md
+ * specifies it for other implementations).  Private: do not include from
+ * applications.  Everything is little-endian x86_64 / aarch64 natural layout;
+ * the _Static_asserts pin it.
+ *
+ * Ownership rule: every byte of an arena is written only by the process that
+ * owns the arena.  A peer maps it read-only and must validate whatever it
+ * reads there before use (it may change under its feet).
+ */
+#ifndef RPAL_WIRE_H
+#define RPAL_WIRE_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define RPAL_WIRE_VERSION   1u
+#define RPAL_HELLO_MAGIC    0x4c415052u   /* "RPAL" */
+#define RPAL_ARENA_MAGIC    0x414e5241u   /* "ARNA" */
+#define RPAL_BLOCK_MAGIC    0x4b434c42u   /* "BLCK" */
+
+#define RPAL_CACHELINE      64u
+/* Distance between lines written at different times: two lines, because
+ * adjacent-line prefetchers pull pairs (DPDK's RTE_CACHE_GUARD). */
+#define RPAL_GUARD          128u
+#define RPAL_PAGE           4096u
+
+/* Offset 0 of every arena.  Written once at creation. */
+struct rpal_arena_hdr {
+	uint32_t magic;        /* RPAL_ARENA_MAGIC */
+	uint16_t version;      /* RPAL_WIRE_VERSION */
+	uint16_t hdr_size;     /* sizeof(struct rpal_arena_hdr) */
+	uint32_t slot;         /* slot index the owner claimed */
+	uint32_t pid;          /* owner's pid */
+	uint64_t arena_size;   /* bytes */
+	uint64_t base;         /* address of this header in every process */
+	uint64_t heap_off;     /* first byte the allocator manages */
+	uint64_t nonce;        /* random; tells two incarnations of a slot apart */
+};
+_Static_assert(sizeof(struct rpal_arena_hdr) == 48, "arena header layout");
+
+/* A data-ring entry: one cache line. */
+struct rpal_slot {
+	_Atomic uint32_t seq;  /* (index + 1) mod 2^32; stored last, with release */
+	uint32_t len;          /* payload bytes */
+	uint32_t flags;        /* RPAL_SLOT_* */
+	uint32_t reserved;     /* 0 */
+	uint64_t addr;         /* RPAL_SLOT_BUF: buffer address in the producer's arena */
+	uint8_t data[40];      /* RPAL_SLOT_INLINE: the payload */
+};
+_Static_assert(sizeof(struct rpal_slot) == 64, "slot layout");
+_Static_assert(offsetof(struct rpal_slot, data) == 24, "slot layout");
+
+#define RPAL_SLOT_INLINE 0x1u   /* payload in data[], len <= 40 */
+#define RPAL_SLOT_BUF    0x2u   /* payload at addr; the consumer must ack it */
+
+/* An ack-ring entry: "I am done with your buffer at addr". */
+struct rpal_ack {
+	_Atomic uint32_t seq;  /* (index + 1) mod 2^32; stored last, with release */
+	uint32_t reserved;
+	uint64_t addr;
+};
+_Static_assert(sizeof(struct rpal_ack) == 16, "ack layout");
+
+/*
+ * One side of one connection, in its owner's arena.  Indices are free-running
+ * 64-bit counters, masked on access; entries counts are powers of two.
+ * Each line written by the owner at run time sits RPAL_GUARD bytes from the
+ * next, so the peer's copy of one is not invalidated by a write to another.
+ */
+struct rpal_block {
+	/* Written once at creation. */
+	uint32_t magic;          /* RPAL_BLOCK_MAGIC */
+	uint16_t version;        /* RPAL_WIRE_VERSION */
+	uint16_t hdr_size;       /* offset of the data ring from the block */
+	uint64_t nonce;          /* random; matches the hello */
+	uint32_t ring_entries;   /* data ring: my messages to the peer */
+	uint32_t ack_entries;    /* ack ring: my acks of the peer's buffers */
+	uint32_t ring_off;       /* from block start */
+	uint32_t ack_off;        /* from block start */
+	uint8_t pad0[RPAL_GUARD - 32];
+
+	/* Producer side of my data ring. */
+	_Atomic uint64_t tail;   /* messages published; slot seq is authoritative */
+	_Atomic uint32_t state;  /* RPAL_STATE_*: set after the last tail */
+	uint8_t pad1[RPAL_GUARD - 12];
+
+	/* Consumer side of the peer's data ring. */
+	_Atomic uint64_t rx_head;
+	uint8_t pad2[RPAL_GUARD - 8];
+
+	/* Producer side of my ack ring. */
+	_Atomic uint64_t ack_tail;
+	uint8_t pad3[RPAL_GUARD - 8];
+
+	/* Consumer side of the peer's ack ring. */
+	_Atomic uint64_t ack_head;
+	uint8_t pad4[RPAL_GUARD - 8];
+
+	/* What I sleep on: the peer must ring my doorbell after it publishes
+	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX).  Bits 2..63 count my
+	 * sleeps, so the peer rings at most once per sleep. */
+	_Atomic uint64_t waiting;
+	uint8_t pad5[RPAL_GUARD - 8];
+};
+_Static_assert(sizeof(struct rpal_block) == 6 * RPAL_GUARD, "block layout");
+_Static_assert(offsetof(struct rpal_block, tail) == 128, "block layout");
+_Static_assert(offsetof(struct rpal_block, waiting) == 640, "block layout");
+
+#define RPAL_STATE_SHUT_WR 0x1u  /* no messages after tail */
+#define RPAL_STATE_CLOSED  0x2u  /* the owner closed the connection */
+
+#define RPAL_WAIT_RX 0x1u
+#define RPAL_WAIT_TX 0x2u
+#define RPAL_WAIT_EPOCH 0x4u   /* one sleep */
+
+/* Handshake messages: one SOCK_SEQPACKET datagram each. */
+enum {
+	RPAL_HS_HELLO   = 1,   /* client -> server, with [arena memfd, doorbell] */
+	RPAL_HS_WELCOME = 2,   /* server -> client, with [arena memfd, doorbell] */
+	/* The doorbell is one end of an AF_UNIX SOCK_DGRAM socketpair whose
+	 * other end the sender keeps and sleeps on; the receiver rings it with
+	 * send(MSG_DONTWAIT), which cannot block whatever the owner does. */
+	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
+};
+
+#define RPAL_FEATURES_V1 0u  /* feature bits; none yet */
+
+struct rpal_hello {
+	uint32_t magic;          /* RPAL_HELLO_MAGIC */
+	uint16_t version;        /* RPAL_WIRE_VERSION */
+	uint16_t type;           /* RPAL_HS_HELLO or RPAL_HS_WELCOME */
+	uint32_t size;           /* sizeof(struct rpal_hello) */
+	uint32_t features;
+	uint32_t pid;
+	uint32_t slot;
+	uint32_t nr_slots;
+	uint32_t reserved0;
+	uint64_t region_base;
+	uint64_t slot_size;
+	uint64_t arena_size;
+	uint64_t arena_nonce;
+	uint64_t block;          /* address of the sender's struct rpal_block */
+	uint64_t block_nonce;
+	uint32_t ring_entries;
+	uint32_t ack_entries;
+	char service[40];        /* NUL-padded; informational */
+};
+_Static_assert(sizeof(struct rpal_hello) == 128, "hello layout");
+
+struct rpal_refuse {
+	uint32_t magic;          /* RPAL_HELLO_MAGIC */
+	uint16_t version;
+	uint16_t type;           /* RPAL_HS_REFUSE */
+	uint32_t size;           /* sizeof(struct rpal_refuse) */
+	int32_t error;           /* a Linux errno value */
+	char reason[112];        /* NUL-terminated sentence */
+};
+_Static_assert(sizeof(struct rpal_refuse) == 128, "refuse layout");
+
+#endif /* RPAL_WIRE_H */

@@ -1,0 +1,126 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * helpers.h - shared by the tests: exit codes, checks that say what failed,
+ * and child-process plumbing.  Each test is a standalone program.
+ */
+#ifndef RPAL_TEST_HELPERS_H
+#define RPAL_TEST_HELPERS_H
+
+#include <errno.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rpal.h"
+
+#define T_EXIT_PASS 0
+#define T_EXIT_FAIL 1
+#define T_EXIT_SKIP 77
+
+#define t_fail(...) do { \
+	fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+	fprintf(stderr, __VA_ARGS__); \
+	fprintf(stderr, "\n"); \
+	exit(T_EXIT_FAIL); \
+} while (0)
+
+#define t_check(cond, ...) do { if (!(cond)) t_fail(__VA_ARGS__); } while (0)
+
+/* An rpal call that must succeed: prints the rpal_strerror sentence. */
+#define t_ok(expr) ({ \
+	long _r = (long)(expr); \
+	if (_r < 0) t_fail("%s = %ld: %s", #expr, _r, rpal_strerror((int)_r)); \
+	_r; })
+
+static inline void t_skip(const char *why)
+{
+	printf("SKIP: %s\n", why);
+	exit(T_EXIT_SKIP);
+}
+
+/* Multiply iteration counts: RPAL_TEST_SCALE=10 divides them by 10 (sanitizers). */
+static inline long t_scaled(long n)
+{
+	const char *s = getenv("RPAL_TEST_SCALE");
+	long d = s ? atol(s) : 1;
+
+	return d > 1 ? (n / d > 0 ? n / d : 1) : n;
+}
+
+static inline uint64_t t_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Wait for a child; fail unless it exited with status 0. */
+static inline void t_wait_ok(pid_t pid, const char *what)
+{
+	int st;
+
+	if (waitpid(pid, &st, 0) != pid)
+		t_fail("waitpid(%s): %s", what, strerror(errno));
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+		t_fail("%s: %s %d", what, WIFEXITED(st) ? "exited" : "killed by signal",
+		       WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+}
+
+/* Poll until cond is true or ms pass; returns cond. */
+#define t_eventually(cond, ms) ({ \
+	uint64_t _end = t_now_ns() + (uint64_t)(ms) * 1000000; \
+	while (!(cond) && t_now_ns() < _end) usleep(1000); \
+	(cond); })
+
+/* A small deterministic PRNG so that failures can be replayed by seed. */
+static inline uint64_t t_rand(uint64_t *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 7;
+	*s ^= *s << 17;
+	return *s;
+}
+
+/* Count open descriptors of this process. */
+static inline int t_count_fds(void)
+{
+	char path[64];
+	int n = 0, fd;
+
+	for (fd = 0; fd < 4096; fd++) {
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		if (access(path, F_OK) == 0)
+			n++;
+	}
+	return n;
+}
+
+/* Is anything mapped at addr (from /proc/self/maps), and with which perms? */
+static inline int t_mapping_perms(uintptr_t addr, char perms[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int found = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char p[5];
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, p) == 3 && addr >= lo && addr < hi) {
+			memcpy(perms, p, 5);
+			found = 1;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+#endif
