@@ -32,7 +32,7 @@ struct rpal_ep_reg {
 	uint32_t events;        /* as registered */
 	epoll_data_t data;
 	bool disabled;          /* EPOLLONESHOT fired */
-	uint64_t in_mark;       /* EPOLLET: peer tail at the last EPOLLIN */
+	uint64_t in_seen;       /* EPOLLET: messages seen published so far */
 	uint64_t out_mark;      /* EPOLLET: peer head at the last EPOLLOUT */
 	uint32_t hup_seen;      /* EPOLLET: hang-up bits already reported */
 	bool fresh;             /* EPOLLET: report current state once */
@@ -268,11 +268,20 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 	if (state & RPAL_STATE_SHUT_WR)
 		hup |= EPOLLRDHUP;
 
-	if ((want & IN_BITS) && ring_readable(c)) {
-		uint64_t mark = load_relaxed(&c->pb->tail);
-		if (!et || r->fresh || mark != r->in_mark)
-			ev |= IN_BITS;
-		r->in_mark = mark;
+	if (want & IN_BITS) {
+		if (!et) {
+			if (ring_readable(c))
+				ev |= IN_BITS;
+		} else {
+			/* An edge is a message we had not seen published. */
+			if (r->in_seen < c->rx_head)
+				r->in_seen = c->rx_head;
+			if (ring_published(c, r->in_seen) || (r->fresh && ring_readable(c))) {
+				ev |= IN_BITS;
+				while (ring_published(c, r->in_seen))
+					r->in_seen++;
+			}
+		}
 	}
 	if ((want & OUT_BITS) && !hup && !(state & RPAL_STATE_CLOSED)) {
 		acks_drain(c);
@@ -426,9 +435,11 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		deadline = t0 + (uint64_t)timeout * 1000000;
 	budget = ep->spin.cur_ns;
 	for (i = 1; budget && ep->nregs; i++) {
-		pthread_mutex_unlock(&ep->lock);
 		cpu_relax();
-		pthread_mutex_lock(&ep->lock);
+		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */
+			pthread_mutex_unlock(&ep->lock);
+			pthread_mutex_lock(&ep->lock);
+		}
 		n = scan(ep, events, max);
 		if (!n && !(i % SPIN_KERNEL_POLL)) {
 			k = kernel_wait(ep, events, max, 0);
@@ -437,7 +448,9 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			n = k ? k : scan(ep, events, max);
 		}
 		if (n) {
-			spin_update(&ep->spin, now_ns() - t0);
+			/* Caught while spinning: spinning paid (spin_update's rule
+			 * for a wait within the ceiling), and no clock read. */
+			ep->spin.cur_ns = ep->spin.max_ns;
 			return n;
 		}
 		if (!(i & 63)) {

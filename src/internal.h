@@ -244,6 +244,7 @@ void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t 
 int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
 void ring_consume(struct rpal_conn *c);
 bool ring_readable(struct rpal_conn *c);
+bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(struct rpal_conn *c);
 int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
 int ack_push(struct rpal_conn *c, uint64_t addr);

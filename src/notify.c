@@ -165,8 +165,10 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	t0 = now_ns();
 	for (i = 1; budget; i++) {
 		cpu_relax();
-		if (wait_done(c, what))
-			goto done;
+		if (wait_done(c, what)) {
+			c->spin.cur_ns = c->spin.max_ns;   /* as spin_update() would */
+			return 0;
+		}
 		if (!(i & 63) && now_ns() - t0 > budget)
 			break;
 	}
@@ -195,7 +197,6 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		if (wait_done(c, what))
 			break;
 	}
-done:
 	spin_update(&c->spin, now_ns() - t0);
 	return 0;
 }

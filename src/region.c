@@ -47,7 +47,11 @@ static void reserve_again(uintptr_t addr, size_t len)
 		madvise(p, len, MADV_DONTFORK);
 }
 
-/* Create (mode 0700) or check the runtime directory: ours, not writable by others. */
+/*
+ * Create (mode 0700) or check the runtime directory: owned by us or root,
+ * and not writable by others (a group may share it, for peers of several
+ * uids: they must share the slot lock file to get distinct slots).
+ */
 static int rundir_setup(const char *dir)
 {
 	struct stat st;
@@ -58,11 +62,11 @@ static int rundir_setup(const char *dir)
 		return rpal_fail(errno, "cannot stat runtime directory %s", dir);
 	if (!S_ISDIR(st.st_mode))
 		return rpal_fail(ENOTDIR, "runtime directory %s is not a directory", dir);
-	if (st.st_uid != geteuid())
-		return rpal_fail(EPERM, "runtime directory %s belongs to uid %u, not us (%u)",
+	if (st.st_uid != geteuid() && st.st_uid != 0)
+		return rpal_fail(EPERM, "runtime directory %s belongs to uid %u, not us (%u) or root",
 				 dir, (unsigned)st.st_uid, (unsigned)geteuid());
-	if (st.st_mode & 0022)
-		return rpal_fail(EPERM, "runtime directory %s has mode %04o; others may write it (want 0700)",
+	if (st.st_mode & 0002)
+		return rpal_fail(EPERM, "runtime directory %s has mode %04o; anyone may write it (want 0700)",
 				 dir, (unsigned)(st.st_mode & 07777));
 	return 0;
 }
@@ -76,7 +80,7 @@ static int slot_claim(void)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/slots.lock", rpal_g.rundir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0660);
 	if (fd < 0)
 		return rpal_fail(errno, "cannot open slot lock file %s", path);
 	for (i = 0; i < n; i++) {

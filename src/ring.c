@@ -159,6 +159,14 @@ bool ring_readable(struct rpal_conn *c)
 	return load_relaxed(&s->seq) == (uint32_t)(c->rx_head + 1);
 }
 
+/* Has the peer published message idx?  (No validation: a hint for epoll.) */
+bool ring_published(struct rpal_conn *c, uint64_t idx)
+{
+	if (c->err || (c->dead && !c->peer->base) || idx - c->rx_head > c->pring_mask)
+		return false;
+	return load_relaxed(&c->pring[idx & c->pring_mask].seq) == (uint32_t)(idx + 1);
+}
+
 /* ------------------------------------------------------------------ acks */
 
 /* Tell the peer we are done with its buffer.  Our ack ring has room: the

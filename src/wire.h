@@ -80,12 +80,14 @@ struct rpal_block {
 	uint32_t ack_entries;    /* ack ring: my acks of the peer's buffers */
 	uint32_t ring_off;       /* from block start */
 	uint32_t ack_off;        /* from block start */
-	uint8_t pad0[RPAL_GUARD - 32];
+	/* Changes once or twice per connection, so it shares the read-mostly
+	 * line instead of the busy tail line. */
+	_Atomic uint32_t state;  /* RPAL_STATE_*: set after the last slot */
+	uint8_t pad0[RPAL_GUARD - 36];
 
 	/* Producer side of my data ring. */
 	_Atomic uint64_t tail;   /* messages published; slot seq is authoritative */
-	_Atomic uint32_t state;  /* RPAL_STATE_*: set after the last tail */
-	uint8_t pad1[RPAL_GUARD - 12];
+	uint8_t pad1[RPAL_GUARD - 8];
 
 	/* Consumer side of the peer's data ring. */
 	_Atomic uint64_t rx_head;
@@ -107,6 +109,7 @@ struct rpal_block {
 };
 _Static_assert(sizeof(struct rpal_block) == 6 * RPAL_GUARD, "block layout");
 _Static_assert(offsetof(struct rpal_block, tail) == 128, "block layout");
+_Static_assert(offsetof(struct rpal_block, state) == 32, "block layout");
 _Static_assert(offsetof(struct rpal_block, waiting) == 640, "block layout");
 
 #define RPAL_STATE_SHUT_WR 0x1u  /* no messages after tail */

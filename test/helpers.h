@@ -18,6 +18,12 @@
 
 #include "rpal.h"
 
+/* Line-buffered output, so forked children do not print the parent's buffer again. */
+__attribute__((constructor)) static void t_line_buffered(void)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+}
+
 #define T_EXIT_PASS 0
 #define T_EXIT_FAIL 1
 #define T_EXIT_SKIP 77

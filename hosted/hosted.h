@@ -1,0 +1,173 @@
+/* hosted.h: foundations of rpal hosted mode (issue 4).
+ *
+ * Part 1, the loader: load independently built PIE executables into their own glibc linker
+ * namespaces (dlmopen LM_ID_NEWLM) inside one process and run each one's main() on its own thread
+ * created by that namespace's libc.
+ *
+ * Part 2, the user-mode switch: hosted_ctx_* (callee-saved registers, rsp, MXCSR, x87 CW, and the
+ * fs base by wrfsbase or arch_prctl).
+ *
+ * Part 3, the lazy switch: hosted_lazy_* (see lazy.c).
+ *
+ * See hosted/README.md for what works, the measured costs and the known limits. */
+#ifndef RPAL_HOSTED_H
+#define RPAL_HOSTED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Loader
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct hosted_prog hosted_prog;
+
+/* Values of GLIBC_TUNABLES that hosted_reexec_with_tunables() adds. */
+#define HOSTED_NNS 16 /* glibc's hard maximum of namespaces (DL_NNS), base included */
+#define HOSTED_STATIC_TLS_DEFAULT 65536 /* bytes of optional static TLS (RPAL_HOSTED_STATIC_TLS) */
+
+/* If GLIBC_TUNABLES does not already set glibc.rtld.nns, re-execute /proc/self/exe with
+ * GLIBC_TUNABLES=glibc.rtld.nns=16:glibc.rtld.optional_static_tls=<n> appended (n from the
+ * environment variable RPAL_HOSTED_STATIC_TLS, default HOSTED_STATIC_TLS_DEFAULT).  Must be called at
+ * the top of main(), before any thread is started.  Returns only when no re-exec was needed (or the
+ * exec failed: then a warning is printed and fewer programs can be loaded). */
+void hosted_reexec_with_tunables(int argc, char **argv);
+
+/* How many more programs this process can load at most: glibc's 16 namespaces (DL_NNS) minus those
+ * in use.  Static TLS may run out earlier when glibc.rtld.nns / optional_static_tls are not raised. */
+int hosted_ns_limit(void);
+
+/* The environment that hosted programs should see: the process environment minus what
+ * hosted_reexec_with_tunables() added.  A NULL-terminated array owned by the library. */
+char **hosted_clean_environ(void);
+
+/* Load a program.  path: a PIE executable linked with -rdynamic (main must be in the dynamic
+ * symbol table).  argv: argc strings (argv[0] is the program name the program sees); envp: a
+ * NULL-terminated environment (NULL: hosted_clean_environ()).  Both are copied.  The program's
+ * constructors run here, on the calling thread.  Returns NULL and writes a message to err on failure. */
+hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
+                         char *err, size_t errlen);
+
+/* Start main() on a new thread created by the program's own libc. 0 or -1 (message in err). */
+int hosted_start(hosted_prog *p, char *err, size_t errlen);
+
+/* Wait until the program has finished: main returned or exit() was called from any of its threads.
+ * By then its exit handlers (atexit, on_exit, __cxa_atexit, destructors of the executable) have run
+ * and its stdio has been flushed.  Returns the exit status (0..255), -1 if it was never started. */
+int hosted_wait(hosted_prog *p);
+
+/* Non-blocking: 1 when finished, 0 when still running. */
+int hosted_done(const hosted_prog *p);
+
+/* The programs loaded so far, in load order (they are never freed: their namespaces point into
+ * them). */
+int hosted_count(void);
+hosted_prog *hosted_get(int i);
+
+/* Look a symbol up in the program's namespace (the executable first, then its libraries). */
+void *hosted_sym(hosted_prog *p, const char *name);
+
+/* The fs base (thread pointer, TCB) of the program's main thread: valid after hosted_start(). */
+uintptr_t hosted_main_fsbase(const hosted_prog *p);
+
+/* The kernel thread id of the program's main thread (0 before it has started). */
+int hosted_main_tid(const hosted_prog *p);
+
+/* glibc namespace id of the program. */
+long hosted_lmid(const hosted_prog *p);
+
+const char *hosted_path(const hosted_prog *p);
+
+/* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1.
+ * Returns the memfd (close-on-exec) or -1 with a message in err.  *was_pie (may be NULL) tells
+ * whether the flag was set.  Exposed for tests. */
+int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen);
+
+/* ---------------------------------------------------------------------------------------------
+ * User-mode context switch (switch_x86_64.S, ctx.c)
+ * ------------------------------------------------------------------------------------------- */
+
+/* A suspended context: everything else (rbx, rbp, r12-r15, MXCSR, x87 CW, return address) lies on
+ * its own stack.  fs is the fs base to load when switching in with the *_fs variants. */
+typedef struct hosted_ctx {
+    void *sp;
+    uintptr_t fs;
+} hosted_ctx;
+
+/* 1 when the CPU and kernel let user mode run rdfsbase/wrfsbase (AT_HWCAP2 bit 1). */
+int hosted_have_fsgsbase(void);
+
+/* Prepare ctx to start entry(arg) on [stack, stack+size) at its first switch-in.  entry must not
+ * return (it switches away for good); if it does, the process aborts. ctx->fs is set to 0: set it
+ * before switching in with a *_fs variant. */
+void hosted_ctx_make(hosted_ctx *ctx, void *stack, size_t size, void (*entry)(void *), void *arg);
+
+/* Save the current context in from, resume to.  Returns when something switches back to from.
+ * hosted_switch: registers and stack only, fs untouched.
+ * hosted_switch_fs: also stores the current fs base in from->fs and loads to->fs, with wrfsbase
+ *   where available, else with arch_prctl(ARCH_SET_FS) (selected once, see hosted_switch_init()).
+ * hosted_switch_wrfs / hosted_switch_prctl: the two fs variants, forced (benchmarks, tests). */
+void hosted_switch(hosted_ctx *from, hosted_ctx *to);
+void hosted_switch_fs(hosted_ctx *from, hosted_ctx *to);
+void hosted_switch_wrfs(hosted_ctx *from, hosted_ctx *to);
+void hosted_switch_prctl(hosted_ctx *from, hosted_ctx *to);
+
+/* The current fs base (reads %fs:0, the TCB self pointer of the x86-64 TLS ABI). */
+uintptr_t hosted_get_fs(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Lazy switch prototype (lazy.c): a coroutine owned by thread R, borrowed by sender threads S.
+ * While S runs it, Syscall User Dispatch blocks syscalls on S; a syscall made by the coroutine traps
+ * (SIGSYS) and the coroutine, captured in the signal frame, is handed back to R, which makes the
+ * syscall and runs the coroutine on to its next hosted_lazy_wait(); S returns at once.
+ * Needs FSGSBASE and Syscall User Dispatch (Linux >= 5.11).  Prototype: see README.md for limits.
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct hosted_lazy_co hosted_lazy_co;
+typedef struct hosted_lazy_sender hosted_lazy_sender;
+
+enum {
+    HOSTED_LAZY_DONE = 0,       /* the coroutine ran on the sender up to its next wait */
+    HOSTED_LAZY_HANDED_OFF = 1, /* it made a syscall: R continues it; the sender is free */
+    HOSTED_LAZY_BUSY = 2,       /* it was not parked (running on R or another sender) */
+};
+
+/* Once per process: checks FSGSBASE and SUD, installs the SIGSYS handler.  0, or -1 with a reason
+ * in err. */
+int hosted_lazy_init(char *err, size_t errlen);
+
+/* On a sender thread S, once: a per-thread record (found through the gs base by the SIGSYS
+ * handler) with SUD armed and the selector at ALLOW.  NULL with a reason in err. */
+hosted_lazy_sender *hosted_lazy_sender_init(char *err, size_t errlen);
+
+/* On R: make a coroutine with its own stack running body(co, arg) until its first
+ * hosted_lazy_wait(), and owned by the calling thread (its fs base, signal mask, sigaltstack). */
+hosted_lazy_co *hosted_lazy_co_create(size_t stack_size, void (*body)(hosted_lazy_co *, void *),
+                                      void *arg);
+
+/* Inside the body: park; returns the next message (given to hosted_lazy_call). */
+void *hosted_lazy_wait(hosted_lazy_co *co);
+
+/* On S: claim the parked coroutine with one CAS, switch into it (fs = R's TCB, SUD selector BLOCK)
+ * with msg; returns HOSTED_LAZY_* (see above). */
+int hosted_lazy_call(hosted_lazy_sender *s, hosted_lazy_co *co, void *msg);
+
+/* On R: serve hand-offs (resume trapped frames) until hosted_lazy_stop(). */
+void hosted_lazy_serve(hosted_lazy_co *co);
+void hosted_lazy_stop(hosted_lazy_co *co);
+
+/* on = 0: calls by this sender leave the coroutine's syscalls on the sender's thread (no SUD trap;
+ * thread-like semantics, e.g. gettid() returns the sender's id).  Default on. */
+void hosted_lazy_sender_trap(hosted_lazy_sender *s, int on);
+
+/* Counters of a sender: borrows, hand-offs (traps). */
+void hosted_lazy_sender_stats(const hosted_lazy_sender *s, long *calls, long *traps);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

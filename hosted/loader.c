@@ -1,0 +1,567 @@
+/* loader.c: run independently built PIE executables in their own glibc linker namespaces.
+ *
+ * Steps for one program (hosted_load, hosted_start):
+ *  1. Copy the executable into a memfd with DF_1_PIE cleared in DT_FLAGS_1 (glibc refuses to dlopen
+ *     an object flagged PIE), validating every offset of the ELF header, program headers and the
+ *     dynamic section against the file size.
+ *  2. dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
+ *     libc copy (own malloc, stdio, errno, exit handlers).  Constructors run here.
+ *  3. Look up the namespace's own main, exit, _exit, pthread_create/join, environ and
+ *     program_invocation_name; set environ and the program name.
+ *  4. Patch the namespace's _exit (its libc copy only) to jump to exit_hook() with the program as
+ *     second argument: the namespace's exit() then runs its handlers and flushes its stdio as usual,
+ *     and instead of ending the process it ends only the program (see exit_hook).
+ *  5. hosted_start: the namespace's pthread_create starts prog_thread(), which calls main() with the
+ *     program's argc/argv/envp and then the namespace's exit(status), as __libc_start_main would.
+ *
+ * The libc copy of a secondary namespace never grows the brk heap in glibc >= 2.34 (its sbrk fails
+ * with ENOMEM and its malloc falls back to mmap), so several libcs in one process do not fight over
+ * the brk; the test checks it.  See README.md. */
+#include "hosted.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <link.h>
+#include <linux/futex.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define MAX_EXE_SIZE ((off_t)1 << 32) /* refuse larger files */
+#define PATCH_LEN 22                  /* movabs rsi,imm64; movabs rax,imm64; jmp rax */
+
+typedef int (*main_fn)(int, char **, char **);
+typedef int (*pthread_create_fn)(unsigned long *, const void *, void *(*)(void *), void *);
+typedef int (*pthread_join_fn)(unsigned long, void **);
+typedef int (*pthread_attr_init_fn)(void *);
+typedef int (*pthread_attr_setstacksize_fn)(void *, size_t);
+typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
+
+enum { ST_LOADED, ST_RUNNING, ST_DONE };
+
+struct hosted_prog {
+    char *path;
+    void *handle;
+    long lmid;
+    int argc;
+    char **argv;
+    char **envp;
+
+    main_fn main;
+    void (*ns_exit)(int);
+    pthread_create_fn ns_pthread_create;
+    pthread_join_fn ns_pthread_join;
+    pthread_attr_init_fn ns_attr_init, ns_attr_destroy;
+    pthread_attr_setstacksize_fn ns_attr_setstacksize;
+    cxa_atexit_fn ns_cxa_atexit;
+    struct link_map *exe_map;
+
+    unsigned long thread; /* the namespace's pthread_t of the main thread */
+    _Atomic int main_tid;
+    _Atomic uintptr_t main_fs;
+    void *exit_jb[5];         /* __builtin_setjmp buffer of the main thread */
+    _Atomic int state;        /* ST_*; futex word */
+    _Atomic int exit_called;  /* exit()/_exit() reached exit_hook */
+    _Atomic int main_returned;
+    _Atomic int main_exiting; /* prog_thread is returning: the thread can be joined */
+    int status;
+    int joined;
+};
+
+static pid_t host_pid;
+
+/* Programs live as long as the process: their namespace keeps pointers into them (argv, environ,
+ * the _exit patch).  The registry keeps them reachable and lets integration code find them. */
+static hosted_prog *registry[HOSTED_NNS];
+static _Atomic int registry_n;
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ---------------------------------------------------------------- ELF: clear DF_1_PIE */
+
+int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
+    int fd = -1, mfd = -1;
+    unsigned char *buf = MAP_FAILED;
+    size_t size = 0;
+    if (was_pie) *was_pie = 0;
+
+    fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        seterr(err, errlen, "%s: %s", path, strerror(errno));
+        goto fail;
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+        seterr(err, errlen, "%s: not a regular file", path);
+        goto fail;
+    }
+    if (st.st_size < (off_t)sizeof(Elf64_Ehdr) || st.st_size > MAX_EXE_SIZE) {
+        seterr(err, errlen, "%s: not an ELF executable (size %lld)", path, (long long)st.st_size);
+        goto fail;
+    }
+    size = (size_t)st.st_size;
+    /* A private writable mapping: patching it does not touch the file. */
+    buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    if (buf == MAP_FAILED) {
+        seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));
+        goto fail;
+    }
+
+    Elf64_Ehdr eh;
+    memcpy(&eh, buf, sizeof eh);
+    if (memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0 || eh.e_ident[EI_CLASS] != ELFCLASS64 ||
+        eh.e_ident[EI_DATA] != ELFDATA2LSB || eh.e_machine != EM_X86_64) {
+        seterr(err, errlen, "%s: not an x86-64 ELF64 file", path);
+        goto fail;
+    }
+    if (eh.e_type != ET_DYN) {
+        seterr(err, errlen,
+               "%s: not a position-independent executable (ELF type %u); build it with -fPIE -pie",
+               path, eh.e_type);
+        goto fail;
+    }
+    if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM ||
+        eh.e_phoff > size || (size - eh.e_phoff) / sizeof(Elf64_Phdr) < eh.e_phnum) {
+        seterr(err, errlen, "%s: bad program header table", path);
+        goto fail;
+    }
+    const Elf64_Phdr *dyn_ph = NULL;
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_DYNAMIC) {
+            if (dyn_ph) {
+                seterr(err, errlen, "%s: two PT_DYNAMIC headers", path);
+                goto fail;
+            }
+            dyn_ph = (const Elf64_Phdr *)(buf + eh.e_phoff + (size_t)i * sizeof ph);
+        }
+    }
+    if (!dyn_ph) {
+        seterr(err, errlen, "%s: no dynamic section (a static executable cannot be hosted)", path);
+        goto fail;
+    }
+    Elf64_Phdr dph;
+    memcpy(&dph, dyn_ph, sizeof dph);
+    if (dph.p_offset > size || dph.p_filesz > size - dph.p_offset || dph.p_offset % 8 != 0) {
+        seterr(err, errlen, "%s: PT_DYNAMIC outside the file", path);
+        goto fail;
+    }
+    size_t ndyn = dph.p_filesz / sizeof(Elf64_Dyn);
+    int found_null = 0;
+    for (size_t i = 0; i < ndyn; i++) {
+        unsigned char *ep = buf + dph.p_offset + i * sizeof(Elf64_Dyn);
+        Elf64_Dyn d;
+        memcpy(&d, ep, sizeof d);
+        if (d.d_tag == DT_NULL) {
+            found_null = 1;
+            break;
+        }
+        if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_PIE)) {
+            if (was_pie) *was_pie = 1;
+            d.d_un.d_val &= ~(Elf64_Xword)DF_1_PIE;
+            memcpy(ep, &d, sizeof d);
+        }
+    }
+    if (!found_null) {
+        seterr(err, errlen, "%s: dynamic section not terminated by DT_NULL", path);
+        goto fail;
+    }
+
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    mfd = memfd_create(base, MFD_CLOEXEC);
+    if (mfd < 0) {
+        seterr(err, errlen, "memfd_create: %s", strerror(errno));
+        goto fail;
+    }
+    for (size_t off = 0; off < size;) {
+        ssize_t w = write(mfd, buf + off, size - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            seterr(err, errlen, "writing the memfd copy of %s: %s", path,
+                   w < 0 ? strerror(errno) : "short write");
+            goto fail;
+        }
+        off += (size_t)w;
+    }
+    munmap(buf, size);
+    close(fd);
+    return mfd;
+
+fail:
+    if (buf != MAP_FAILED) munmap(buf, size);
+    if (fd >= 0) close(fd);
+    if (mfd >= 0) close(mfd);
+    return -1;
+}
+
+/* ---------------------------------------------------------------- tunables */
+
+#define REEXEC_MARK "RPAL_HOSTED_REEXEC"       /* set by us: "1" */
+#define ORIG_TUNABLES "RPAL_HOSTED_ORIG_TUNABLES" /* the GLIBC_TUNABLES value before, if any */
+
+void hosted_reexec_with_tunables(int argc, char **argv) {
+    (void)argc;
+    const char *t = getenv("GLIBC_TUNABLES");
+    if (t && strstr(t, "glibc.rtld.nns")) return; /* already set (by us or the user) */
+    if (getenv(REEXEC_MARK)) return;             /* exec'd once already: do not loop */
+    long tls = HOSTED_STATIC_TLS_DEFAULT;
+    const char *ts = getenv("RPAL_HOSTED_STATIC_TLS");
+    if (ts && *ts) tls = strtol(ts, NULL, 0);
+    if (tls < 512) tls = 512;
+    char val[4096];
+    int n = snprintf(val, sizeof val, "%s%sglibc.rtld.nns=%d:glibc.rtld.optional_static_tls=%ld",
+                     t ? t : "", t && *t ? ":" : "", HOSTED_NNS, tls);
+    if (n < 0 || (size_t)n >= sizeof val) {
+        fprintf(stderr, "rpal hosted: GLIBC_TUNABLES too long; not raising the namespace limit\n");
+        return;
+    }
+    if (t) setenv(ORIG_TUNABLES, t, 1);
+    setenv("GLIBC_TUNABLES", val, 1);
+    setenv(REEXEC_MARK, "1", 1);
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    fprintf(stderr,
+            "rpal hosted: re-exec with GLIBC_TUNABLES failed (%s); static TLS will limit the number "
+            "of programs (about 11)\n",
+            strerror(errno));
+    unsetenv(REEXEC_MARK);
+}
+
+/* glibc's hard limit is DL_NNS = 16 namespaces (the base one included) whatever the tunables say;
+ * glibc.rtld.nns only sizes the static TLS surplus that each namespace's libc needs (without the
+ * tunables the 12th namespace failed here with "cannot allocate memory in static TLS block"). */
+static _Atomic int ns_in_use = 1; /* the base namespace */
+
+int hosted_ns_limit(void) { return HOSTED_NNS - ns_in_use; }
+
+char **hosted_clean_environ(void) {
+    static char **clean;
+    if (clean) return clean;
+    extern char **environ;
+    size_t n = 0;
+    while (environ[n]) n++;
+    char **v = calloc(n + 2, sizeof *v);
+    if (!v) return environ;
+    const char *orig = getenv(ORIG_TUNABLES);
+    int ours = getenv(REEXEC_MARK) != NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *e = environ[i];
+        if (!strncmp(e, REEXEC_MARK "=", sizeof REEXEC_MARK)) continue;
+        if (!strncmp(e, ORIG_TUNABLES "=", sizeof ORIG_TUNABLES)) continue;
+        if (ours && !strncmp(e, "GLIBC_TUNABLES=", 15)) {
+            if (orig) {
+                size_t len = strlen(orig) + 16;
+                char *s = malloc(len);
+                if (s) {
+                    snprintf(s, len, "GLIBC_TUNABLES=%s", orig);
+                    v[k++] = s;
+                }
+            }
+            continue;
+        }
+        v[k++] = (char *)e;
+    }
+    v[k] = NULL;
+    clean = v;
+    return clean;
+}
+
+/* ---------------------------------------------------------------- exit interception */
+
+static long raw_syscall1(long nr, long a) {
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a) : "rcx", "r11", "memory");
+    return ret;
+}
+
+static void futex_wake_all(_Atomic int *w) {
+    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+static void record_status(hosted_prog *p, int status) {
+    int expected = 0;
+    if (atomic_compare_exchange_strong(&p->exit_called, &expected, 1)) p->status = status & 0xff;
+}
+
+static void finish(hosted_prog *p) {
+    atomic_store(&p->state, ST_DONE);
+    futex_wake_all(&p->state);
+}
+
+/* Reached instead of the namespace's _exit(status) (exit() ends there after its handlers and the
+ * stdio flush), with p in rsi (set by the patch). */
+static void exit_hook(int status, hosted_prog *p) __attribute__((noreturn, used));
+static void exit_hook(int status, hosted_prog *p) {
+    if (raw_syscall1(SYS_getpid, 0) != host_pid) /* a forked child: really exit */
+        for (;;) raw_syscall1(SYS_exit_group, status);
+    record_status(p, status);
+    if (raw_syscall1(SYS_gettid, 0) == atomic_load(&p->main_tid))
+        __builtin_longjmp(p->exit_jb, 1); /* back into prog_thread */
+    /* exit() from another thread of the program: end this thread only.  The program's other
+     * threads are not stopped (see README). */
+    finish(p);
+    for (;;) raw_syscall1(SYS_exit, 0);
+}
+
+static int patch_exit(hosted_prog *p, char *err, size_t errlen) {
+    void *fn = dlsym(p->handle, "_exit");
+    Dl_info info;
+    const Elf64_Sym *sym = NULL;
+    if (!fn || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
+        sym->st_size < PATCH_LEN) {
+        seterr(err, errlen, "%s: cannot find the namespace's _exit to intercept exit()", p->path);
+        return -1;
+    }
+    unsigned char code[PATCH_LEN];
+    uint64_t a = (uint64_t)(uintptr_t)p, h = (uint64_t)(uintptr_t)exit_hook;
+    code[0] = 0x48, code[1] = 0xbe; /* movabs $p, %rsi */
+    memcpy(code + 2, &a, 8);
+    code[10] = 0x48, code[11] = 0xb8; /* movabs $exit_hook, %rax */
+    memcpy(code + 12, &h, 8);
+    code[20] = 0xff, code[21] = 0xe0; /* jmp *%rax */
+    long pg = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)fn & ~(uintptr_t)(pg - 1);
+    uintptr_t end = ((uintptr_t)fn + PATCH_LEN + pg - 1) & ~(uintptr_t)(pg - 1);
+    if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE | PROT_EXEC) < 0) {
+        seterr(err, errlen, "mprotect to patch _exit: %s", strerror(errno));
+        return -1;
+    }
+    memcpy(fn, code, PATCH_LEN);
+    mprotect((void *)start, end - start, PROT_READ | PROT_EXEC);
+    __builtin___clear_cache((char *)fn, (char *)fn + PATCH_LEN);
+    return 0;
+}
+
+/* Run the executable's DT_FINI_ARRAY (reverse order) and DT_FINI: registered with the namespace's
+ * __cxa_atexit before main, so it runs after the program's own atexit handlers, like _dl_fini. */
+static void run_exe_fini(void *arg) {
+    hosted_prog *p = arg;
+    struct link_map *m = p->exe_map;
+    if (!m || !m->l_ld) return;
+    uintptr_t fini_array = 0, fini = 0;
+    size_t fini_sz = 0;
+    for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_FINI_ARRAY) fini_array = d->d_un.d_ptr;
+        else if (d->d_tag == DT_FINI_ARRAYSZ) fini_sz = d->d_un.d_val;
+        else if (d->d_tag == DT_FINI) fini = d->d_un.d_ptr;
+    }
+    /* glibc does not relocate these d_ptr values in place (its _dl_fini adds l_addr); stay correct
+     * if a future one does: add l_addr only to values below it. */
+    if (fini_array && fini_sz) {
+        void (**fa)(void) = (void (**)(void))(fini_array < m->l_addr ? fini_array + m->l_addr
+                                                                     : fini_array);
+        for (size_t i = fini_sz / sizeof(void *); i-- > 0;)
+            if (fa[i] && fa[i] != (void (*)(void))-1) fa[i]();
+    }
+    if (fini) ((void (*)(void))(fini < m->l_addr ? fini + m->l_addr : fini))();
+}
+
+/* ---------------------------------------------------------------- load, start, wait */
+
+static char **copy_strv(int n, char *const v[]) {
+    char **c = calloc((size_t)n + 1, sizeof *c);
+    if (!c) return NULL;
+    for (int i = 0; i < n; i++)
+        if (!(c[i] = strdup(v[i]))) return NULL;
+    return c;
+}
+
+static void *need(hosted_prog *p, const char *name, char *err, size_t errlen) {
+    void *s = dlsym(p->handle, name);
+    if (!s) seterr(err, errlen, "%s: symbol %s not found in its namespace", p->path, name);
+    return s;
+}
+
+hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
+                         char *err, size_t errlen) {
+    if (!host_pid) host_pid = getpid();
+    if (argc < 1 || !argv || !argv[0]) {
+        seterr(err, errlen, "%s: empty argv", path);
+        return NULL;
+    }
+    hosted_prog *p = calloc(1, sizeof *p);
+    if (!p) {
+        seterr(err, errlen, "out of memory");
+        return NULL;
+    }
+    p->path = strdup(path);
+    p->argc = argc;
+    p->argv = copy_strv(argc, argv);
+    if (!envp) envp = hosted_clean_environ();
+    int envc = 0;
+    while (envp[envc]) envc++;
+    p->envp = copy_strv(envc, envp);
+    if (!p->path || !p->argv || !p->envp) {
+        seterr(err, errlen, "out of memory");
+        goto fail;
+    }
+
+    int was_pie = 0;
+    int mfd = hosted_depie(path, &was_pie, err, errlen);
+    if (mfd < 0) goto fail;
+    char fdpath[64];
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
+    dlerror();
+    p->handle = dlmopen(LM_ID_NEWLM, fdpath, RTLD_NOW | RTLD_LOCAL);
+    close(mfd); /* the mappings keep the memfd alive */
+    if (!p->handle) {
+        const char *e = dlerror();
+        if (!e) e = "unknown error";
+        if (strstr(e, "no more namespaces"))
+            seterr(err, errlen,
+                   "%s: glibc linker namespace limit reached: glibc allows at most %d namespaces "
+                   "(DL_NNS, the ceiling of glibc.rtld.nns), so at most %d hosted programs per "
+                   "process",
+                   path, HOSTED_NNS, HOSTED_NNS - 1);
+        else if (strstr(e, "static TLS"))
+            seterr(err, errlen,
+                   "%s: out of static TLS after %d programs: raise "
+                   "glibc.rtld.optional_static_tls (RPAL_HOSTED_STATIC_TLS, now %s) [%s]",
+                   path, ns_in_use - 1,
+                   getenv("GLIBC_TUNABLES") ? getenv("GLIBC_TUNABLES") : "unset", e);
+        else
+            seterr(err, errlen, "%s: dlmopen: %s", path, e);
+        goto fail;
+    }
+    atomic_fetch_add(&ns_in_use, 1);
+    Lmid_t lmid = 0;
+    dlinfo(p->handle, RTLD_DI_LMID, &lmid);
+    p->lmid = lmid;
+    dlinfo(p->handle, RTLD_DI_LINKMAP, &p->exe_map);
+
+    p->main = (main_fn)dlsym(p->handle, "main");
+    if (!p->main) {
+        seterr(err, errlen,
+               "%s: main is not exported (link the program with -rdynamic, or "
+               "-Wl,--export-dynamic-symbol=main)", path);
+        goto fail;
+    }
+    if (!(p->ns_exit = (void (*)(int))need(p, "exit", err, errlen)) ||
+        !(p->ns_pthread_create = (pthread_create_fn)need(p, "pthread_create", err, errlen)) ||
+        !(p->ns_pthread_join = (pthread_join_fn)need(p, "pthread_join", err, errlen)) ||
+        !(p->ns_attr_init = (pthread_attr_init_fn)need(p, "pthread_attr_init", err, errlen)) ||
+        !(p->ns_attr_destroy = (pthread_attr_init_fn)need(p, "pthread_attr_destroy", err, errlen)) ||
+        !(p->ns_attr_setstacksize =
+              (pthread_attr_setstacksize_fn)need(p, "pthread_attr_setstacksize", err, errlen)) ||
+        !(p->ns_cxa_atexit = (cxa_atexit_fn)need(p, "__cxa_atexit", err, errlen)))
+        goto fail;
+
+    char ***env = dlsym(p->handle, "environ");
+    if (env) *env = p->envp;
+    char **pin = dlsym(p->handle, "program_invocation_name");
+    if (pin) *pin = p->argv[0];
+    char **pisn = dlsym(p->handle, "program_invocation_short_name");
+    if (pisn) {
+        const char *b = strrchr(p->argv[0], '/');
+        *pisn = b ? (char *)b + 1 : p->argv[0];
+    }
+    if (patch_exit(p, err, errlen) < 0) goto fail;
+    atomic_store(&p->state, ST_LOADED);
+    int slot = atomic_fetch_add(&registry_n, 1);
+    if (slot < HOSTED_NNS) registry[slot] = p;
+    return p;
+
+fail:
+    /* The namespace (if any) is left loaded: dlclose of a namespace whose libc ran is not safe. */
+    if (p->argv) for (int i = 0; i < p->argc; i++) free(p->argv[i]);
+    free(p->argv);
+    if (p->envp) for (int i = 0; p->envp[i]; i++) free(p->envp[i]);
+    free(p->envp);
+    free(p->path);
+    free(p);
+    return NULL;
+}
+
+static void *prog_thread(void *arg) {
+    hosted_prog *p = arg;
+    atomic_store(&p->main_tid, (int)raw_syscall1(SYS_gettid, 0));
+    atomic_store(&p->main_fs, hosted_get_fs());
+    p->ns_cxa_atexit(run_exe_fini, p, NULL);
+    if (__builtin_setjmp(p->exit_jb) == 0) {
+        int st = p->main(p->argc, p->argv, p->envp);
+        atomic_store(&p->main_returned, 1);
+        p->ns_exit(st); /* handlers, stdio flush, then the patched _exit: exit_hook */
+        __builtin_unreachable();
+    }
+    atomic_store(&p->main_exiting, 1);
+    finish(p);
+    return NULL; /* the namespace's start_thread ends the thread */
+}
+
+int hosted_start(hosted_prog *p, char *err, size_t errlen) {
+    if (atomic_load(&p->state) != ST_LOADED) {
+        seterr(err, errlen, "%s: already started", p->path);
+        return -1;
+    }
+    union {
+        char bytes[64];
+        long align;
+    } attr; /* pthread_attr_t of the namespace's libc (same glibc: 56 bytes) */
+    size_t stack = 8u << 20;
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        rl.rlim_cur >= (64u << 10) && rl.rlim_cur <= (256u << 20))
+        stack = rl.rlim_cur;
+    p->ns_attr_init(&attr);
+    p->ns_attr_setstacksize(&attr, stack);
+    atomic_store(&p->state, ST_RUNNING);
+    int rc = p->ns_pthread_create(&p->thread, &attr, prog_thread, p);
+    p->ns_attr_destroy(&attr);
+    if (rc != 0) {
+        atomic_store(&p->state, ST_LOADED);
+        seterr(err, errlen, "%s: pthread_create: %s", p->path, strerror(rc));
+        return -1;
+    }
+    return 0;
+}
+
+int hosted_done(const hosted_prog *p) { return atomic_load(&p->state) == ST_DONE; }
+
+int hosted_wait(hosted_prog *p) {
+    int s;
+    while ((s = atomic_load(&p->state)) != ST_DONE) {
+        if (s == ST_LOADED) return -1;
+        syscall(SYS_futex, &p->state, FUTEX_WAIT_PRIVATE, s, NULL, NULL, 0);
+    }
+    /* Reclaim the main thread when it is the one that finished; after exit() from another thread
+     * of the program, main may still be running: no join then. */
+    if (!p->joined && atomic_load(&p->main_exiting)) {
+        p->ns_pthread_join(p->thread, NULL);
+        p->joined = 1;
+    }
+    return p->status;
+}
+
+int hosted_count(void) {
+    int n = atomic_load(&registry_n);
+    return n < HOSTED_NNS ? n : HOSTED_NNS;
+}
+
+hosted_prog *hosted_get(int i) { return i >= 0 && i < hosted_count() ? registry[i] : NULL; }
+
+void *hosted_sym(hosted_prog *p, const char *name) { return dlsym(p->handle, name); }
+uintptr_t hosted_main_fsbase(const hosted_prog *p) { return atomic_load(&p->main_fs); }
+int hosted_main_tid(const hosted_prog *p) { return atomic_load(&p->main_tid); }
+long hosted_lmid(const hosted_prog *p) { return p->lmid; }
+const char *hosted_path(const hosted_prog *p) { return p->path; }

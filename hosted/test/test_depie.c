@@ -1,0 +1,111 @@
+/* test_depie.c: the ELF patcher clears DF_1_PIE in a memfd copy, validates input, and the copy
+ * loads with dlmopen where the original is refused. */
+#include "../hosted.h"
+#include "check.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <fcntl.h>
+#include <link.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int dyn_flags1(int fd, Elf64_Xword *out) {
+    struct stat st;
+    if (fstat(fd, &st) < 0) return -1;
+    unsigned char *b = malloc((size_t)st.st_size);
+    if (!b || pread(fd, b, (size_t)st.st_size, 0) != st.st_size) return -1;
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)b;
+    int found = -1;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr *ph = (Elf64_Phdr *)(b + eh->e_phoff + (size_t)i * sizeof *ph);
+        if (ph->p_type != PT_DYNAMIC) continue;
+        for (Elf64_Dyn *d = (Elf64_Dyn *)(b + ph->p_offset); d->d_tag != DT_NULL; d++)
+            if (d->d_tag == DT_FLAGS_1) *out = d->d_un.d_val, found = 0;
+    }
+    free(b);
+    return found;
+}
+
+static void write_file(const char *path, const void *data, size_t n) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    if (fd >= 0) {
+        if (write(fd, data, n) != (ssize_t)n) perror("write");
+        close(fd);
+    }
+}
+
+int main(void) {
+    char err[512];
+    int was_pie = 0;
+
+    void *h = dlmopen(LM_ID_NEWLM, PROG_COUNTER, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h == NULL && strstr(dlerror(), "position-independent executable"),
+          "negative control: glibc refuses to dlmopen the PIE executable as built");
+
+    int fd = hosted_depie(PROG_COUNTER, &was_pie, err, sizeof err);
+    CHECK(fd >= 0, "hosted_depie makes a memfd copy of prog_counter (%s)", fd < 0 ? err : "");
+    CHECK(was_pie, "the original had DF_1_PIE set");
+    Elf64_Xword f1 = 0;
+    CHECK(fd >= 0 && dyn_flags1(fd, &f1) == 0 && !(f1 & DF_1_PIE),
+          "the copy's DT_FLAGS_1 (0x%llx) lacks DF_1_PIE", (unsigned long long)f1);
+    int ofd = open(PROG_COUNTER, O_RDONLY);
+    Elf64_Xword of1 = 0;
+    CHECK(ofd >= 0 && dyn_flags1(ofd, &of1) == 0 && (of1 & DF_1_PIE) && (of1 & ~DF_1_PIE) == f1,
+          "the file on disk is untouched and only that bit differs");
+    close(ofd);
+
+    char p[64];
+    snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
+    h = dlmopen(LM_ID_NEWLM, p, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL, "dlmopen of the patched copy works (%s)", h ? "" : dlerror());
+    CHECK(h && dlsym(h, "main") && dlsym(h, "counter"), "main and globals are found in it");
+    close(fd);
+
+    /* Bad inputs are refused with a message, never read out of bounds. */
+    char tmpl[] = "/tmp/hosted_depie_XXXXXX";
+    int tfd = mkstemp(tmpl);
+    close(tfd);
+    write_file(tmpl, "#!/bin/sh\n", 10);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0, "a shell script is refused: %s", err);
+
+    /* Truncated copies of the real executable at many lengths. */
+    int src = open(PROG_COUNTER, O_RDONLY);
+    struct stat st;
+    fstat(src, &st);
+    unsigned char *img = malloc((size_t)st.st_size);
+    if (pread(src, img, (size_t)st.st_size, 0) != st.st_size) return 1;
+    close(src);
+    int refused = 0, tried = 0;
+    size_t cuts[] = {16, 63, 64, 100, 200, 500, 1000, 4000};
+    for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
+        write_file(tmpl, img, cuts[i]);
+        int r = hosted_depie(tmpl, NULL, err, sizeof err);
+        tried++;
+        if (r < 0) refused++;
+        else close(r);
+    }
+    CHECK(refused == tried, "%d/%d truncated headers refused (last: %s)", refused, tried, err);
+
+    /* Corrupt program header offset and a dynamic section pointing past the end. */
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)img;
+    Elf64_Ehdr save = *eh;
+    eh->e_phoff = (Elf64_Off)st.st_size - 8;
+    write_file(tmpl, img, (size_t)st.st_size);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0, "e_phoff past the end: %s", err);
+    *eh = save;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr *ph = (Elf64_Phdr *)(img + eh->e_phoff + (size_t)i * sizeof *ph);
+        if (ph->p_type == PT_DYNAMIC) ph->p_filesz = (Elf64_Xword)st.st_size;
+    }
+    write_file(tmpl, img, (size_t)st.st_size);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0, "PT_DYNAMIC past the end: %s", err);
+    eh->e_type = ET_EXEC;
+    write_file(tmpl, img, (size_t)st.st_size);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "-pie"),
+          "a non-PIE executable is refused with advice: %s", err);
+    free(img);
+    unlink(tmpl);
+    CHECK_DONE();
+}

@@ -1,0 +1,249 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: the server refuses every malformed or lying hello with a
+ * clear reason sent to the client, and afterwards holds nothing of it: no
+ * mapping, no descriptor, no arena memory.  Also: credentials by policy
+ * (same uid, allow-lists, a second uid), a client that stalls, a client
+ * killed mid-handshake, and a good client after all of them.
+ */
+#include "rawpeer.h"
+
+static int lfd;
+
+/* Run the server side until the client child exits; return accept's last error. */
+static int serve_until_exit(pid_t child, int *child_status)
+{
+	int last = 0;
+
+	for (;;) {
+		int r = rpal_accept(lfd, RPAL_NONBLOCK);
+		if (r >= 0)
+			t_fail("accepted a connection that should have been refused");
+		if (r != -EAGAIN)
+			last = r;
+		if (waitpid(child, child_status, WNOHANG) == child) {
+			/* Finish any refusal still in flight. */
+			for (int i = 0; i < 50; i++) {
+				r = rpal_accept(lfd, RPAL_NONBLOCK);
+				t_check(r < 0, "accepted after the child left");
+				if (r != -EAGAIN)
+					last = r;
+				usleep(1000);
+			}
+			return last;
+		}
+		usleep(500);
+	}
+}
+
+static void check_clean(int fds0, size_t used0, const char *what)
+{
+	struct rpal_stats st;
+
+	t_ok(rpal_stats(&st));
+	t_check(st.nr_conns == 0 && st.nr_peers_mapped == 0, "%s: %u conns, %u peers left", what, st.nr_conns,
+		st.nr_peers_mapped);
+	t_check(st.arena_used == used0, "%s: arena use %zu, was %zu", what, st.arena_used, used0);
+	t_check(t_count_fds() == fds0, "%s: %d descriptors open, was %d", what, t_count_fds(), fds0);
+}
+
+int main(void)
+{
+	struct rpal_stats st;
+	unsigned myslot;
+	int fds0, f, status, r;
+	size_t used0;
+
+	t_ok(rpal_init(NULL));
+	lfd = t_ok(rpal_listen("hs", NULL));
+	t_ok(rpal_self(&myslot, NULL, NULL));
+	t_ok(rpal_stats(&st));
+	used0 = st.arena_used;
+	fds0 = t_count_fds();
+
+	for (f = RAW_GARBAGE; f < RAW_NR; f++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			char why[128] = "";
+			int s, err;
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			s = raw_hello("hs", (enum raw_fault)f, myslot);
+			err = raw_answer(s, why, sizeof(why));
+			printf("  %-32s -> refused: %s (%s)\n", raw_fault_name[f], why, strerror(err));
+			exit(err > 0 ? 0 : 2);
+		}
+		r = serve_until_exit(pid, &status);
+		t_check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the client was not told why", raw_fault_name[f]);
+		t_check(r < 0, "%s: accept reported no error", raw_fault_name[f]);
+		t_check(strlen(rpal_strerror(r)) > 20, "%s: unclear error '%s'", raw_fault_name[f], rpal_strerror(r));
+		check_clean(fds0, used0, raw_fault_name[f]);
+	}
+
+	printf("a client that connects and says nothing is dropped after handshake_ms without blocking\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int s = raw_connect("hs");
+			sleep(3);
+			close(s);
+			exit(0);
+		}
+		uint64_t t0 = t_now_ns();
+		r = -EAGAIN;
+		while (r == -EAGAIN && t_now_ns() - t0 < 2500000000ull) {
+			r = rpal_accept(lfd, RPAL_NONBLOCK);
+			usleep(1000);
+		}
+		t_check(r == -ETIMEDOUT, "stalled client: got %d (%s), want ETIMEDOUT", r, rpal_strerror(r));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		check_clean(fds0, used0, "stalled client");
+	}
+
+	printf("a client killed mid-handshake\n");
+	for (int round = 0; round < 20; round++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			rpal_connect("hs", NULL, 0);
+			exit(0);
+		}
+		usleep((useconds_t)(round * 150));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		for (int i = 0; i < 200; i++) {
+			r = rpal_accept(lfd, RPAL_NONBLOCK);
+			if (r >= 0) {
+				/* It finished before the kill: the hang-up must show. */
+				char b[8];
+				t_check(rpal_recv(r, b, sizeof(b), 0) == -ECONNRESET, "dead client's connection not reset");
+				rpal_close(r);
+			}
+			usleep(200);
+		}
+		check_clean(fds0, used0, "killed client");
+	}
+
+	printf("credentials: a policy that excludes our uid refuses us, on both sides\n");
+	{
+		uid_t other = 12345;
+		struct rpal_policy only_other = { .allow_same_uid = 0, .uids = &other, .nr_uids = 1 };
+		int l2 = t_ok(rpal_listen("strict", &only_other));
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			r = rpal_connect("strict", NULL, 0);
+			printf("  refused: %s\n", rpal_strerror(r));
+			exit(r == -EACCES ? 0 : 2);
+		}
+		do
+			r = rpal_accept(l2, RPAL_NONBLOCK);
+		while (r == -EAGAIN);
+		t_check(r == -EACCES, "strict server: %d", r);
+		t_wait_ok(pid, "client under a strict policy");
+		rpal_close(l2);
+
+		/* And a client whose policy refuses the server. */
+		pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			r = rpal_connect("hs", &only_other, 0);
+			exit(r == -EACCES ? 0 : 2);
+		}
+		serve_until_exit(pid, &status);
+		t_check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "client did not refuse the server");
+		check_clean(fds0, used0, "client-side refusal");
+	}
+
+	printf("credentials: a second uid is refused by default and accepted when allowed\n");
+	if (geteuid() != 0) {
+		printf("  SKIP (part): not root, cannot drop to a second uid\n");
+	} else {
+		for (int allow = 0; allow < 2; allow++) {
+			uid_t nobody = 65534, root = 0;
+			struct rpal_policy pol = { .allow_same_uid = 1, .uids = &nobody, .nr_uids = allow };
+			char name[64];
+			int l3, p[2];
+			snprintf(name, sizeof(name), "@rpal-test-uid-%d-%d", (int)getpid(), allow);
+			l3 = t_ok(rpal_listen(name, &pol));
+			t_check(pipe(p) == 0, "pipe");
+			pid_t pid = fork();
+			if (pid == 0) {
+				struct rpal_policy cpol = { .allow_same_uid = 1, .uids = &root, .nr_uids = 1 };
+				char dir[] = "/tmp/rpal-test-nobody-XXXXXX";
+				rpal_fini();
+				/* A slot apart from the server's: separate lock files. */
+				if ((unsigned)getpid() % RPAL_DEFAULT_NR_SLOTS == myslot)
+					exit(3);
+				t_check(mkdtemp(dir), "mkdtemp");
+				t_check(chown(dir, nobody, nobody) == 0, "chown");
+				setenv("RPAL_RUNTIME_DIR", dir, 1);
+				t_check(setgid(nobody) == 0 && setuid(nobody) == 0, "drop to uid %u", nobody);
+				t_ok(rpal_init(NULL));
+				r = rpal_connect(name, &cpol, 0);
+				if (r >= 0) {
+					char b[8];
+					t_check(rpal_recv(r, b, sizeof(b), 0) == 2, "message from root");
+				}
+				exit(allow ? (r >= 0 ? 0 : 2) : (r == -EACCES ? 0 : 2));
+			}
+			for (;;) {
+				r = rpal_accept(l3, RPAL_NONBLOCK);
+				if (r != -EAGAIN)
+					break;
+				if (waitpid(pid, &status, WNOHANG) == pid)
+					break;
+				usleep(500);
+			}
+			if (allow) {
+				struct rpal_conn_info ci;
+				t_check(r >= 0, "uid %u allowed but refused: %s", nobody, rpal_strerror(r));
+				t_ok(rpal_conn_info(r, &ci));
+				t_check(ci.peer_uid == nobody, "peer uid %u", (unsigned)ci.peer_uid);
+				t_ok(rpal_send(r, "hi", 2, 0));
+				waitpid(pid, &status, 0);
+				rpal_close(r);
+			} else {
+				t_check(r == -EACCES, "uid %u not allowed but got %d", nobody, r);
+				waitpid(pid, &status, 0);
+			}
+			t_check(WIFEXITED(status) && (WEXITSTATUS(status) == 0 || WEXITSTATUS(status) == 3),
+				"second-uid client (allow=%d) failed: %d", allow, WEXITSTATUS(status));
+			rpal_close(l3);
+			close(p[0]);
+			close(p[1]);
+		}
+	}
+
+	printf("a good client still connects\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int fd = t_ok(rpal_connect("hs", NULL, 0));
+			t_ok(rpal_send(fd, "ok", 2, 0));
+			char b[4];
+			t_check(rpal_recv(fd, b, sizeof(b), 0) == 0, "end of stream");
+			exit(0);
+		}
+		int fd;
+		do
+			fd = rpal_accept(lfd, RPAL_NONBLOCK);
+		while (fd == -EAGAIN);
+		t_check(fd >= 0, "good client refused: %s", rpal_strerror(fd));
+		char b[4];
+		t_check(rpal_recv(fd, b, sizeof(b), 0) == 2 && !memcmp(b, "ok", 2), "message");
+		rpal_close(fd);
+		t_wait_ok(pid, "good client");
+	}
+	rpal_close(lfd);
+	printf("PASS\n");
+	return 0;
+}

@@ -1,0 +1,127 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rawpeer.h - a client that speaks the wire protocol by hand, so tests can
+ * send what a broken or hostile peer would.  Uses librpal internals.
+ */
+#ifndef RPAL_TEST_RAWPEER_H
+#define RPAL_TEST_RAWPEER_H
+
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/mman.h>
+#include <fcntl.h>
+#include <poll.h>
+
+#include "helpers.h"
+#include "internal.h"
+
+/* What to break in the hello. */
+enum raw_fault {
+	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
+	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_NOT_SOCKET_BELL, RAW_BAD_PID, RAW_BAD_REGION,
+	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_NR
+};
+
+static const char *raw_fault_name[RAW_NR] = {
+	"none", "garbage bytes", "short hello", "bad magic", "bad version", "no descriptors",
+	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell not a socket",
+	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
+	"claims the server's slot", "block nonce mismatch",
+};
+
+static int raw_connect(const char *service)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if ((size_t)snprintf(sa.sun_path, sizeof(sa.sun_path), "%.80s/%.20s.sock", rpal_g.rundir, service) >=
+	    sizeof(sa.sun_path))
+		t_fail("socket path too long");
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		t_fail("raw connect to %s: %s", sa.sun_path, strerror(errno));
+	return s;
+}
+
+/*
+ * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
+ * Returns the socket; the caller reads the answer.
+ */
+static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot)
+{
+	struct rpal_block *blk = block_create(64, 64);
+	struct rpal_hello h;
+	int s = raw_connect(service), sv[2], fds[2], nfds = 2, extra = -1;
+	unsigned char junk[128];
+
+	t_check(blk, "block_create");
+	t_check(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	hello_fill(&h, RPAL_HS_HELLO, blk, service);
+	fds[0] = rpal_g.memfd;
+	fds[1] = sv[1];
+	switch (f) {
+	case RAW_GARBAGE:
+		for (unsigned i = 0; i < sizeof(junk); i++)
+			junk[i] = (unsigned char)(i * 37 + 11);
+		hs_sendmsg(s, junk, sizeof(junk), fds, 2);
+		return s;
+	case RAW_SHORT:
+		hs_sendmsg(s, &h, 20, fds, 2);
+		return s;
+	case RAW_BAD_MAGIC: h.magic ^= 1; break;
+	case RAW_BAD_VERSION: h.version = 99; break;
+	case RAW_NO_FDS: nfds = 0; break;
+	case RAW_ONE_FD: nfds = 1; break;
+	case RAW_UNSEALED:
+		extra = memfd_create("unsealed", MFD_CLOEXEC);
+		t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate");
+		fds[0] = extra;
+		break;
+	case RAW_WRONG_SIZE:
+		extra = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		t_check(ftruncate(extra, 1 << 20) == 0, "ftruncate");
+		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		fds[0] = extra;
+		break;
+	case RAW_NOT_SOCKET_BELL: {
+		int p[2];
+		t_check(pipe(p) == 0, "pipe");
+		extra = p[0];
+		fds[1] = p[1];
+		break;
+	}
+	case RAW_BAD_PID: h.pid = 1; break;
+	case RAW_BAD_REGION: h.slot_size *= 2; break;
+	case RAW_BLOCK_OUTSIDE: h.block = h.region_base + h.slot * h.slot_size + h.arena_size - 64; break;
+	case RAW_OUR_SLOT: h.slot = server_slot; break;
+	case RAW_BAD_BLOCK_NONCE: h.block_nonce ^= 2; break;
+	default: break;
+	}
+	t_check(hs_sendmsg(s, &h, sizeof(h), fds, nfds) == 0, "raw sendmsg");
+	if (extra >= 0)
+		close(extra);
+	if (f == RAW_NOT_SOCKET_BELL)
+		close(fds[1]);
+	close(sv[1]);
+	return s;
+}
+
+/* Read the server's answer: the refusal's errno, or 0 for a welcome. */
+static int raw_answer(int s, char *reason, size_t rlen)
+{
+	unsigned char buf[256];
+	struct pollfd p = { .fd = s, .events = POLLIN };
+	int fds[4], nfds, n, err;
+
+	if (poll(&p, 1, 5000) != 1)
+		t_fail("no answer from the server within 5 s");
+	n = hs_recvmsg(s, buf, sizeof(buf), fds, 4, &nfds);
+	while (nfds)
+		close(fds[--nfds]);
+	if (n < 0)
+		return n;
+	if (refuse_parse(buf, (size_t)n, &err, reason, rlen) == 0)
+		return err;
+	return 0;
+}
+
+#endif
