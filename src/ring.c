@@ -100,6 +100,13 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
 			 (int)c->peer_pid, what, v);
 }
 
+/* The only values an unwritten slot at index idx may hold: the previous
+ * lap's seq, or 0 in the first lap.  Anything else is a message or a lie. */
+static bool slot_empty(const struct rpal_conn *c, uint64_t idx, uint32_t seq)
+{
+	return seq == (uint32_t)(idx + 1 - (c->pring_mask + 1)) || (seq == 0 && idx <= c->pring_mask);
+}
+
 /*
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
@@ -117,9 +124,7 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	/* A0: pairs with R0; the contents below are the published ones. */
 	seq = load_acquire(&s->seq);
 	if (seq != want) {
-		/* Not yet written (previous lap's seq) or garbage: only a value
-		 * from the previous lap is a legal "empty". */
-		if (seq == (uint32_t)(want - (c->pring_mask + 1)) || (seq == 0 && c->rx_head <= c->pring_mask))
+		if (slot_empty(c, c->rx_head, seq))
 			return 0;
 		return violation(c, "slot sequence out of order", seq);
 	}
@@ -149,22 +154,22 @@ void ring_consume(struct rpal_conn *c)
 	c->rx_msgs++;
 }
 
+/* Is there something to look at: a message, or a violation to report? */
 bool ring_readable(struct rpal_conn *c)
 {
-	const struct rpal_slot *s;
-
-	if (c->err || (c->dead && !c->peer->base))
+	if (c->err)
+		return true;
+	if (c->dead && !c->peer->base)
 		return false;
-	s = &c->pring[c->rx_head & c->pring_mask];
-	return load_relaxed(&s->seq) == (uint32_t)(c->rx_head + 1);
+	return !slot_empty(c, c->rx_head, load_relaxed(&c->pring[c->rx_head & c->pring_mask].seq));
 }
 
-/* Has the peer published message idx?  (No validation: a hint for epoll.) */
+/* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
 bool ring_published(struct rpal_conn *c, uint64_t idx)
 {
 	if (c->err || (c->dead && !c->peer->base) || idx - c->rx_head > c->pring_mask)
-		return false;
-	return load_relaxed(&c->pring[idx & c->pring_mask].seq) == (uint32_t)(idx + 1);
+		return false;   /* an error is reported as EPOLLERR instead */
+	return !slot_empty(c, idx, load_relaxed(&c->pring[idx & c->pring_mask].seq));
 }
 
 /* ------------------------------------------------------------------ acks */

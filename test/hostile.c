@@ -1,0 +1,228 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: a connected peer that writes garbage into its own ring
+ * (pointers outside its arena, lying lengths, bad flags, out-of-order and
+ * wrapped sequence numbers, a reused block, forged acks) gets that one
+ * connection closed with EPROTO and a clear reason; the victim keeps
+ * serving another connection.  A peer that never acknowledges exhausts its
+ * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
+ * comes back when it goes.
+ */
+#include "rawpeer.h"
+
+enum fault {
+	F_BUF_OUTSIDE, F_BUF_TOO_LONG, F_BUF_EMPTY, F_INLINE_TOO_LONG, F_FLAGS_NONE, F_FLAGS_BOTH,
+	F_SEQ_AHEAD, F_SEQ_WRAPPED, F_NONCE_CHANGED, F_FORGED_ACK, F_NR
+};
+static const char *fault_name[F_NR] = {
+	"BUF pointer outside its arena", "BUF length past the arena end", "BUF of length 0",
+	"INLINE length 41", "no payload flag", "both payload flags", "sequence ahead",
+	"sequence from a later lap", "block nonce changed", "ack of a buffer it never got",
+};
+
+/* Publish one raw slot into our own ring, as a broken producer would. */
+static void publish_raw(struct rpal_conn *c, uint32_t seq, uint32_t len, uint32_t flags, uint64_t addr)
+{
+	struct rpal_slot *s = &c->ring[c->tail & c->ring_mask];
+
+	s->len = len;
+	s->flags = flags;
+	s->addr = addr;
+	memset(s->data, 'x', sizeof(s->data));
+	store_release(&s->seq, seq);
+	c->tail++;
+	notify_peer_rx(c);
+}
+
+static void hostile_child(enum fault f)
+{
+	int fd = t_ok(rpal_connect("victim", NULL, 0));
+	struct rpal_conn *c = obj_get(fd);
+	uintptr_t base = (uintptr_t)rpal_g.arena;
+	uint32_t next = (uint32_t)c->tail + 1;
+	char b[8];
+
+	/* One good message first: the victim must get it before the bad one. */
+	t_ok(rpal_send(fd, "good", 4, 0));
+	next++;
+	switch (f) {
+	case F_BUF_OUTSIDE: publish_raw(c, next, 64, RPAL_SLOT_BUF, 0x1000); break;
+	case F_BUF_TOO_LONG: publish_raw(c, next, 1 << 21, RPAL_SLOT_BUF, base + rpal_g.cfg.arena_size - 4096); break;
+	case F_BUF_EMPTY: publish_raw(c, next, 0, RPAL_SLOT_BUF, base + 8192); break;
+	case F_INLINE_TOO_LONG: publish_raw(c, next, 41, RPAL_SLOT_INLINE, 0); break;
+	case F_FLAGS_NONE: publish_raw(c, next, 4, 0, 0); break;
+	case F_FLAGS_BOTH: publish_raw(c, next, 4, RPAL_SLOT_INLINE | RPAL_SLOT_BUF, base + 8192); break;
+	case F_SEQ_AHEAD: publish_raw(c, next + 5, 4, RPAL_SLOT_INLINE, 0); break;
+	case F_SEQ_WRAPPED: publish_raw(c, next + c->ring_mask + 1, 4, RPAL_SLOT_INLINE, 0); break;
+	case F_NONCE_CHANGED:
+		/* After the victim took the good message: it then must not
+		 * trust anything of this block. */
+		while (load_acquire(&c->pb->rx_head) < 1)
+			usleep(100);
+		c->me->nonce ^= 4;
+		publish_raw(c, next, 4, RPAL_SLOT_INLINE, 0);
+		break;
+	case F_FORGED_ACK: {
+		struct rpal_ack *a = &c->acks[c->ack_tail & c->ack_mask];
+		a->addr = c->peer->base + 65536;
+		store_release(&a->seq, (uint32_t)c->ack_tail + 1);
+		c->ack_tail++;
+		store_release(&c->me->ack_tail, c->ack_tail);
+		break;
+	}
+	default: break;
+	}
+	/* Wait for the victim to drop us. */
+	while (rpal_recv(fd, b, sizeof(b), 0) > 0)
+		;
+	exit(0);
+}
+
+static void check_other(int good)
+{
+	char b[16];
+
+	t_ok(rpal_send(good, "ping", 4, 0));
+	t_check(rpal_recv(good, b, sizeof(b), 0) == 4 && !memcmp(b, "pong", 4), "the good connection stopped working");
+}
+
+int main(void)
+{
+	int lfd, good, f, fds0;
+	struct rpal_stats st0, st;
+	pid_t gpid;
+
+	t_ok(rpal_init(NULL));
+	lfd = t_ok(rpal_listen("victim", NULL));
+
+	/* A well-behaved peer that answers ping with pong. */
+	gpid = fork();
+	if (gpid == 0) {
+		rpal_fini();
+		t_ok(rpal_init(NULL));
+		int fd = t_ok(rpal_connect("victim", NULL, 0));
+		char b[16];
+		long n;
+		while ((n = rpal_recv(fd, b, sizeof(b), 0)) > 0)
+			t_ok(rpal_send(fd, "pong", 4, 0));
+		exit(0);
+	}
+	good = t_ok(rpal_accept(lfd, 0));
+	check_other(good);
+	t_ok(rpal_stats(&st0));
+	fds0 = t_count_fds();
+
+	for (f = 0; f < F_NR; f++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			hostile_child((enum fault)f);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char b[64];
+		long n;
+		if (f == F_FORGED_ACK) {
+			/* The forged ack is found when we next need quota. */
+			static char big[4096];
+			t_check(rpal_recv(fd, b, sizeof(b), 0) == 4, "first message");
+			n = rpal_send(fd, big, sizeof(big), 0);
+			for (int i = 0; i < 100 && n >= 0; i++)
+				n = rpal_send(fd, big, sizeof(big), 0);
+		} else {
+			n = rpal_recv(fd, b, sizeof(b), 0);
+			t_check(n == 4 && !memcmp(b, "good", 4), "%s: the message before the fault was lost", fault_name[f]);
+			n = rpal_recv(fd, b, sizeof(b), 0);
+		}
+		t_check(n == -EPROTO, "%s: got %ld (%s), want EPROTO", fault_name[f], n, rpal_strerror((int)n));
+		printf("  %-34s -> %s\n", fault_name[f], rpal_strerror((int)n));
+		t_check(rpal_recv(fd, b, sizeof(b), RPAL_NONBLOCK) == -EPROTO, "%s: error not sticky", fault_name[f]);
+		check_other(good);
+		rpal_close(fd);
+		t_wait_ok(pid, fault_name[f]);
+		t_ok(rpal_stats(&st));
+		t_check(st.arena_used == st0.arena_used && st.nr_conns == 1 && st.nr_peers_mapped == 1,
+			"%s: left arena %zu (was %zu), conns %u, peers %u", fault_name[f], st.arena_used,
+			st0.arena_used, st.nr_conns, st.nr_peers_mapped);
+		t_check(t_count_fds() == fds0, "%s: descriptors leaked", fault_name[f]);
+	}
+
+	printf("a peer that never acknowledges: quota, then arena, then everything back\n");
+	{
+		int p[2];
+		t_check(pipe(p) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			static struct rpal_msg m[512];
+			int n = 0, fd;
+			char c;
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			fd = t_ok(rpal_connect("victim", NULL, 0));
+			/* Take messages but never release them. */
+			while (read(p[0], &c, 1) == 0 || c != 'q')
+				;
+			(void)n;
+			(void)m;
+			(void)fd;
+			pause();
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		static char big[1 << 20];
+		long r;
+		int sent = 0;
+		/* Small buffers: the per-connection quota stops us. */
+		while ((r = rpal_send(fd, big, 100, RPAL_NONBLOCK)) > 0)
+			sent++;
+		t_check(r == -EAGAIN, "quota: got %ld (%s)", r, rpal_strerror((int)r));
+		printf("  quota reached after %d buffers: %s\n", sent, rpal_strerror((int)r));
+		rpal_close(fd);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		t_ok(rpal_stats(&st));
+		t_check(st.arena_used == st0.arena_used, "quota case: arena %zu, was %zu", st.arena_used, st0.arena_used);
+
+		/* 1 MiB buffers to a peer that holds them: the arena runs out first. */
+		t_check(pipe(p) == 0, "pipe");
+		pid = fork();
+		if (pid == 0) {
+			static struct rpal_msg m[512];
+			int fd2, n = 0;
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			fd2 = t_ok(rpal_connect("victim", NULL, 0));
+			for (;;) {
+				int k = rpal_recv_msg(fd2, m + n, 1, 0);
+				if (k <= 0)
+					exit(0);
+				n = (n + 1) % 512;   /* holds all, releases none */
+			}
+		}
+		fd = t_ok(rpal_accept(lfd, 0));
+		sent = 0;
+		while ((r = rpal_send(fd, big, sizeof(big), RPAL_NONBLOCK)) > 0)
+			sent++;
+		t_check(r == -ENOMEM || r == -EAGAIN, "arena: got %ld (%s)", r, rpal_strerror((int)r));
+		printf("  stopped after %d x 1 MiB: %s\n", sent, rpal_strerror((int)r));
+		check_other(good);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		/* Its death gives every buffer back. */
+		struct rpal_conn_info ci;
+		t_check(t_eventually((rpal_conn_info(fd, &ci), !ci.peer_alive), 1000), "death not seen within 1 s");
+		t_ok(rpal_stats(&st));
+		t_check(ci.bufs_outstanding == 0, "%u buffers outstanding after death", ci.bufs_outstanding);
+		rpal_close(fd);
+		t_ok(rpal_stats(&st));
+		t_check(st.arena_used == st0.arena_used, "arena %zu, was %zu after the hoarder died", st.arena_used,
+			st0.arena_used);
+		close(p[0]);
+		close(p[1]);
+	}
+	rpal_close(good);
+	t_wait_ok(gpid, "good peer");
+	rpal_close(lfd);
+	printf("PASS\n");
+	return 0;
+}
