@@ -417,15 +417,22 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	int n, k;
 	unsigned i;
 
-	n = scan(ep, events, max);
-	if (n == 0 || ++ep->since_kernel >= RPAL_EPOLL_FAIR) {
+	/* Every RPAL_EPOLL_FAIR calls the kernel goes first, so ordinary
+	 * descriptors get room even when maxevents is 1. */
+	n = 0;
+	if (++ep->since_kernel >= RPAL_EPOLL_FAIR) {
 		ep->since_kernel = 0;
-		k = kernel_wait(ep, events + n, max - n, 0);
+		n = kernel_wait(ep, events, max, 0);
+		if (n < 0)
+			return n;
+	}
+	n += scan(ep, events + n, max - n);
+	if (n == 0 && ep->since_kernel) {
+		ep->since_kernel = 0;
+		k = kernel_wait(ep, events, max, 0);
 		if (k < 0)
-			return n ? n : k;
-		n += k;
-		if (!n)
-			n = scan(ep, events, max);      /* a death may have been noted */
+			return k;
+		n = k ? k : scan(ep, events, max);      /* a death may have been noted */
 	}
 	if (n || timeout == 0)
 		return n;

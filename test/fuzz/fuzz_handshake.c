@@ -85,7 +85,7 @@ static char *why_alloc(size_t len)
 static void why_ok(int ret, const char *why, size_t wl, const char *fn)
 {
 	if (ret && wl)
-		CHECK(terminated(why, wl), "%s: why not NUL-terminated within %zu bytes", fn);
+		CHECK(terminated(why, wl), "%s: why not NUL-terminated within %zu bytes", fn, wl);
 }
 
 static int pow2ok(uint32_t x)

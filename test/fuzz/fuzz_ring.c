@@ -37,7 +37,8 @@
  *   - a message ring_peek accepted is INLINE with len <= 40, or BUF with
  *     len > 0 and [addr, addr + len) inside [peer base + 4096, base + size),
  *     and the peer block's nonce was still the hello's;
- *   - ring_readable() true means ring_peek does not answer "empty";
+ *   - ring_readable() true means ring_peek does not answer "empty", and
+ *     after a violation ring_readable() stays true (the error is reported);
  *   - acks_drain frees exactly the buffers it returns, advances ack_head by
  *     that many and publishes it; every live allocator block is a buffer the
  *     peer holds (out.count == alloc_nr_blocks) - no double free, no leak;
@@ -270,7 +271,9 @@ static void check_sticky(struct fz *z)
 
 	CHECK(z->c.err == EPROTO, "violation without a sticky EPROTO (err %d)", z->c.err);
 	CHECK(ring_peek(&z->c, &s) == -EPROTO, "error did not stick");
-	CHECK(!ring_readable(&z->c), "readable after a violation");
+	/* Readable, so that a waiter wakes and reports the error. */
+	CHECK(ring_readable(&z->c), "a violation does not read as readable");
+	CHECK(!ring_published(&z->c, z->c.rx_head), "published after a violation");
 	CHECK(acks_drain(&z->c) == 0, "drained acks after a violation");
 }
 

@@ -1,0 +1,236 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: rpal_epoll_* on rpal connections mixed with a pipe.
+ * Level- and edge-triggered EPOLLIN, EPOLLOUT when room frees, EPOLLRDHUP
+ * on shutdown, EPOLLHUP on kill -9 (within a second), EPOLLONESHOT, a
+ * sleeping wait woken by a message, bounded unfairness toward ordinary
+ * descriptors, and no system call at all while rpal events are ready
+ * (checked under a seccomp filter that kills the process on any).
+ */
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+
+#include "puppet.h"
+
+static int lfd;
+
+static int wait1(int ep, struct epoll_event *ev, int timeout)
+{
+	int n = rpal_epoll_wait(ep, ev, 1, timeout);
+
+	t_check(n >= 0, "rpal_epoll_wait: %s", strerror(errno));
+	return n;
+}
+
+static int add(int ep, int fd, uint32_t events, uint64_t data)
+{
+	struct epoll_event ev = { .events = events, .data.u64 = data };
+
+	return rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *u)
+{
+	char b[64];
+	int n = snprintf(b, sizeof(b), "forbidden syscall %d\n", si->si_syscall);
+	(void)sig; (void)u;
+	(void)!write(2, b, (size_t)n);
+	_exit(9);
+}
+
+/* Kill the process on any syscall that could wait or move data. */
+static void forbid_syscalls(void)
+{
+	static const int nrs[] = { SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_poll, SYS_ppoll,
+				   SYS_read, SYS_recvfrom, SYS_recvmsg, SYS_sendto, SYS_sendmsg, SYS_futex,
+				   SYS_select, SYS_pselect6, SYS_clock_nanosleep, SYS_nanosleep };
+	struct sock_filter f[64];
+	unsigned n = 0, i;
+
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	for (i = 0; i < sizeof(nrs) / sizeof(nrs[0]); i++) {
+		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)nrs[i], 0, 1);
+		f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP);
+	}
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog prog = { .len = (unsigned short)n, .filter = f };
+	struct sigaction sa = { .sa_sigaction = on_sigsys, .sa_flags = SA_SIGINFO };
+	sigaction(SIGSYS, &sa, NULL);
+	t_check(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs");
+	t_check(prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog) == 0, "seccomp: %s", strerror(errno));
+}
+
+struct nosys_arg {
+	int ep, fd, ok;
+};
+
+/* Ten waits and receives with rpal events ready; any syscall kills us. */
+static void *nosys_thread(void *p)
+{
+	struct nosys_arg *a = p;
+
+	forbid_syscalls();
+	for (int i = 0; i < 10; i++) {
+		struct epoll_event e;
+		char b[64];
+		if (rpal_epoll_wait(a->ep, &e, 1, -1) != 1 || e.data.u64 != 1)
+			break;
+		if (rpal_recv(a->fd, b, sizeof(b), RPAL_NONBLOCK) != 32)
+			break;
+		a->ok++;
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	struct epoll_event ev;
+	char buf[64];
+	int ep, fd, pfd[2];
+
+	t_ok(rpal_init(NULL));
+	lfd = t_ok(rpal_listen("ep", NULL));
+	ep = rpal_epoll_create(EPOLL_CLOEXEC);
+	t_check(ep >= 0, "rpal_epoll_create");
+
+	printf("level-triggered EPOLLIN, mixed with a pipe\n");
+	struct puppet p = puppet_start("ep");
+	fd = t_ok(rpal_accept(lfd, 0));
+	puppet_ready(&p);
+	t_check(add(ep, fd, EPOLLIN, 1) == 0, "add conn");
+	t_check(pipe(pfd) == 0, "pipe");
+	t_check(add(ep, pfd[0], EPOLLIN, 2) == 0, "add pipe");
+	t_check(wait1(ep, &ev, 0) == 0, "nothing ready yet");
+	puppet_do(&p, 's');
+	t_check(wait1(ep, &ev, 1000) == 1 && ev.data.u64 == 1 && (ev.events & EPOLLIN), "conn readable");
+	t_check(wait1(ep, &ev, 0) == 1 && ev.data.u64 == 1, "level-triggered: reported again");
+	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
+	t_check(wait1(ep, &ev, 0) == 0, "drained");
+	t_check(write(pfd[1], "x", 1) == 1, "write pipe");
+	t_check(wait1(ep, &ev, 1000) == 1 && ev.data.u64 == 2, "pipe readable through the same set");
+	t_check(read(pfd[0], buf, 1) == 1, "read pipe");
+
+	printf("a sleeping wait is woken by a message\n");
+	{
+		struct rpal_conn_info a, b;
+		t_ok(rpal_conn_info(fd, &a));
+		pid_t w = fork();
+		if (w == 0) {
+			usleep(200000);
+			puppet_do(&p, 's');
+			exit(0);
+		}
+		uint64_t t0 = t_now_ns();
+		t_check(wait1(ep, &ev, 5000) == 1 && ev.data.u64 == 1, "woken by the message");
+		t_check(t_now_ns() - t0 > 100000000ull, "returned before the message was sent");
+		t_ok(rpal_conn_info(fd, &b));
+		t_check(b.sleeps > a.sleeps, "the wait did not sleep");
+		t_wait_ok(w, "sender");
+		t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
+	}
+
+	printf("edge-triggered EPOLLIN: once per arrival\n");
+	ev.events = EPOLLIN | EPOLLET;
+	ev.data.u64 = 1;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod ET");
+	puppet_do(&p, 's');
+	t_check(wait1(ep, &ev, 1000) == 1 && ev.data.u64 == 1, "first edge");
+	t_check(wait1(ep, &ev, 0) == 0, "no second report without new data");
+	puppet_do(&p, 's');
+	t_check(wait1(ep, &ev, 1000) == 1 && ev.data.u64 == 1, "edge for the next message");
+	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32 && rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv 2");
+
+	printf("EPOLLONESHOT: one report until EPOLL_CTL_MOD\n");
+	ev.events = EPOLLIN | EPOLLONESHOT;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod oneshot");
+	puppet_do(&p, 's');
+	t_check(wait1(ep, &ev, 1000) == 1, "oneshot fires");
+	t_check(wait1(ep, &ev, 0) == 0, "oneshot disabled");
+	ev.events = EPOLLIN;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "re-arm");
+	t_check(wait1(ep, &ev, 0) == 1, "re-armed");
+	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
+
+	printf("EPOLLOUT: not while the ring is full, then when the peer reads\n");
+	ev.events = EPOLLOUT;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod out");
+	t_check(wait1(ep, &ev, 0) == 1 && (ev.events & EPOLLOUT), "writable at first");
+	int sent = 0;
+	while (rpal_send(fd, buf, 32, RPAL_NONBLOCK) == 32)
+		sent++;
+	t_check(sent == RPAL_DEFAULT_RING_ENTRIES, "ring took %d messages", sent);
+	t_check(rpal_send(fd, buf, 32, RPAL_NONBLOCK) == -EAGAIN, "full ring: EAGAIN");
+	t_check(wait1(ep, &ev, 100) == 0, "no EPOLLOUT while full");
+	puppet_do(&p, 'r');
+	t_check(wait1(ep, &ev, 1000) == 1 && (ev.events & EPOLLOUT), "EPOLLOUT after the peer read");
+
+	printf("no system call while rpal events are ready (seccomp)\n");
+	ev.events = EPOLLIN;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod in");
+	/* An empty wait polls the kernel and opens a fresh fairness window:
+	 * the next 15 calls with rpal events ready must make no syscall. */
+	t_check(wait1(ep, &ev, 0) == 0, "nothing ready");
+	for (int i = 0; i < 10; i++)
+		puppet_do(&p, 's');
+	{
+		/* A filtered thread of this process (a forked child would have
+		 * dropped every rpal object, by design). */
+		struct nosys_arg a = { .ep = ep, .fd = fd };
+		pthread_t th;
+		t_check(pthread_create(&th, NULL, nosys_thread, &a) == 0, "pthread_create");
+		pthread_join(th, NULL);
+		t_check(a.ok == 10, "only %d of 10 wait+recv pairs succeeded without a syscall", a.ok);
+	}
+
+	printf("bounded unfairness: a busy rpal connection does not starve the pipe\n");
+	{
+		int calls = 0, got_pipe = 0;
+		puppet_do(&p, 'S');
+		t_check(write(pfd[1], "x", 1) == 1, "write pipe");
+		while (calls < 200 && !got_pipe) {
+			t_check(wait1(ep, &ev, 1000) == 1, "event");
+			calls++;
+			if (ev.data.u64 == 2)
+				got_pipe = 1;
+			else
+				t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
+		}
+		printf("  the pipe came after %d calls\n", calls);
+		t_check(got_pipe && calls <= 16, "the pipe waited %d calls", calls);
+		t_check(read(pfd[0], buf, 1) == 1, "read pipe");
+		while (rpal_recv(fd, buf, sizeof(buf), RPAL_NONBLOCK) > 0)
+			;
+	}
+
+	printf("EPOLLRDHUP when the peer shuts down, then end of stream\n");
+	ev.events = EPOLLIN | EPOLLRDHUP;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod rdhup");
+	puppet_do(&p, 's');
+	puppet_do(&p, 'w');
+	t_check(wait1(ep, &ev, 1000) == 1 && (ev.events & EPOLLRDHUP) && (ev.events & EPOLLIN), "RDHUP");
+	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "data before the end");
+	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 0, "end of stream");
+
+	printf("EPOLLHUP within a second of kill -9\n");
+	{
+		uint64_t t0 = t_now_ns();
+		puppet_kill(&p);
+		/* RDHUP is level-triggered and keeps coming; HUP must join it. */
+		do
+			t_check(wait1(ep, &ev, 1000) == 1, "no event after kill");
+		while (!(ev.events & EPOLLHUP) && t_now_ns() - t0 < 1000000000ull);
+		t_check(ev.events & EPOLLHUP, "no HUP within 1 s of kill -9");
+		printf("  noticed after %.1f ms\n", (double)(t_now_ns() - t0) / 1e6);
+		t_check(rpal_send(fd, buf, 32, 0) == -ECONNRESET, "send to a dead peer");
+	}
+	t_check(rpal_close(fd) == 0, "close");
+	t_check(wait1(ep, &ev, 0) == 0, "a closed connection leaves the set");
+	rpal_close(ep);
+	rpal_close(lfd);
+	printf("PASS\n");
+	return 0;
+}
