@@ -1,0 +1,512 @@
+/* SPDX-License-Identifier: MIT */
+/* bench.c - `rpal bench`: options, the run matrix, reporting. */
+#include <errno.h>
+#include <getopt.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "bench.h"
+#include "tsc.h"
+
+const char *const placement_name[PL_NR] = { "same-core", "split", "unpinned" };
+const char *const suite_name[SU_NR] = { "latency", "throughput", "large", "cpu" };
+const char *const metric_name[M_NR] = { "oneway", "rtt", "throughput", "cpu_per_msg" };
+static const size_t large_sizes[] = { 4096, 65536, 1048576 };
+
+const char *wait_name(int wait)
+{
+	return wait == WAIT_SPIN ? "spin" : wait == WAIT_SLEEP ? "sleep" : NULL;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: rpal bench [options]\n"
+"\n"
+"Runs a server and a client as two processes per transport and reports the\n"
+"one-way latency (client rdtscp in the message to server receipt, in TSC\n"
+"cycles and ns), the round trip, throughput and CPU cost.  See docs/BENCH.md.\n"
+"\n"
+"  -t, --transport LIST  comma list of transports, or \"all\" (default: all);\n"
+"                        see --list\n"
+"  -p, --placement LIST  same-core, split (server on one CPU, client on another)\n"
+"                        and/or unpinned (default: split; same-core with 1 CPU)\n"
+"  -s, --size BYTES      message size, header included, >= 16 (default 32);\n"
+"                        k/m suffixes are powers of 1024\n"
+"  -n, --count N         measured messages per run (default 1000000)\n"
+"  -w, --wait LIST       rpal consumers: spin (awake: spin up to --spin-us\n"
+"                        before sleeping) and/or sleep (sleep at once)\n"
+"                        (default: both)\n"
+"      --spin-us N       rpal spin_us for --wait spin (default 1000000); a\n"
+"                        spinner on a shared CPU holds it until preempted\n"
+"  -S, --suite LIST      latency (ping-pong: one-way + round trip), throughput\n"
+"                        (batches, msgs/s), large (4 KiB, 64 KiB, 1 MiB, one-copy\n"
+"                        and zero-copy), cpu (CPU per message at --rate), or all\n"
+"                        (default: latency,throughput)\n"
+"  -b, --batch N         throughput: messages sent before waiting (default 32)\n"
+"      --large-count N   large: messages per size (default: --count scaled down\n"
+"                        by size, at least 100)\n"
+"  -r, --rate N          cpu: messages per second (default 1000); adds cpu\n"
+"  -T, --seconds T       cpu: duration (default 2); adds cpu\n"
+"      --warmup N        unrecorded messages before each run (default 1000)\n"
+"      --timeout S       kill a run after S seconds (default 600)\n"
+"      --json[=FILE]     write results as JSON to FILE, or to stdout instead\n"
+"                        of the table\n"
+"      --plot FILE.svg   draw one-way latency distributions (log scale)\n"
+"      --progress / --no-progress\n"
+"                        progress on stderr (default: when stderr is a tty)\n"
+"  -l, --list            list transports and whether each is available\n"
+"  -v, --verbose         one line per run on stderr\n"
+"  -h, --help            this text\n"
+"\n"
+"Placement split pins the server to the second allowed CPU and the client to\n"
+"the first; same-core pins both to the first.  Tests of the bench check its\n"
+"logic, never its speed: numbers come only from runs like this one.\n");
+}
+
+static int list_transports(void)
+{
+	for (unsigned i = 0; i < nr_transports; i++) {
+		const struct transport *t = transports[i];
+		const char *why = t->unavailable ? t->unavailable() : NULL;
+
+		printf("%-15s %s%s%s\n", t->name, t->what, why ? "\n                not available: " : "",
+		       why ? why : "");
+	}
+	return 0;
+}
+
+/* Parse "12", "4k", "1m", "1e6"; 0 on garbage. */
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	if (errno || end == s || v < 0)
+		return -1;
+	if (*end == 'k' || *end == 'K')
+		v *= 1024, end++;
+	else if (*end == 'm' || *end == 'M')
+		v *= 1024 * 1024, end++;
+	if (*end || v > 1e15)
+		return -1;
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* Set bits for each comma-separated name found by find(); -1 names the bad one. */
+static int parse_list(const char *arg, const char *what, int (*find)(const char *), unsigned *bits)
+{
+	char buf[512], *save, *tok;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	*bits = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		int i = find(tok);
+
+		if (i == -2) {
+			*bits = ~0u;
+			continue;
+		}
+		if (i < 0) {
+			fprintf(stderr, "rpal bench: unknown %s \"%s\" (see rpal bench --help)\n", what, tok);
+			return -1;
+		}
+		*bits |= 1u << i;
+	}
+	if (!*bits) {
+		fprintf(stderr, "rpal bench: empty %s list\n", what);
+		return -1;
+	}
+	return 0;
+}
+
+static int find_transport(const char *s)
+{
+	return !strcmp(s, "all") ? -2 : transport_find(s);
+}
+
+static int find_in(const char *s, const char *const *names, int n)
+{
+	if (!strcmp(s, "all"))
+		return -2;
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, names[i]))
+			return i;
+	return -1;
+}
+
+static int find_placement(const char *s) { return find_in(s, placement_name, PL_NR); }
+static int find_suite(const char *s) { return find_in(s, suite_name, SU_NR); }
+static int find_wait(const char *s)
+{
+	static const char *const w[] = { "sleep", "spin" };
+
+	return find_in(s, w, 2);
+}
+
+/* The first two CPUs we may run on. */
+static int pick_cpus(int cpu[2])
+{
+	cpu_set_t set;
+	int n = 0;
+
+	cpu[0] = cpu[1] = -1;
+	if (sched_getaffinity(0, sizeof(set), &set))
+		return 0;
+	for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+		if (CPU_ISSET(i, &set))
+			cpu[n++] = i;
+	return CPU_COUNT(&set);
+}
+
+static uint64_t large_count(const struct bench_opts *o, size_t size)
+{
+	uint64_t n = o->count * 64 / size;
+
+	if (o->large_count)
+		return o->large_count;
+	if (n > o->count)
+		n = o->count;
+	return n < 100 ? 100 : n;
+}
+
+enum {
+	OPT_LARGE_COUNT = 256, OPT_WARMUP, OPT_TIMEOUT, OPT_JSON, OPT_PLOT, OPT_PROGRESS,
+	OPT_NO_PROGRESS, OPT_SPIN_US,
+};
+
+static int parse(int argc, char **argv, struct bench_opts *o)
+{
+	static const struct option lo[] = {
+		{ "transport", required_argument, NULL, 't' },
+		{ "placement", required_argument, NULL, 'p' },
+		{ "size", required_argument, NULL, 's' },
+		{ "count", required_argument, NULL, 'n' },
+		{ "wait", required_argument, NULL, 'w' },
+		{ "spin-us", required_argument, NULL, OPT_SPIN_US },
+		{ "suite", required_argument, NULL, 'S' },
+		{ "batch", required_argument, NULL, 'b' },
+		{ "large-count", required_argument, NULL, OPT_LARGE_COUNT },
+		{ "rate", required_argument, NULL, 'r' },
+		{ "seconds", required_argument, NULL, 'T' },
+		{ "warmup", required_argument, NULL, OPT_WARMUP },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "json", optional_argument, NULL, OPT_JSON },
+		{ "plot", required_argument, NULL, OPT_PLOT },
+		{ "progress", no_argument, NULL, OPT_PROGRESS },
+		{ "no-progress", no_argument, NULL, OPT_NO_PROGRESS },
+		{ "list", no_argument, NULL, 'l' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 }
+	};
+	int cpu[2], c, cpu_opt = 0;
+	uint64_t v;
+	char *end;
+
+	*o = (struct bench_opts){
+		.transports = ~0u, .placements = 1u << PL_SPLIT, .waits = 3,
+		.suites = 1u << SU_LATENCY | 1u << SU_THROUGHPUT, .size = 32, .count = 1000000,
+		.batch = 32, .rate = 1000, .seconds = 2, .warmup = 1000, .timeout_s = 600,
+		.spin_us = 1000000,
+		.progress = isatty(2),
+	};
+	o->ncpu = pick_cpus(cpu);
+	if (o->ncpu < 2)
+		o->placements = 1u << PL_SAME_CORE;
+	/* argv[0] is "bench": the command as typed, for the record. */
+	for (int i = 0, n = 0; i < argc && n + 2 < (int)sizeof(o->cmdline); i++)
+		n += snprintf(o->cmdline + n, sizeof(o->cmdline) - n, "%s%s", i ? " " : "rpal ", argv[i]);
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "t:p:s:n:w:S:b:r:T:lvh", lo, NULL)) != -1) {
+		switch (c) {
+		case 't':
+			if (parse_list(optarg, "transport", find_transport, &o->transports))
+				return -1;
+			break;
+		case 'p':
+			if (parse_list(optarg, "placement", find_placement, &o->placements))
+				return -1;
+			break;
+		case 'w':
+			if (parse_list(optarg, "wait", find_wait, &o->waits))
+				return -1;
+			break;
+		case 'S':
+			if (parse_list(optarg, "suite", find_suite, &o->suites))
+				return -1;
+			break;
+		case 's':
+			if (parse_u64(optarg, &v) || v < MSG_MIN || v > MSG_MAX) {
+				fprintf(stderr, "rpal bench: --size must be %zu..%zu bytes, not \"%s\"\n",
+					MSG_MIN, MSG_MAX, optarg);
+				return -1;
+			}
+			o->size = v;
+			break;
+		case 'n':
+			/* Every sample is kept: 16 bytes a message, shared and populated. */
+			if (parse_u64(optarg, &v) || v < 1 || v > 100000000) {
+				fprintf(stderr, "rpal bench: --count must be 1..1e8, not \"%s\"\n", optarg);
+				return -1;
+			}
+			o->count = v;
+			break;
+		case 'b':
+			if (parse_u64(optarg, &v) || v < 1 || v > 256) {
+				fprintf(stderr, "rpal bench: --batch must be 1..256, not \"%s\"\n", optarg);
+				return -1;
+			}
+			o->batch = (unsigned)v;
+			break;
+		case OPT_LARGE_COUNT:
+			if (parse_u64(optarg, &v) || v < 1 || v > 100000000) {
+				fprintf(stderr, "rpal bench: --large-count must be 1..1e8\n");
+				return -1;
+			}
+			o->large_count = v;
+			break;
+		case 'r':
+			o->rate = strtod(optarg, &end);
+			if (*end || !(o->rate >= 1 && o->rate <= 1e7)) {
+				fprintf(stderr, "rpal bench: --rate must be 1..1e7 messages/s\n");
+				return -1;
+			}
+			cpu_opt = 1;
+			break;
+		case 'T':
+			o->seconds = strtod(optarg, &end);
+			if (*end || !(o->seconds > 0 && o->seconds <= 3600)) {
+				fprintf(stderr, "rpal bench: --seconds must be in (0, 3600]\n");
+				return -1;
+			}
+			cpu_opt = 1;
+			break;
+		case OPT_WARMUP:
+			if (parse_u64(optarg, &v) || v > 1000000) {
+				fprintf(stderr, "rpal bench: --warmup must be 0..1e6\n");
+				return -1;
+			}
+			o->warmup = (unsigned)v;
+			break;
+		case OPT_TIMEOUT:
+			if (parse_u64(optarg, &v) || v < 1 || v > 86400) {
+				fprintf(stderr, "rpal bench: --timeout must be 1..86400 s\n");
+				return -1;
+			}
+			o->timeout_s = (unsigned)v;
+			break;
+		case OPT_SPIN_US:
+			if (parse_u64(optarg, &v) || v > 100000000) {
+				fprintf(stderr, "rpal bench: --spin-us must be 0..1e8\n");
+				return -1;
+			}
+			o->spin_us = (unsigned)v;
+			break;
+		case OPT_JSON:
+			o->json_path = optarg ? optarg : "-";
+			break;
+		case OPT_PLOT:
+			o->plot_path = optarg;
+			break;
+		case OPT_PROGRESS:
+			o->progress = 1;
+			break;
+		case OPT_NO_PROGRESS:
+			o->progress = 0;
+			break;
+		case 'l':
+			exit(list_transports());
+		case 'v':
+			o->verbose = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			exit(0);
+		default:
+			fprintf(stderr, "rpal bench: see rpal bench --help\n");
+			return -1;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "rpal bench: unexpected argument \"%s\"\n", argv[optind]);
+		return -1;
+	}
+	if (cpu_opt)
+		o->suites |= 1u << SU_CPU;
+	o->transports &= (1u << nr_transports) - 1;
+	o->placements &= (1u << PL_NR) - 1;
+	o->suites &= (1u << SU_NR) - 1;
+	o->waits &= 3;
+	if ((o->placements & (1u << PL_SPLIT)) && o->ncpu < 2) {
+		fprintf(stderr, "rpal bench: placement split needs 2 CPUs; %d allowed here\n", o->ncpu);
+		return -1;
+	}
+	return 0;
+}
+
+static void spec_cpus(struct run_spec *s)
+{
+	int cpu[2];
+
+	pick_cpus(cpu);
+	switch (s->placement) {
+	case PL_SAME_CORE:
+		s->cpu_server = s->cpu_client = cpu[0];
+		break;
+	case PL_SPLIT:
+		s->cpu_server = cpu[1];
+		s->cpu_client = cpu[0];
+		break;
+	default:
+		s->cpu_server = s->cpu_client = -1;
+	}
+}
+
+static void describe(const struct run_spec *s, char *buf, size_t n)
+{
+	const char *w = wait_name(s->wait);
+
+	snprintf(buf, n, "%s %s%s%s %s %zu B%s", transports[s->transport]->name,
+		 placement_name[s->placement], w ? " wait=" : "", w ? w : "", suite_name[s->suite],
+		 s->size, s->zerocopy ? " zero-copy" : "");
+}
+
+/* Run one cell and file its results or its error. */
+static void cell(const struct bench_opts *o, struct run_spec *s, struct report *r, size_t *cap)
+{
+	struct run_out out;
+	char what[160];
+
+	spec_cpus(s);
+	describe(s, what, sizeof(what));
+	run_one(o, s, r->tsc_hz, &out);
+	if (!out.ok) {
+		fprintf(stderr, "rpal bench: %s: %s\n", what, out.err);
+		if (r->nerrs < sizeof(r->errs) / sizeof(r->errs[0]))
+			snprintf(r->errs[r->nerrs++], sizeof(r->errs[0]), "%s: %s", what, out.err);
+		return;
+	}
+	if (r->nres + out.nres > *cap) {
+		*cap = *cap * 2 + 16;
+		r->res = realloc(r->res, *cap * sizeof(*r->res));
+		if (!r->res) {
+			fprintf(stderr, "rpal bench: out of memory\n");
+			exit(1);
+		}
+	}
+	for (unsigned i = 0; i < out.nres; i++)
+		r->res[r->nres++] = out.res[i];
+	if (out.res[0].skew)
+		fprintf(stderr, "rpal bench: %s: %llu one-way samples < 0 (TSC skew between CPUs), "
+			"clamped to 0\n", what, (unsigned long long)out.res[0].skew);
+	if (o->verbose)
+		fprintf(stderr, "  %-48s p50 %llu %s\n", what, (unsigned long long)out.res[0].st.p50,
+			out.res[0].unit);
+}
+
+int cmd_bench(int argc, char **argv)
+{
+	struct bench_opts o;
+	struct report r = { 0 };
+	size_t cap = 0;
+	int ret = 0;
+
+	if (parse(argc, argv, &o))
+		return 2;
+	r.o = &o;
+	r.invariant = tsc_invariant();
+	r.hypervisor = tsc_hypervisor();
+	if (!r.invariant)
+		fprintf(stderr, "rpal bench: warning: CPUID reports no invariant TSC; cycle counts "
+			"may drift with frequency changes\n");
+	r.tsc_hz = tsc_calibrate(100);
+	if (r.tsc_hz <= 0) {
+		fprintf(stderr, "rpal bench: cannot calibrate the TSC against CLOCK_MONOTONIC\n");
+		return 1;
+	}
+	if ((o.placements & (1u << PL_SAME_CORE)) && (o.waits & 2) && o.spin_us >= 1000 &&
+	    (o.transports & (1u << transport_find("rpal-connected"))))
+		fprintf(stderr, "rpal bench: note: rpal-connected same-core with --wait spin: a "
+			"spinner holds the only CPU until preempted (each message may wait a time "
+			"slice; lower --spin-us)\n");
+
+	for (int pl = 0; pl < PL_NR; pl++) {
+		if (!(o.placements & (1u << pl)))
+			continue;
+		for (int su = 0; su < SU_NR; su++) {
+			if (!(o.suites & (1u << su)))
+				continue;
+			for (unsigned ti = 0; ti < nr_transports; ti++) {
+				const struct transport *t = transports[ti];
+
+				if (!(o.transports & (1u << ti)) || t->unavailable)
+					continue;
+				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
+					struct run_spec s = {
+						.transport = (int)ti, .placement = pl, .suite = su,
+						.wait = (t->flags & TF_WAIT) ? w : WAIT_NONE,
+						.size = o.size, .count = o.count, .warmup = o.warmup,
+						.batch = o.batch, .rate = o.rate,
+						.spin_us = o.spin_us,
+					};
+
+					if ((t->flags & TF_WAIT) && !(o.waits & (1u << w)))
+						continue;
+					if (!(t->flags & TF_WAIT) && w != WAIT_SLEEP)
+						continue;
+					if (su == SU_CPU) {
+						s.count = (uint64_t)(o.rate * o.seconds);
+						if (!s.count)
+							s.count = 1;
+						s.warmup = o.warmup < 100 ? o.warmup : 100;
+					}
+					if (su != SU_LARGE) {
+						cell(&o, &s, &r, &cap);
+						continue;
+					}
+					for (unsigned k = 0; k < 3; k++)
+						for (int zc = 0; zc < 2; zc++) {
+							if (zc && !(t->flags & TF_ZEROCOPY))
+								continue;
+							s.size = large_sizes[k];
+							s.zerocopy = zc;
+							s.count = large_count(&o, s.size);
+							s.warmup = 10;
+							cell(&o, &s, &r, &cap);
+						}
+				}
+			}
+		}
+	}
+
+	if (o.json_path) {
+		FILE *f = strcmp(o.json_path, "-") ? fopen(o.json_path, "w") : stdout;
+
+		if (!f) {
+			fprintf(stderr, "rpal bench: cannot write %s: %s\n", o.json_path, strerror(errno));
+			ret = 1;
+		} else {
+			if (report_json(&r, f) || (f != stdout && fclose(f))) {
+				fprintf(stderr, "rpal bench: writing %s failed\n", o.json_path);
+				ret = 1;
+			}
+		}
+	}
+	if (!o.json_path || strcmp(o.json_path, "-"))
+		report_table(&r, stdout);
+	if (o.plot_path && report_plot(&r, o.plot_path)) {
+		fprintf(stderr, "rpal bench: cannot write %s: %s\n", o.plot_path, strerror(errno));
+		ret = 1;
+	}
+	if (r.nerrs)
+		ret = 1;
+	free(r.res);
+	return ret;
+}

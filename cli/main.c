@@ -1,0 +1,41 @@
+/* SPDX-License-Identifier: MIT */
+/* main.c - the `rpal` command: one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+#include "bench.h"
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"usage: rpal <command> [options]\n"
+"\n"
+"commands:\n"
+"  bench     measure cross-process messaging: rpal against Unix socket + epoll,\n"
+"            pipe, eventfd, futex and a shared-memory spin floor\n"
+"            (rpal bench --help lists every option)\n"
+"  version   print the version\n"
+"  help      this text\n"
+"\n"
+"Not yet available: run (hosted mode, issue 4).\n");
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	if (!strcmp(argv[1], "bench"))
+		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+		printf("rpal 0.1\n");
+		return 0;
+	}
+	if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "rpal: unknown command \"%s\"\n\n", argv[1]);
+	usage(stderr);
+	return 2;
+}

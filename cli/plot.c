@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * plot.c - --plot: one-way latency distributions as a hand-written SVG.
+ * Left: the CDF on a log latency axis (where the bulk sits).  Right: the
+ * tail, 1 - CDF on a log axis down to 1e-6 (what p99.9 and max hide).
+ * One curve per transport (and wait, and placement when several).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "bench.h"
+
+#define W 1100
+#define PW 440		/* panel width */
+#define PH 360		/* panel height */
+#define PY 60		/* panel top */
+
+static const char *const colours[] = {
+	"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+	"#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22",
+};
+/* Colour says transport (and wait), dash says placement. */
+static const char *const dashes[PL_NR] = { "", "7,4", "2,3" };
+
+struct axes {
+	double x0, y0;		/* panel origin (top left) */
+	double lmin, lmax;	/* log10 ns range */
+};
+
+static double px(const struct axes *a, double ns)
+{
+	double l = log10(ns < 1 ? 1 : ns);
+
+	return a->x0 + (l - a->lmin) / (a->lmax - a->lmin) * PW;
+}
+
+static void xaxis(FILE *f, const struct axes *a)
+{
+	static const char *const unit[] = { "1ns", "10ns", "100ns", "1µs", "10µs", "100µs",
+					    "1ms", "10ms", "100ms", "1s", "10s" };
+
+	for (int d = (int)a->lmin; d <= (int)a->lmax; d++) {
+		double x = px(a, pow(10, d));
+
+		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", x, a->y0,
+			x, a->y0 + PH);
+		fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='middle'>%s</text>\n", x,
+			a->y0 + PH + 16, d >= 0 && d <= 10 ? unit[d] : "?");
+		for (int k = 2; k < 10 && d < (int)a->lmax; k++) {
+			double xm = px(a, k * pow(10, d));
+
+			fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#999'/>\n",
+				xm, a->y0 + PH, xm, a->y0 + PH + 4);
+		}
+	}
+	fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='middle'>one-way latency "
+		"(log scale)</text>\n", a->x0 + PW / 2.0, a->y0 + PH + 36);
+	fprintf(f, "<rect x='%.1f' y='%.1f' width='%d' height='%d' fill='none' stroke='#333'/>\n",
+		a->x0, a->y0, PW, PH);
+}
+
+/* Does result x go on the plot: one-way, latency suite. */
+static int plotted(const struct result *x)
+{
+	return x->metric == M_ONEWAY && x->suite == SU_LATENCY && x->st.count;
+}
+
+int report_plot(const struct report *r, const char *path)
+{
+	struct axes cdf, tail;
+	double lo = INFINITY, hi = 0;
+	unsigned nplace = 0, placements = 0, n = 0, ncurves = 0, nkeys = 0, H;
+	int keys[32];
+	FILE *f;
+
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		double a = x->st.min * 1e9 / r->tsc_hz, b = x->st.max * 1e9 / r->tsc_hz;
+
+		if (!plotted(x))
+			continue;
+		if (a < lo)
+			lo = a;
+		if (b > hi)
+			hi = b;
+		placements |= 1u << x->placement;
+		ncurves++;
+	}
+	H = PY + PH + 62 + (ncurves + 2) / 3 * 18 + 10;
+	for (unsigned p = placements; p; p &= p - 1)
+		nplace++;
+	if (hi <= 0)
+		lo = 10, hi = 1e6;
+	cdf.lmin = floor(log10(lo < 1 ? 1 : lo));
+	cdf.lmax = ceil(log10(hi < 10 ? 10 : hi));
+	if (cdf.lmax <= cdf.lmin)
+		cdf.lmax = cdf.lmin + 1;
+	cdf.x0 = 70;
+	cdf.y0 = PY;
+	tail = cdf;
+	tail.x0 = 70 + PW + 90;
+
+	f = fopen(path, "w");
+	if (!f)
+		return -1;
+	fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%u' "
+		"viewBox='0 0 %d %u' font-family='sans-serif' font-size='12'>\n", W, H, W, H);
+	fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
+	fprintf(f, "<text x='%d' y='24' text-anchor='middle' font-size='15'>rpal bench: one-way "
+		"latency, %zu B messages, TSC %.2f GHz</text>\n", W / 2, r->o->size, r->tsc_hz / 1e9);
+	fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>CDF: fraction of messages at or "
+		"below</text>\n", cdf.x0 + PW / 2.0, PY - 8);
+	fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>tail: fraction of messages "
+		"slower than</text>\n", tail.x0 + PW / 2.0, PY - 8);
+	xaxis(f, &cdf);
+	xaxis(f, &tail);
+	for (int k = 0; k <= 4; k++) {
+		double y = PY + PH - k * PH / 4.0;
+
+		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", cdf.x0, y,
+			cdf.x0 + PW, y);
+		fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='end'>%d%%</text>\n", cdf.x0 - 6, y + 4,
+			k * 25);
+	}
+	for (int k = 0; k <= 6; k++) {
+		double y = PY + k * PH / 6.0;
+
+		fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='#ddd'/>\n", tail.x0,
+			y, tail.x0 + PW, y);
+		if (k)
+			fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='end'>1e-%d</text>\n",
+				tail.x0 - 6, y + 4, k);
+		else
+			fprintf(f, "<text x='%.1f' y='%.1f' text-anchor='end'>1</text>\n", tail.x0 - 6,
+				y + 4);
+	}
+
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		const char *w = wait_name(x->wait), *col;
+		const char *dash = nplace > 1 ? dashes[x->placement] : "";
+		double last = 1.0 / (double)x->st.count;
+		int key = x->transport * 2 + (x->wait == WAIT_SPIN), c = 0;
+
+		if (!plotted(x))
+			continue;
+		while (c < (int)nkeys && keys[c] != key)
+			c++;
+		if (c == (int)nkeys && nkeys < 32)
+			keys[nkeys++] = key;
+		col = colours[c % 10];
+		/* CDF: up to the last rank the samples resolve, then the max at 100 %. */
+		fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' stroke-dasharray='%s' "
+			"points='", col, dash);
+		for (unsigned k = 0; k < CDF_POINTS; k++) {
+			double q = cdf_quantile(k);
+
+			if (1 - q < last)
+				break;
+			fprintf(f, "%.1f,%.1f ", px(&cdf, x->cdf[k] * 1e9 / r->tsc_hz), PY + PH - q * PH);
+		}
+		fprintf(f, "%.1f,%d'/>\n", px(&cdf, x->st.max * 1e9 / r->tsc_hz), PY);
+		/* Tail: 1 - q on a log axis, 1 at the top down to 1e-6. */
+		fprintf(f, "<polyline fill='none' stroke='%s' stroke-width='2' stroke-dasharray='%s' "
+			"points='", col, dash);
+		for (unsigned k = 0; k < CDF_POINTS; k++) {
+			double s = 1 - cdf_quantile(k);
+
+			if (s < last * 0.999)
+				break;
+			fprintf(f, "%.1f,%.1f ", px(&tail, x->cdf[k] * 1e9 / r->tsc_hz),
+				PY + (-log10(s)) / 6.0 * PH);
+		}
+		fprintf(f, "'/>\n");
+		/* Legend, below the panels. */
+		{
+			double lx = 70 + (n % 3) * 340, ly = PY + PH + 62 + (n / 3) * 18;
+
+			fprintf(f, "<line x1='%.1f' y1='%.1f' x2='%.1f' y2='%.1f' stroke='%s' "
+				"stroke-width='3' stroke-dasharray='%s'/>\n", lx, ly - 4, lx + 26, ly - 4,
+				col, dash);
+			fprintf(f, "<text x='%.1f' y='%.1f'>%s%s%s%s%s: p50 %.0f ns</text>\n", lx + 32,
+				ly, transports[x->transport]->name, w ? " " : "", w ? w : "",
+				nplace > 1 ? ", " : "", nplace > 1 ? placement_name[x->placement] : "",
+				x->st.p50 * 1e9 / r->tsc_hz);
+		}
+		n++;
+	}
+	if (!n)
+		fprintf(f, "<text x='%d' y='%u' text-anchor='middle'>no latency results</text>\n", W / 2,
+			H / 2);
+	fprintf(f, "</svg>\n");
+	return fclose(f) ? -1 : 0;
+}

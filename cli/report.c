@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/* report.c - the human table and the JSON document. */
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/utsname.h>
+#include "bench.h"
+
+static void cpu_model(char *buf, size_t n)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[512];
+
+	snprintf(buf, n, "unknown");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, ':');
+
+		if (strncmp(line, "model name", 10) || !p)
+			continue;
+		p += 1 + (p[1] == ' ');
+		p[strcspn(p, "\n")] = 0;
+		snprintf(buf, n, "%s", p);
+		break;
+	}
+	fclose(f);
+}
+
+static double ns(const struct report *r, double cycles)
+{
+	return cycles * 1e9 / r->tsc_hz;
+}
+
+/* ns with a precision that suits its size: 61.2, 4938, 1.23e+06 stays readable. */
+static const char *fmt_ns(char *buf, double v)
+{
+	if (v < 100)
+		sprintf(buf, "%.1f", v);
+	else
+		sprintf(buf, "%.0f", v);
+	return buf;
+}
+
+static const struct result *baseline(const struct report *r, const struct result *x)
+{
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *b = &r->res[i];
+
+		if (!strcmp(transports[b->transport]->name, "uds-epoll") &&
+		    b->placement == x->placement && b->suite == x->suite && b->metric == x->metric &&
+		    b->size == x->size && !b->zerocopy)
+			return b;
+	}
+	return NULL;
+}
+
+/* Speed-up against uds-epoll: > 1 is better, whatever the metric. */
+static void ratio(const struct report *r, const struct result *x, char *buf)
+{
+	const struct result *b = baseline(r, x);
+	double v;
+
+	strcpy(buf, "-");
+	if (!b)
+		return;
+	if (x->metric == M_THROUGHPUT)
+		v = b->st.mean > 0 ? x->st.mean / b->st.mean : 0;
+	else if (x->metric == M_CPU)
+		v = x->st.mean > 0 ? b->st.mean / x->st.mean : 0;
+	else
+		v = x->st.p50 ? (double)b->st.p50 / (double)x->st.p50 : 0;
+	if (v > 0)
+		sprintf(buf, v < 10 ? "%.2fx" : "%.1fx", v);
+}
+
+static const char *placement_desc(const struct report *r, const struct result *x, char *buf)
+{
+	cpu_set_t set;
+	int cpu[2] = { -1, -1 }, n = 0;
+
+	if (!sched_getaffinity(0, sizeof(set), &set))
+		for (int i = 0; i < CPU_SETSIZE && n < 2; i++)
+			if (CPU_ISSET(i, &set))
+				cpu[n++] = i;
+	switch (x->placement) {
+	case PL_SAME_CORE:
+		sprintf(buf, "same-core: server and client on CPU %d", cpu[0]);
+		break;
+	case PL_SPLIT:
+		sprintf(buf, "split: server on CPU %d, client on CPU %d", cpu[1], cpu[0]);
+		break;
+	default:
+		sprintf(buf, "unpinned: the scheduler places both");
+	}
+	return buf;
+}
+
+static const char *label(const struct result *x, char *buf)
+{
+	const char *w = wait_name(x->wait);
+
+	sprintf(buf, "%s%s%s", transports[x->transport]->name, w ? " " : "", w ? w : "");
+	return buf;
+}
+
+/* Print every result matching (placement, suite, metric, size, zc), with a heading. */
+static void section(const struct report *r, FILE *f, int pl, int su, int m, const char *title)
+{
+	int head = 0, lw = 22;
+	char a[32], b[32], c[32], d[32], e[32], g[32], rt[32], lab[64], pd[96];
+
+	/* First pass: the widest label, so columns line up. */
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		int l;
+
+		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m)
+			continue;
+		l = (int)strlen(label(x, lab)) + (su == SU_LARGE ? 9 : 0);
+		if (l > lw)
+			lw = l;
+	}
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+
+		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m)
+			continue;
+		if (!head) {
+			fprintf(f, "\n%s; %s\n", title, placement_desc(r, x, pd));
+			if (m == M_THROUGHPUT)
+				fprintf(f, "  %-*s %12s %12s %12s %12s %9s\n", lw, "transport", "msgs/s",
+					"p50 batch", "p99 batch", "worst batch", "vs uds");
+			else if (m == M_CPU)
+				fprintf(f, "  %-*s %12s %14s %14s %9s\n", lw, "transport", "CPU ns/msg",
+					"server ns/msg", "client ns/msg", "vs uds");
+			else
+				fprintf(f, "  %-*s %9s %9s %9s %9s %9s %9s %9s %9s\n",
+					lw, su == SU_LARGE ? "transport, size, copy" : "transport",
+					"p50 cyc", "p50 ns", "p99 ns", "p99.9 ns", "max ns", "mean ns",
+					"min ns", "vs uds");
+			head = 1;
+		}
+		ratio(r, x, rt);
+		label(x, lab);
+		if (su == SU_LARGE) {
+			size_t l = strlen(lab);
+
+			snprintf(lab + l, sizeof(lab) - l, " %zuK %s", x->size / 1024,
+				 x->zerocopy ? "zc" : "1c");
+		}
+		if (m == M_THROUGHPUT) {
+			fprintf(f, "  %-*s %12.0f %12llu %12llu %12llu %9s\n", lw, lab, x->st.mean,
+				(unsigned long long)x->st.p50, (unsigned long long)x->st.p99,
+				(unsigned long long)x->st.max, rt);
+		} else if (m == M_CPU) {
+			/*
+			 * Per process; the user/sys split is tick-sampled by the
+			 * kernel (JSON has it), only the sum is exact.
+			 */
+			double n = x->st.count ? (double)x->st.count : 1;
+
+			fprintf(f, "  %-*s %12.0f %14.0f %14.0f %9s\n", lw, lab, x->st.mean,
+				(x->cpu[0].user_ns + x->cpu[0].sys_ns) / n,
+				(x->cpu[1].user_ns + x->cpu[1].sys_ns) / n, rt);
+		} else {
+			fprintf(f, "  %-*s %9llu %9s %9s %9s %9s %9s %9s %9s\n", lw, lab,
+				(unsigned long long)x->st.p50, fmt_ns(a, ns(r, x->st.p50)),
+				fmt_ns(b, ns(r, x->st.p99)), fmt_ns(c, ns(r, x->st.p999)),
+				fmt_ns(d, ns(r, x->st.max)), fmt_ns(e, ns(r, x->st.mean)),
+				fmt_ns(g, ns(r, x->st.min)), rt);
+		}
+	}
+}
+
+/* Syscalls behind the figures, from rpal_conn_info(): both sides, warm-up included. */
+static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
+{
+	char lab[64];
+
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+
+		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m ||
+		    !x->has_counts)
+			continue;
+		fprintf(f, "  %s: %.3f wake-up syscalls and %.3f sleeps per message (both sides)\n",
+			label(x, lab), x->wakeups_per_msg, x->sleeps_per_msg);
+	}
+}
+
+void report_table(const struct report *r, FILE *f)
+{
+	const struct bench_opts *o = r->o;
+	struct utsname u;
+	char model[128], t[200];
+
+	cpu_model(model, sizeof(model));
+	uname(&u);
+	fprintf(f, "rpal bench: %s, %ld CPUs online, Linux %s; TSC %.3f GHz%s%s\n", model,
+		sysconf(_SC_NPROCESSORS_ONLN), u.release, r->tsc_hz / 1e9,
+		r->invariant ? " (invariant)" : " (NOT invariant)", r->hypervisor ? ", under a hypervisor" : "");
+	fprintf(f, "command: %s\n", o->cmdline);
+	for (int pl = 0; pl < PL_NR; pl++) {
+		snprintf(t, sizeof(t), "one-way latency, client send -> server has the message, %zu B, %llu msgs",
+			 o->size, (unsigned long long)o->count);
+		section(r, f, pl, SU_LATENCY, M_ONEWAY, t);
+		counts_note(r, f, pl, SU_LATENCY, M_ONEWAY);
+		snprintf(t, sizeof(t), "round trip, client send -> echo checked, %zu B", o->size);
+		section(r, f, pl, SU_LATENCY, M_RTT, t);
+		snprintf(t, sizeof(t), "throughput, %zu B in batches of %u, one echo per batch",
+			 o->size, o->batch);
+		section(r, f, pl, SU_THROUGHPUT, M_THROUGHPUT, t);
+		section(r, f, pl, SU_LARGE, M_ONEWAY, "large messages, one-way (1c one-copy, zc zero-copy)");
+		snprintf(t, sizeof(t), "CPU per message (both processes, getrusage) at %.0f msgs/s for %g s",
+			 o->rate, o->seconds);
+		section(r, f, pl, SU_CPU, M_CPU, t);
+		counts_note(r, f, pl, SU_CPU, M_CPU);
+	}
+	fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: > 1 is better.\n");
+	for (unsigned i = 0; i < nr_transports; i++)
+		if ((o->transports & (1u << i)) && transports[i]->unavailable)
+			fprintf(f, "not available: %s: %s\n", transports[i]->name,
+				transports[i]->unavailable());
+	for (unsigned i = 0; i < r->nerrs; i++)
+		fprintf(f, "FAILED: %s\n", r->errs[i]);
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static void jstr(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char ch = (unsigned char)*s;
+
+		if (ch == '"' || ch == '\\')
+			fprintf(f, "\\%c", ch);
+		else if (ch < 0x20)
+			fprintf(f, "\\u%04x", ch);
+		else
+			fputc(ch, f);
+	}
+	fputc('"', f);
+}
+
+/* Integral figures as "123.0": valid JSON, and a float to strict readers. */
+static void jnum(FILE *f, const char *key, double v)
+{
+	fprintf(f, ", \"%s\": ", key);
+	if (v == (double)(uint64_t)v && v < 1e15)
+		fprintf(f, "%llu.0", (unsigned long long)v);
+	else
+		fprintf(f, "%.6f", v);
+}
+
+int report_json(const struct report *r, FILE *f)
+{
+	const struct bench_opts *o = r->o;
+	struct utsname u;
+	char model[128], date[64], pd[96];
+	time_t now = time(NULL);
+	int first = 1;
+
+	cpu_model(model, sizeof(model));
+	uname(&u);
+	strftime(date, sizeof(date), "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+	fprintf(f, "{\n  \"tsc_hz\": %.1f,\n  \"machine\": {\"cpu\": ", r->tsc_hz);
+	jstr(f, model);
+	fprintf(f, ", \"nproc\": %ld, \"cpus_allowed\": %d, \"kernel\": ",
+		sysconf(_SC_NPROCESSORS_ONLN), o->ncpu);
+	jstr(f, u.release);
+	fprintf(f, ", \"arch\": ");
+	jstr(f, u.machine);
+	fprintf(f, ", \"invariant_tsc\": %s, \"hypervisor\": %s},\n",
+		r->invariant ? "true" : "false", r->hypervisor ? "true" : "false");
+	fprintf(f, "  \"date\": \"%s\",\n  \"command\": ", date);
+	jstr(f, o->cmdline);
+	fprintf(f, ",\n  \"rpal_version\": \"0.1\",\n  \"options\": {\"size\": %zu, \"count\": %llu, "
+		"\"batch\": %u, \"warmup\": %u, \"rate\": %.1f, \"seconds\": %.3f, "
+		"\"spin_us\": %u},\n  \"results\": [",
+		o->size, (unsigned long long)o->count, o->batch, o->warmup, o->rate, o->seconds,
+		o->spin_us);
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		const char *w = wait_name(x->wait);
+		int lat = x->metric == M_ONEWAY || x->metric == M_RTT;
+
+		fprintf(f, "%s\n    {\"transport\": \"%s\", \"placement\": \"%s\", \"wait\": ", first ? "" : ",",
+			transports[x->transport]->name, placement_name[x->placement]);
+		first = 0;
+		if (w)
+			fprintf(f, "\"%s\"", w);
+		else
+			fputs("null", f);
+		fprintf(f, ", \"metric\": \"%s\", \"unit\": \"%s\", \"count\": %llu",
+			metric_name[x->metric], x->unit, (unsigned long long)x->st.count);
+		jnum(f, "mean", x->st.mean);
+		jnum(f, "p50", (double)x->st.p50);
+		jnum(f, "p99", (double)x->st.p99);
+		jnum(f, "p999", (double)x->st.p999);
+		jnum(f, "max", (double)x->st.max);
+		jnum(f, "min", (double)x->st.min);
+		if (lat) {
+			jnum(f, "mean_ns", ns(r, x->st.mean));
+			jnum(f, "p50_ns", ns(r, (double)x->st.p50));
+			jnum(f, "p99_ns", ns(r, (double)x->st.p99));
+			jnum(f, "p999_ns", ns(r, (double)x->st.p999));
+			jnum(f, "max_ns", ns(r, (double)x->st.max));
+			jnum(f, "min_ns", ns(r, (double)x->st.min));
+			if (x->metric == M_ONEWAY)
+				fprintf(f, ", \"tsc_skew_clamped\": %llu", (unsigned long long)x->skew);
+		}
+		if (x->has_counts) {
+			jnum(f, "wakeups_per_msg", x->wakeups_per_msg);
+			jnum(f, "sleeps_per_msg", x->sleeps_per_msg);
+		}
+		fprintf(f, ", \"suite\": \"%s\", \"size\": %zu, \"copy\": \"%s\", \"placement_detail\": ",
+			suite_name[x->suite], x->size, x->zerocopy ? "zero-copy" : "one-copy");
+		jstr(f, placement_desc(r, x, pd));
+		if (x->metric == M_THROUGHPUT)
+			fprintf(f, ", \"batch\": %u", x->batch);
+		if (x->metric == M_CPU)
+			fprintf(f, ", \"rate\": %.1f, \"seconds\": %.3f, \"server_user_ns\": %llu, "
+				"\"server_sys_ns\": %llu, \"client_user_ns\": %llu, \"client_sys_ns\": %llu",
+				x->rate, x->seconds, (unsigned long long)x->cpu[0].user_ns,
+				(unsigned long long)x->cpu[0].sys_ns, (unsigned long long)x->cpu[1].user_ns,
+				(unsigned long long)x->cpu[1].sys_ns);
+		fputc('}', f);
+	}
+	fprintf(f, "\n  ],\n  \"unavailable\": [");
+	first = 1;
+	for (unsigned i = 0; i < nr_transports; i++) {
+		if (!(o->transports & (1u << i)) || !transports[i]->unavailable)
+			continue;
+		fprintf(f, "%s{\"transport\": \"%s\", \"reason\": ", first ? "" : ", ", transports[i]->name);
+		jstr(f, transports[i]->unavailable());
+		fputc('}', f);
+		first = 0;
+	}
+	fprintf(f, "],\n  \"errors\": [");
+	for (unsigned i = 0; i < r->nerrs; i++) {
+		fputs(i ? ", " : "", f);
+		jstr(f, r->errs[i]);
+	}
+	fprintf(f, "]\n}\n");
+	return ferror(f) ? -1 : 0;
+}

@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* stats.h - order statistics over raw samples (nearest-rank percentiles). */
+#ifndef RPAL_CLI_STATS_H
+#define RPAL_CLI_STATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct stats {
+	uint64_t count;
+	double mean;
+	uint64_t min, p50, p99, p999, max;
+};
+
+/* Sort v[0..n) ascending, in place. */
+void stats_sort(uint64_t *v, size_t n);
+
+/*
+ * Nearest-rank percentile of sorted v[0..n): the smallest sample with at
+ * least pm/1000 percent of the samples at or below it.  pm is in
+ * thousandths of a percent (50000 = p50, 99900 = p99.9) so that no
+ * floating-point rounding can move a rank.  n == 0 gives 0.
+ */
+uint64_t stats_rank(const uint64_t *v, size_t n, uint32_t pm);
+
+/* Sort v and fill *st.  n == 0 gives all zeroes. */
+void stats_compute(uint64_t *v, size_t n, struct stats *st);
+
+#endif

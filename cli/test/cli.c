@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: the command line: `rpal` alone prints usage and fails,
+ * `rpal --help` and `rpal bench --help` succeed and the latter documents
+ * every option; bad values fail with a message that names the option.
+ */
+#include <stdio.h>
+#include <string.h>
+#include "runcmd.h"
+
+static int fails;
+
+static void expect(char *const argv[], int status, int stream, const char *text)
+{
+	struct out o;
+	char cmd[200] = "";
+
+	for (int i = 1; argv[i]; i++)
+		snprintf(cmd + strlen(cmd), sizeof(cmd) - strlen(cmd), " %s", argv[i]);
+	printf("cli: rpal%s -> status %d, %s mentions \"%s\"\n", cmd, status,
+	       stream ? "stderr" : "stdout", text);
+	if (runcmd(argv, &o)) {
+		printf("FAIL: cannot run %s\n", argv[0]);
+		fails++;
+		return;
+	}
+	if (o.status != status || !strstr(o.buf[stream], text)) {
+		printf("FAIL: status %d\nstdout:\n%s\nstderr:\n%s\n", o.status, o.buf[0], o.buf[1]);
+		fails++;
+	}
+	out_free(&o);
+}
+
+int main(int argc, char **argv)
+{
+	static const char *const opts[] = {
+		"--transport", "--placement", "--size", "--count", "--wait", "--suite", "--batch",
+		"--spin-us", "--large-count", "--rate", "--seconds", "--warmup", "--timeout", "--json", "--plot",
+		"--progress", "--no-progress", "--list", "--verbose", "--help", NULL,
+	};
+	char *r = argc > 1 ? argv[1] : "./rpal";
+	struct out o;
+
+	expect((char *[]){ r, NULL }, 2, 1, "usage: rpal");
+	expect((char *[]){ r, "--help", NULL }, 0, 0, "bench");
+	expect((char *[]){ r, "nonsense", NULL }, 2, 1, "unknown command");
+	expect((char *[]){ r, "bench", "--size", "3", NULL }, 2, 1, "--size");
+	expect((char *[]){ r, "bench", "--transport", "carrier-pigeon", NULL }, 2, 1, "carrier-pigeon");
+	expect((char *[]){ r, "bench", "--placement", "far", NULL }, 2, 1, "placement");
+	expect((char *[]){ r, "bench", "--bogus", NULL }, 2, 1, "--help");
+	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "uds-epoll");
+	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "not available: hosted mode");
+
+	printf("cli: rpal bench --help documents every option\n");
+	if (runcmd((char *[]){ r, "bench", "--help", NULL }, &o) || o.status) {
+		printf("FAIL: rpal bench --help failed\n");
+		return 1;
+	}
+	for (int i = 0; opts[i]; i++)
+		if (!strstr(o.buf[0], opts[i])) {
+			printf("FAIL: %s is not in rpal bench --help\n", opts[i]);
+			fails++;
+		}
+	out_free(&o);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}

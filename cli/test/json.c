@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: runs `rpal bench --json` and checks the document.
+ *   json.c RPAL shape: one kernel baseline (pipe), latency suite, 2000
+ *     messages: the issue's schema, field by field, and ordered percentiles.
+ *   json.c RPAL smoke: every available transport, every suite, tiny counts,
+ *     --plot too: exit 0, no errors, each transport has every metric (rpal
+ *     with both waits), unavailable ones are listed with a reason.
+ * It checks shape and logic only: never how fast anything was.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "minijson.h"
+#include "runcmd.h"
+
+static int fails;
+
+#define CHECK(cond, ...) do { \
+	if (!(cond)) { \
+		printf("FAIL: "); \
+		printf(__VA_ARGS__); \
+		printf("\n"); \
+		fails++; \
+	} \
+} while (0)
+
+static int is(const struct jval *v, enum jtype t)
+{
+	return v && v->t == t;
+}
+
+static const char *str(const struct jval *o, const char *k)
+{
+	const struct jval *v = json_get(o, k);
+
+	return is(v, J_STR) ? v->str : NULL;
+}
+
+static int in(const char *s, const char *const *set)
+{
+	for (; s && *set; set++)
+		if (!strcmp(s, *set))
+			return 1;
+	return 0;
+}
+
+/* The schema for one result. */
+static void check_result(const struct jval *r, size_t i)
+{
+	static const char *const pl[] = { "same-core", "split", "unpinned", NULL };
+	static const char *const metric[] = { "oneway", "rtt", "throughput", "cpu_per_msg", NULL };
+	static const char *const wait[] = { "spin", "sleep", NULL };
+	static const char *const num[] = { "count", "mean", "p50", "p99", "p999", "max", NULL };
+	const struct jval *w = json_get(r, "wait");
+	const char *m = str(r, "metric");
+
+	CHECK(is(r, J_OBJ), "results[%zu] is not an object", i);
+	CHECK(str(r, "transport"), "results[%zu].transport is not a string", i);
+	CHECK(in(str(r, "placement"), pl), "results[%zu].placement is not one of the three", i);
+	CHECK(is(w, J_NULL) || (is(w, J_STR) && in(w->str, wait)),
+	      "results[%zu].wait is not spin, sleep or null", i);
+	CHECK(in(m, metric), "results[%zu].metric is not oneway/rtt/throughput/cpu_per_msg", i);
+	CHECK(str(r, "unit"), "results[%zu].unit is not a string", i);
+	for (int k = 0; num[k]; k++)
+		CHECK(is(json_get(r, num[k]), J_NUM), "results[%zu].%s is not a number", i, num[k]);
+	if (m && (!strcmp(m, "oneway") || !strcmp(m, "rtt"))) {
+		double p50 = json_get(r, "p50")->num, p99 = json_get(r, "p99")->num,
+		       p999 = json_get(r, "p999")->num, max = json_get(r, "max")->num;
+
+		CHECK(!strcmp(str(r, "unit") ? str(r, "unit") : "", "cycles"),
+		      "results[%zu]: latency unit is not cycles", i);
+		CHECK(p50 > 0 && p50 <= p99 && p99 <= p999 && p999 <= max,
+		      "results[%zu]: percentiles out of order: %g %g %g %g", i, p50, p99, p999, max);
+		CHECK(is(json_get(r, "p50_ns"), J_NUM), "results[%zu]: no p50_ns twin", i);
+	}
+}
+
+static struct jval *check_doc(const char *text)
+{
+	char err[200];
+	struct jval *d = json_parse(text, err, sizeof(err));
+	const struct jval *mach, *res;
+
+	if (!d) {
+		printf("FAIL: output is not JSON: %s\n", err);
+		fails++;
+		return NULL;
+	}
+	mach = json_get(d, "machine");
+	res = json_get(d, "results");
+	CHECK(is(json_get(d, "tsc_hz"), J_NUM) && json_get(d, "tsc_hz")->num > 1e6,
+	      "tsc_hz is not a plausible number");
+	CHECK(is(mach, J_OBJ), "machine is not an object");
+	CHECK(str(mach, "cpu") && str(mach, "kernel") && is(json_get(mach, "nproc"), J_NUM),
+	      "machine lacks cpu, kernel or nproc");
+	CHECK(is(res, J_ARR) && res->n > 0, "results is not a non-empty array");
+	if (is(res, J_ARR))
+		for (size_t i = 0; i < res->n; i++)
+			check_result(res->items[i], i);
+	return d;
+}
+
+/* Does results hold (transport, wait, metric)? */
+static int has(const struct jval *d, const char *t, const char *w, const char *m)
+{
+	const struct jval *res = json_get(d, "results");
+
+	for (size_t i = 0; res && i < res->n; i++) {
+		const struct jval *r = res->items[i], *wv = json_get(r, "wait");
+
+		if (!strcmp(str(r, "transport") ? str(r, "transport") : "", t) &&
+		    !strcmp(str(r, "metric") ? str(r, "metric") : "", m) &&
+		    (w ? is(wv, J_STR) && !strcmp(wv->str, w) : is(wv, J_NULL)))
+			return 1;
+	}
+	return 0;
+}
+
+static int shape(char *rpal)
+{
+	char *argv[] = { rpal, "bench", "--transport", "pipe", "--count", "2000", "--suite", "latency",
+			 "--json", "--no-progress", NULL };
+	struct out o;
+	struct jval *d;
+
+	printf("json: %s bench --transport pipe --count 2000 --suite latency --json\n", rpal);
+	if (runcmd(argv, &o)) {
+		printf("FAIL: cannot run %s\n", rpal);
+		return 1;
+	}
+	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
+	d = check_doc(o.buf[0]);
+	if (d) {
+		const struct jval *res = json_get(d, "results");
+
+		CHECK(has(d, "pipe", NULL, "oneway") && has(d, "pipe", NULL, "rtt"),
+		      "pipe oneway and rtt results missing");
+		for (size_t i = 0; res && i < res->n; i++)
+			CHECK(json_get(res->items[i], "count")->num == 2000,
+			      "results[%zu].count is not 2000", i);
+	}
+	json_free(d);
+	out_free(&o);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}
+
+static int smoke(char *rpal)
+{
+	char json[] = "/tmp/rpal-bench-smoke-XXXXXX", svg[64];
+	char *list[] = { rpal, "bench", "--list", NULL };
+	char *argv[] = { rpal, "bench", "--transport", "all", "--suite", "all", "--count", "2000",
+			 "--large-count", "20", "--rate", "1000", "--seconds", "0.2", "--batch", "16",
+			 "--timeout", "120", "--no-progress", NULL, NULL, NULL, NULL };
+	static const char *const metrics[] = { "oneway", "rtt", "throughput", "cpu_per_msg" };
+	char jarg[80], *text = NULL, *line, *save;
+	struct out o, l;
+	struct jval *d = NULL;
+	FILE *f;
+	int fd = mkstemp(json);
+	long len;
+
+	if (fd < 0) {
+		printf("FAIL: mkstemp\n");
+		return 1;
+	}
+	close(fd);
+	snprintf(svg, sizeof(svg), "%s.svg", json);
+	snprintf(jarg, sizeof(jarg), "--json=%s", json);
+	argv[19] = jarg;
+	argv[20] = "--plot";
+	argv[21] = svg;
+	printf("json: %s bench --transport all --suite all --count 2000 ... --json=FILE --plot FILE.svg\n",
+	       rpal);
+	if (runcmd(list, &l) || runcmd(argv, &o)) {
+		printf("FAIL: cannot run %s\n", rpal);
+		return 1;
+	}
+	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
+	CHECK(strstr(o.buf[0], "one-way latency"), "no table on stdout");
+	f = fopen(json, "r");
+	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
+		text = calloc(1, (size_t)len + 1);
+		if (text && fread(text, 1, (size_t)len, f) != (size_t)len)
+			text[0] = 0;
+	}
+	if (f)
+		fclose(f);
+	CHECK(text && text[0], "no JSON written to %s", json);
+	if (text)
+		d = check_doc(text);
+	if (d) {
+		const struct jval *errs = json_get(d, "errors"), *un = json_get(d, "unavailable");
+
+		CHECK(is(errs, J_ARR) && errs->n == 0, "the bench reports failed runs");
+		for (size_t i = 0; is(errs, J_ARR) && i < errs->n; i++)
+			printf("  error: %s\n", errs->items[i]->str ? errs->items[i]->str : "?");
+		/* --list: "name  what" lines, then "  not available: why" under unavailable ones. */
+		for (line = strtok_r(l.buf[0], "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			char name[64];
+			int rpal_t, avail = 1;
+
+			if (line[0] == ' ' || sscanf(line, "%63s", name) != 1)
+				continue;
+			if (save && strncmp(save + strspn(save, " "), "not available", 13) == 0)
+				avail = 0;
+			if (!avail) {
+				int found = 0;
+
+				for (size_t i = 0; is(un, J_ARR) && i < un->n; i++)
+					found |= str(un->items[i], "transport") &&
+						 !strcmp(str(un->items[i], "transport"), name) &&
+						 str(un->items[i], "reason");
+				CHECK(found, "%s is not available but not listed with a reason", name);
+				printf("json: %s: not available (listed)\n", name);
+				continue;
+			}
+			rpal_t = !strncmp(name, "rpal", 4);
+			for (int m = 0; m < 4; m++) {
+				if (rpal_t) {
+					CHECK(has(d, name, "spin", metrics[m]), "%s spin: no %s", name, metrics[m]);
+					CHECK(has(d, name, "sleep", metrics[m]), "%s sleep: no %s", name, metrics[m]);
+				} else {
+					CHECK(has(d, name, NULL, metrics[m]), "%s: no %s", name, metrics[m]);
+				}
+			}
+			printf("json: %s: checked oneway, rtt, throughput, cpu_per_msg\n", name);
+		}
+	}
+	f = fopen(svg, "r");
+	CHECK(f, "no SVG written");
+	if (f) {
+		char head[8] = { 0 };
+
+		CHECK(fread(head, 1, 4, f) == 4 && !strncmp(head, "<svg", 4), "SVG does not start with <svg");
+		fclose(f);
+	}
+	unlink(json);
+	unlink(svg);
+	json_free(d);
+	free(text);
+	out_free(&o);
+	out_free(&l);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 3 || access(argv[1], X_OK)) {
+		printf("usage: %s PATH/TO/rpal shape|smoke\n", argv[0]);
+		return 1;
+	}
+	if (!strcmp(argv[2], "shape"))
+		return shape(argv[1]);
+	if (!strcmp(argv[2], "smoke"))
+		return smoke(argv[1]);
+	printf("unknown mode %s\n", argv[2]);
+	return 1;
+}

@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* tsc.c - the bench reports TSC cycles (the RFC's unit) and converts to ns here. */
+#include <cpuid.h>
+#include <time.h>
+#include "tsc.h"
+
+int tsc_invariant(void)
+{
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid(0x80000000, &a, &b, &c, &d) || a < 0x80000007)
+		return 0;
+	__cpuid(0x80000007, a, b, c, d);
+	return !!(d & (1u << 8));
+}
+
+int tsc_hypervisor(void)
+{
+	unsigned a, b, c, d;
+
+	if (!__get_cpuid(1, &a, &b, &c, &d))
+		return 0;
+	return !!(c & (1u << 31));
+}
+
+uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* One (tsc, ns) pair: the TSC midpoint of the tightest of 16 brackets. */
+static void pair(uint64_t *tsc, uint64_t *ns)
+{
+	uint64_t best = UINT64_MAX;
+
+	for (int i = 0; i < 16; i++) {
+		uint64_t t0 = tsc_now();
+		uint64_t n = mono_ns();
+		uint64_t t1 = tsc_now();
+
+		if (t1 - t0 < best) {
+			best = t1 - t0;
+			*tsc = t0 + (t1 - t0) / 2;
+			*ns = n;
+		}
+	}
+}
+
+double tsc_calibrate(unsigned window_ms)
+{
+	uint64_t t0, n0, t1, n1;
+	struct timespec req = { window_ms / 1000, (long)(window_ms % 1000) * 1000000L };
+
+	pair(&t0, &n0);
+	while (nanosleep(&req, &req))
+		;
+	pair(&t1, &n1);
+	if (n1 <= n0 || t1 <= t0)
+		return 0;
+	return (double)(t1 - t0) * 1e9 / (double)(n1 - n0);
+}

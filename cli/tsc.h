@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* tsc.h - time stamp counter: read, calibrate against CLOCK_MONOTONIC. */
+#ifndef RPAL_CLI_TSC_H
+#define RPAL_CLI_TSC_H
+
+#include <stdint.h>
+#include <x86intrin.h>
+
+/*
+ * rdtscp waits until every earlier instruction has executed, so a stamp is
+ * not taken before the work it follows (a plain rdtsc may be).  The aux
+ * value (the CPU number) is not needed.
+ */
+static inline uint64_t tsc_now(void)
+{
+	unsigned aux;
+
+	return __rdtscp(&aux);
+}
+
+/* True when CPUID 0x80000007 EDX bit 8 (invariant TSC) is set. */
+int tsc_invariant(void);
+
+/* True when CPUID 1 ECX bit 31 says we run under a hypervisor. */
+int tsc_hypervisor(void);
+
+/*
+ * TSC ticks per second, measured against CLOCK_MONOTONIC over window_ms
+ * (the bench uses 100).  Each end of the window is the (tsc, ns) pair with
+ * the tightest bracketing of several tries, so a preemption at the edge
+ * cannot skew it.  Returns 0 if the clock failed.
+ */
+double tsc_calibrate(unsigned window_ms);
+
+/* CLOCK_MONOTONIC in ns. */
+uint64_t mono_ns(void);
+
+#endif

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# demo.sh BUILD_DIR: a short `rpal bench` (well under a minute on a 2-vCPU VM)
+# that prints the comparison table; JSON and SVG are left in BUILD_DIR for
+# scripts/readme_table.py.  Numbers come from this run only.
+set -euo pipefail
+BUILD=${1:-build}
+RPAL=$BUILD/rpal
+if [ ! -x "$RPAL" ]; then
+	echo "demo: $RPAL not found; build first (make build)" >&2
+	exit 1
+fi
+placement=split
+if [ "$(nproc)" -lt 2 ]; then
+	placement=same-core	# split needs two CPUs
+fi
+# 100k ping-pongs per transport: the RFC used 1M; --count 1000000 reproduces it.
+"$RPAL" bench --transport all --placement "$placement" --count 100000 \
+	--suite latency,throughput,cpu --rate 1000 --seconds 1 \
+	--json="$BUILD/bench.json" --plot "$BUILD/bench.svg"
+echo
+echo "demo: results in $BUILD/bench.json, latency plot in $BUILD/bench.svg"
+echo "demo: README table: scripts/readme_table.py $BUILD/bench.json"

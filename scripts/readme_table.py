@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""readme_table.py BENCH.json [--svg PATH] [--update README.md]
+
+Turns the JSON of one `rpal bench` run into the Markdown shown in the README:
+the machine, date and command of the run, then one-way latency, round trip,
+throughput and CPU per message, each with its ratio to uds-epoll in the same
+placement.  Nothing is typed by hand: rerun the bench, rerun this script.
+With --update, replaces the text between <!-- bench:begin --> and
+<!-- bench:end --> in the given file instead of printing.
+"""
+import argparse
+import json
+import re
+import sys
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+def label(r):
+    return r["transport"] + (" (" + r["wait"] + ")" if r.get("wait") else "")
+
+
+def ns(r, key):
+    v = r.get(key + "_ns")
+    return "-" if v is None else ("%.1f" % v if v < 100 else "{:,.0f}".format(v))
+
+
+def ratio(v):
+    return "-" if not v else ("%.2fx" % v if v < 10 else "%.1fx" % v)
+
+
+def base(results, r):
+    for b in results:
+        if (b["transport"] == "uds-epoll" and b["placement"] == r["placement"]
+                and b["metric"] == r["metric"] and b.get("suite") == r.get("suite")
+                and b.get("size") == r.get("size") and b.get("copy", "one-copy") == "one-copy"):
+            return b
+    return None
+
+
+def table(doc, svg):
+    res = doc["results"]
+    m = doc["machine"]
+    out = [
+        "Measured by `%s` on %s (%s CPUs, Linux %s%s), %s; TSC %.3f GHz%s."
+        % (doc.get("command", "rpal bench"), m.get("cpu", "?"), m.get("nproc", "?"),
+           m.get("kernel", "?"), ", under a hypervisor" if m.get("hypervisor") else "",
+           doc.get("date", "?"), doc["tsc_hz"] / 1e9,
+           "" if m.get("invariant_tsc", True) else " (not invariant)"),
+        "",
+    ]
+    placements = []
+    for r in res:
+        if r["placement"] not in placements:
+            placements.append(r["placement"])
+    for pl in placements:
+        for metric, title in (("oneway", "One-way latency"), ("rtt", "Round trip")):
+            rows = [r for r in res if r["placement"] == pl and r["metric"] == metric
+                    and r.get("suite", "latency") == "latency"]
+            if not rows:
+                continue
+            out += ["**%s, %d B, %s** (%s messages; ns unless stated; vs uds-epoll = its p50 / this p50)"
+                    % (title, rows[0].get("size", 32), rows[0].get("placement_detail", pl),
+                       "{:,}".format(rows[0]["count"])), "",
+                    "| transport | p50 cycles | p50 | p99 | p99.9 | max | mean | vs uds-epoll |",
+                    "|---|--:|--:|--:|--:|--:|--:|--:|"]
+            for r in rows:
+                b = base(res, r)
+                out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                    label(r), "{:,.0f}".format(r["p50"]), ns(r, "p50"), ns(r, "p99"),
+                    ns(r, "p999"), ns(r, "max"), ns(r, "mean"),
+                    ratio(b["p50"] / r["p50"] if b and r["p50"] else None)))
+            out.append("")
+        rows = [r for r in res if r["placement"] == pl and r["metric"] == "throughput"]
+        if rows:
+            out += ["**Throughput, %s** (batches of %s, one echo per batch)" % (pl, rows[0].get("batch", "?")),
+                    "", "| transport | msgs/s | vs uds-epoll |", "|---|--:|--:|"]
+            for r in rows:
+                b = base(res, r)
+                out.append("| %s | %s | %s |" % (label(r), "{:,.0f}".format(r["mean"]),
+                                                 ratio(r["mean"] / b["mean"] if b and b["mean"] else None)))
+            out.append("")
+        rows = [r for r in res if r["placement"] == pl and r["metric"] == "cpu_per_msg"]
+        if rows:
+            out += ["**CPU per message at %s msgs/s, %s** (user+sys of both processes, getrusage)"
+                    % ("{:,.0f}".format(rows[0].get("rate", 0)), pl), "",
+                    "| transport | CPU ns/msg | vs uds-epoll (its / this) |", "|---|--:|--:|"]
+            for r in rows:
+                b = base(res, r)
+                out.append("| %s | %s | %s |" % (label(r), "{:,.0f}".format(r["mean"]),
+                                                 ratio(b["mean"] / r["mean"] if b and r["mean"] else None)))
+            out.append("")
+    for u in doc.get("unavailable", []):
+        out.append("Not measured: %s (%s)." % (u["transport"], u["reason"]))
+    for e in doc.get("errors", []):
+        out.append("Failed in this run: %s." % e)
+    if svg:
+        out += ["", "![one-way latency distributions](%s)" % svg]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("json")
+    ap.add_argument("--svg", help="path of the plot to link under the table")
+    ap.add_argument("--update", metavar="FILE", help="replace the bench block in FILE")
+    a = ap.parse_args()
+    with open(a.json) as f:
+        doc = json.load(f)
+    text = table(doc, a.svg)
+    if not a.update:
+        sys.stdout.write(text)
+        return 0
+    with open(a.update) as f:
+        readme = f.read()
+    if BEGIN not in readme or END not in readme:
+        sys.exit("readme_table: %s has no %s ... %s block" % (a.update, BEGIN, END))
+    readme = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END),
+                    lambda _: BEGIN + "\n" + text + END, readme, flags=re.S)
+    with open(a.update, "w") as f:
+        f.write(readme)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
