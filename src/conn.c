@@ -431,18 +431,18 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 /* Our half of a handshake: a fresh block and doorbell pair. */
 static int side_create(struct rpal_block **blk, int *bell, int *ring)
 {
-	int sv[2];
+	int p[2];
 
 	*blk = block_create(rpal_g.cfg.ring_entries, rpal_g.cfg.ring_entries);
 	if (!*blk)
 		return rpal_fail(ENOMEM, "arena exhausted: no room for a connection block");
-	if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) < 0) {
+	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) < 0) {
 		int e = errno;
 		block_destroy(*blk);
 		return rpal_fail(e, "cannot create a doorbell");
 	}
-	*bell = sv[0];
-	*ring = sv[1];
+	*bell = p[0];
+	*ring = p[1];
 	return 0;
 }
 

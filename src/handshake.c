@@ -232,15 +232,15 @@ int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
 	return 0;
 }
 
+/* The peer's doorbell: the write end of a pipe (we ring it with RWF_NOWAIT). */
 int doorbell_check(int fd, char *why, size_t whylen)
 {
-	int type = 0, domain = 0;
-	socklen_t l1 = sizeof(type), l2 = sizeof(domain);
+	struct stat st;
+	int fl = fcntl(fd, F_GETFL);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l1) < 0 ||
-	    getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &l2) < 0)
-		return WHY("peer's doorbell is not a socket");
-	if (domain != AF_UNIX || type != SOCK_DGRAM)
-		return WHY("peer's doorbell is not an AF_UNIX datagram socket");
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+		return WHY("peer's doorbell is not a pipe");
+	if (fl < 0 || (fl & O_ACCMODE) != O_WRONLY)
+		return WHY("peer's doorbell is not the write end of a pipe");
 	return 0;
 }

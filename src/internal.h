@@ -256,7 +256,7 @@ void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acki
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
 uint32_t peer_update(struct rpal_conn *c);
-void wait_begin(struct rpal_conn *c, uint32_t bit);
+uint64_t wait_begin(struct rpal_conn *c, uint32_t bits);
 void wait_end(struct rpal_conn *c, uint32_t bit);
 
 /* epoll.c */

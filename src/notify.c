@@ -9,18 +9,24 @@
  *
  * With both barriers, at least one side sees the other's store: either the
  * waiter finds the message and does not sleep, or the peer sees the bit and
- * rings.  The doorbell is a datagram socket (see wire.h): rung with
- * send(MSG_DONTWAIT), registered edge-triggered in epoll sets, and drained
- * before the next sleep.  The waiting word counts sleeps, so the peer rings
+ * rings.  The doorbell is a pipe (see wire.h): rung and drained with
+ * RWF_NOWAIT, which no flag the peer sets on the shared file can turn into a
+ * blocking call; registered edge-triggered in epoll sets, and drained before
+ * the next sleep.  The waiting word counts sleeps, so the peer rings
  * once per sleep however many messages it publishes meanwhile.
  */
 #include <errno.h>
 #include <poll.h>
-#include <sys/socket.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
+
+#define RPAL_FUTEX_POLL_MS 200
 
 uint64_t now_ns(void)
 {
@@ -51,14 +57,20 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 		s->cur_ns /= 2;
 }
 
-/* Ring once per sleep of the peer.  EAGAIN means datagrams are queued:
- * the peer has an unconsumed edge and will wake anyway. */
-static void ring_doorbell(struct rpal_conn *c, uint64_t w)
+/* Ring once per sleep of the peer.  EAGAIN means the pipe is full: the
+ * peer has unread bytes, hence an edge, and will wake anyway. */
+static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit)
 {
+	char b = 0;
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+
 	if (w == c->last_rung)
 		return;
 	c->last_rung = w;
-	(void)!send(c->peer_doorbell, "", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (w & futex_bit)      /* works on our read-only mapping of its arena */
+		syscall(SYS_futex, (const uint32_t *)&c->pb->waiting, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	else
+		(void)!pwritev2(c->peer_doorbell, &iov, 1, -1, RWF_NOWAIT);
 	c->wakeups++;
 }
 
@@ -71,26 +83,28 @@ void notify_peer_rx(struct rpal_conn *c)
 	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
-		ring_doorbell(c, w);
+		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX);
 }
 
 /* Empty my doorbell before advertising a new sleep. */
 void doorbell_drain(struct rpal_conn *c)
 {
 	char buf[64];
+	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 
 	c->bell_dirty = false;
-	while (recv(c->doorbell, buf, sizeof(buf), MSG_DONTWAIT) >= 0)
+	while (preadv2(c->doorbell, &iov, 1, -1, RWF_NOWAIT) == (ssize_t)sizeof(buf))
 		;
 }
 
-/* Advertise a sleep on bit; the locked RMW is barrier W0. */
-void wait_begin(struct rpal_conn *c, uint32_t bit)
+/* Advertise a sleep on bits; the locked RMW is barrier W0.  Returns the
+ * word as it now is (what a futex sleeper waits on). */
+uint64_t wait_begin(struct rpal_conn *c, uint32_t bits)
 {
 	if (c->bell_dirty)
 		doorbell_drain(c);
 	atomic_fetch_add(&c->me->waiting, RPAL_WAIT_EPOCH);
-	atomic_fetch_or(&c->me->waiting, bit);
+	return atomic_fetch_or(&c->me->waiting, bits) | bits;
 }
 
 void wait_end(struct rpal_conn *c, uint32_t bit)
@@ -114,7 +128,7 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 	smp_mb();       /* W1 for the TX direction */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_TX))
-		ring_doorbell(c, w);
+		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX);
 }
 
 /*
@@ -173,27 +187,26 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			break;
 	}
 
+	/*
+	 * Sleep on a futex on our own waiting word: the cheapest wake-up there
+	 * is.  A dying peer cannot wake a futex, so look for a hang-up every
+	 * RPAL_FUTEX_POLL_MS (a sleeping connection costs a few wake-ups a
+	 * second; one in an epoll set costs none).
+	 */
 	for (;;) {
-		struct pollfd pfd[3] = {
-			{ .fd = c->doorbell, .events = POLLIN },
-			{ .fd = c->fd, .events = POLLRDHUP },
-			{ .fd = c->pidfd, .events = POLLIN },
-		};
-		wait_begin(c, bit);
+		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX);
+		struct timespec ts = { .tv_sec = 0, .tv_nsec = RPAL_FUTEX_POLL_MS * 1000000L };
+		uint64_t w = wait_begin(c, bits);
+
 		if (wait_done(c, what)) {
-			wait_end(c, bit);
+			wait_end(c, bits);
 			break;
 		}
 		c->sleeps++;
-		if (poll(pfd, 3, -1) < 0 && errno != EINTR) {
-			wait_end(c, bit);
-			return -errno;
-		}
-		wait_end(c, bit);
-		if (pfd[0].revents & POLLIN)
-			c->bell_dirty = true;
-		if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
-			conn_mark_dead(c);
+		if (syscall(SYS_futex, (uint32_t *)&c->me->waiting, FUTEX_WAIT, (uint32_t)w, &ts, NULL, 0) < 0 &&
+		    errno == ETIMEDOUT)
+			conn_poll_peer(c);
+		wait_end(c, bits);
 		if (wait_done(c, what))
 			break;
 	}

@@ -101,9 +101,10 @@ struct rpal_block {
 	_Atomic uint64_t ack_head;
 	uint8_t pad4[RPAL_GUARD - 8];
 
-	/* What I sleep on: the peer must ring my doorbell after it publishes
-	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX).  Bits 2..63 count my
-	 * sleeps, so the peer rings at most once per sleep. */
+	/* What I sleep on: the peer must wake me after it publishes
+	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX): FUTEX_WAKE on this
+	 * word if the matching *_FUTEX bit is set, else my doorbell.  Bits
+	 * 4..63 count my sleeps, so the peer wakes me once per sleep. */
 	_Atomic uint64_t waiting;
 	uint8_t pad5[RPAL_GUARD - 8];
 };
@@ -115,17 +116,19 @@ _Static_assert(offsetof(struct rpal_block, waiting) == 640, "block layout");
 #define RPAL_STATE_SHUT_WR 0x1u  /* no messages after tail */
 #define RPAL_STATE_CLOSED  0x2u  /* the owner closed the connection */
 
-#define RPAL_WAIT_RX 0x1u
-#define RPAL_WAIT_TX 0x2u
-#define RPAL_WAIT_EPOCH 0x4u   /* one sleep */
+#define RPAL_WAIT_RX       0x1u
+#define RPAL_WAIT_TX       0x2u
+#define RPAL_WAIT_RX_FUTEX 0x4u   /* the RX sleeper waits on this word's low 32 bits */
+#define RPAL_WAIT_TX_FUTEX 0x8u   /* likewise for TX */
+#define RPAL_WAIT_EPOCH    0x10u  /* one sleep */
 
 /* Handshake messages: one SOCK_SEQPACKET datagram each. */
 enum {
 	RPAL_HS_HELLO   = 1,   /* client -> server, with [arena memfd, doorbell] */
 	RPAL_HS_WELCOME = 2,   /* server -> client, with [arena memfd, doorbell] */
-	/* The doorbell is one end of an AF_UNIX SOCK_DGRAM socketpair whose
-	 * other end the sender keeps and sleeps on; the receiver rings it with
-	 * send(MSG_DONTWAIT), which cannot block whatever the owner does. */
+	/* The doorbell is the write end of a pipe whose read end the sender
+	 * keeps and sleeps on; the receiver rings it with pwritev2(RWF_NOWAIT),
+	 * which cannot block whatever the owner does to the file's flags. */
 	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
 };
 

