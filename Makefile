@@ -5,7 +5,7 @@ BUILD_TSAN ?= build-tsan
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-tsan clean
+.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz fuzz clean
 
 all: build
 
@@ -33,9 +33,17 @@ test-tsan: deps
 	@cmake --build $(BUILD_TSAN) -j $(JOBS)
 	@cd $(BUILD_TSAN) && RPAL_TEST_SCALE=10 ctest --output-on-failure -j $(JOBS) --timeout 300 -L tsan
 
-# Every test: release build, then ASan+UBSan, then the TSan subset.
-test: test-release test-asan test-tsan
+# A short libFuzzer pass over the handshake and ring parsers (clang).
+test-fuzz:
+	@./scripts/fuzz.sh 10
+
+# Longer fuzzing, not part of `make test`.
+fuzz:
+	@./scripts/fuzz.sh $${FUZZ_SECONDS:-300}
+
+# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing.
+test: test-release test-asan test-tsan test-fuzz
 	@echo "make test: all suites passed"
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN)
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz

@@ -150,6 +150,7 @@ RPAL_EXPORT void rpal_fini(void)
 	if (!rpal_g.inited)
 		return;
 	close_all();
+	linger_sweep(true);
 	pthread_mutex_lock(&rpal_g.lock);
 	region_teardown();
 	rpal_g.inited = false;
@@ -158,9 +159,10 @@ RPAL_EXPORT void rpal_fini(void)
 
 /*
  * A forked child inherits none of the region (MADV_DONTFORK) and must not
- * use, or keep open, the parent's connections: forget everything, close our
- * descriptors, and let it rpal_init() afresh.  The slot lock's open file
- * description stays the parent's (closing our copy does not release it).
+ * use, or keep open, the parent's connections: close our descriptors, free
+ * our private copies of the bookkeeping (never touching arena memory, which
+ * the child does not map), and let it rpal_init() afresh.  The slot lock's
+ * open file description stays the parent's (closing our copy keeps it).
  */
 static void atfork_child(void)
 {
@@ -176,26 +178,44 @@ static void atfork_child(void)
 			int *obj = atomic_load(&chunk[i]);
 			if (!obj)
 				continue;
+			atomic_store(&chunk[i], NULL);
 			if (*obj == OBJ_CONN) {
 				struct rpal_conn *c = (struct rpal_conn *)obj;
 				close(c->doorbell);
 				close(c->peer_doorbell);
 				close(c->pidfd);
+				bufset_free(&c->out);
+				free(c);
 			} else if (*obj == OBJ_LISTENER) {
 				struct rpal_listener *l = (struct rpal_listener *)obj;
 				close(l->sock);
-				close(l->lockfd);
+				if (l->lockfd >= 0)
+					close(l->lockfd);
 				for (unsigned k = 0; k < l->nr_pending; k++)
 					close(l->pending[k].fd);
+				free(l->uids);
+				free(l->gids);
+				free(l);
 			} else if (*obj == OBJ_EPOLL) {
-				extern void epoll_forget_child(void *ep);
 				epoll_forget_child(obj);
 			}
 			close(top * OBJ_CHUNK + i);
-			atomic_store(&chunk[i], NULL);
-			/* The objects point into memory we no longer map; leak them. */
 		}
 	}
+	while (rpal_g.lingering) {
+		struct rpal_linger *l = rpal_g.lingering;
+		rpal_g.lingering = l->next;
+		close(l->sock);
+		bufset_free(&l->out);
+		free(l);
+	}
+	while (rpal_g.peers) {
+		struct rpal_peer *p = rpal_g.peers;
+		rpal_g.peers = p->next;
+		free(p);
+	}
+	if (rpal_g.alloc)
+		alloc_destroy(rpal_g.alloc);
 	if (rpal_g.memfd >= 0)
 		close(rpal_g.memfd);
 	if (rpal_g.slot_lockfd >= 0)
@@ -206,7 +226,6 @@ static void atfork_child(void)
 	rpal_g.memfd = rpal_g.slot_lockfd = -1;
 	rpal_g.arena = NULL;
 	rpal_g.alloc = NULL;
-	rpal_g.peers = NULL;
 	rpal_g.nr_conns = 0;
 }
 
@@ -344,11 +363,13 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->out_limit = h->ack_entries;
 	c->doorbell = bell;
 	c->peer_doorbell = ring;
-	c->last_rung = UINT64_MAX;
+	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
+	pthread_mutex_init(&c->out_lock, NULL);
 	c->peer_pid = uc->pid;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;
-	spin_init(&c->spin, rpal_g.cfg.spin_us);
+	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
+	spin_init(&c->tx_spin, rpal_g.cfg.spin_us);
 	ret = obj_set(sock, c);
 	if (ret)
 		goto fail;
@@ -364,27 +385,67 @@ fail:
 	return ret;
 }
 
-/* The peer is gone: hand back every buffer it held.  Idempotent. */
-void conn_reclaim(struct rpal_conn *c)
+static void bufset_reclaim(struct bufset *out)
 {
 	unsigned i;
 
-	for (i = 0; i < c->out.cap; i++) {
-		if (c->out.keys[i] > 1) {
-			arena_free((void *)(uintptr_t)c->out.keys[i]);
-			c->out.keys[i] = 1;
+	for (i = 0; i < out->cap; i++) {
+		if (out->keys[i] > 1) {
+			arena_free((void *)(uintptr_t)out->keys[i]);
+			out->keys[i] = 1;
 		}
 	}
-	c->out.count = 0;
+	out->count = 0;
+}
+
+/* The peer is gone: hand back every buffer it held.  Idempotent. */
+void conn_reclaim(struct rpal_conn *c)
+{
+	pthread_mutex_lock(&c->out_lock);
+	bufset_reclaim(&c->out);
+	pthread_mutex_unlock(&c->out_lock);
+}
+
+/*
+ * Free lingering blocks whose peer let go.  At teardown, forget them all
+ * without touching their memory: the peer's mapping of our arena outlives
+ * us, and what it has not read yet stays readable.  Takes rpal_g.lock.
+ */
+void linger_sweep(bool teardown)
+{
+	struct rpal_linger **pp, *l;
+	uint64_t now = now_ns();
+
+	pthread_mutex_lock(&rpal_g.lock);
+	for (pp = &rpal_g.lingering; (l = *pp);) {
+		struct pollfd p = { .fd = l->sock, .events = POLLRDHUP };
+		bool done = teardown || now >= l->deadline_ns || l->peer->dead;
+
+		if (!done && poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR)))
+			done = true;
+		if (!done) {
+			pp = &l->next;
+			continue;
+		}
+		*pp = l->next;
+		if (!teardown) {
+			bufset_reclaim(&l->out);
+			block_destroy(l->me);
+		}
+		bufset_free(&l->out);
+		peer_put(l->peer);
+		close(l->sock);
+		free(l);
+	}
+	pthread_mutex_unlock(&rpal_g.lock);
 }
 
 void conn_mark_dead(struct rpal_conn *c)
 {
-	if (c->dead)
-		return;
 	/* First take every ack it managed to publish, then the rest back. */
 	acks_drain(c);
-	c->dead = true;
+	if (atomic_exchange(&c->dead, true))
+		return;
 	pthread_mutex_lock(&rpal_g.lock);
 	c->peer->dead = 1;
 	pthread_mutex_unlock(&rpal_g.lock);
@@ -399,7 +460,7 @@ int conn_poll_peer(struct rpal_conn *c)
 		{ .fd = c->pidfd, .events = POLLIN },
 	};
 
-	if (c->dead)
+	if (conn_dead(c))
 		return 1;
 	if (poll(pfd, 2, 0) > 0 &&
 	    ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN))) {
@@ -417,7 +478,7 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 {
 	uint64_t now;
 
-	if (c->dead)
+	if (conn_dead(c))
 		return true;
 	if (!(flags & RPAL_NONBLOCK))
 		return false;
@@ -433,6 +494,7 @@ static int side_create(struct rpal_block **blk, int *bell, int *ring)
 {
 	int p[2];
 
+	linger_sweep(false);
 	*blk = block_create(rpal_g.cfg.ring_entries, rpal_g.cfg.ring_entries);
 	if (!*blk)
 		return rpal_fail(ENOMEM, "arena exhausted: no room for a connection block");
@@ -807,28 +869,51 @@ fail:
 
 static void conn_close(struct rpal_conn *c)
 {
+	struct rpal_linger *l = NULL;
 	uint32_t st;
 
 	epoll_conn_gone(c);
-	/* Tell a live peer we are done: end of stream, then hang-up. */
+	/* Tell a live peer we are done: end of stream after what is queued. */
 	st = load_relaxed(&c->me->state);
 	store_release(&c->me->state, st | RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
-	if (!c->dead)
+	if (!conn_dead(c)) {
 		notify_peer_rx(c);
-	conn_reclaim(c);
+		acks_drain(c);
+		/* It may still be reading our block and our buffers: keep them
+		 * until it closes too, on a private copy of the socket. */
+		l = calloc(1, sizeof(*l));
+		if (l) {
+			l->sock = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+			if (l->sock < 0) {
+				free(l);
+				l = NULL;
+			}
+		}
+	}
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(c->fd);
 	rpal_g.nr_conns--;
-	/* A peer that already saw CLOSED and the nonce change stops reading. */
-	block_destroy(c->me);
-	peer_put(c->peer);
+	if (l) {
+		shutdown(l->sock, SHUT_WR);     /* the peer sees a hang-up now */
+		l->me = c->me;
+		l->peer = c->peer;
+		l->out = c->out;
+		l->deadline_ns = now_ns() + (uint64_t)RPAL_LINGER_MS * 1000000;
+		l->next = rpal_g.lingering;
+		rpal_g.lingering = l;
+	} else {
+		conn_reclaim(c);
+		bufset_free(&c->out);
+		block_destroy(c->me);
+		peer_put(c->peer);
+	}
 	pthread_mutex_unlock(&rpal_g.lock);
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
 	close(c->fd);
-	bufset_free(&c->out);
 	free(c);
+	linger_sweep(false);
 }
 
 static void listener_close(struct rpal_listener *l)
@@ -862,11 +947,9 @@ RPAL_EXPORT int rpal_close(int fd)
 	case OBJ_LISTENER:
 		listener_close((struct rpal_listener *)obj);
 		return 0;
-	case OBJ_EPOLL: {
-		extern void epoll_destroy(void *ep);
+	case OBJ_EPOLL:
 		epoll_destroy(obj);
 		return 0;
-	}
 	}
 	return -EBADF;
 }
@@ -883,7 +966,7 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 		return err;
 	c->shut_wr = true;
 	store_release(&c->me->state, load_relaxed(&c->me->state) | RPAL_STATE_SHUT_WR);
-	if (!c->dead)
+	if (!conn_dead(c))
 		notify_peer_rx(c);
 	return 0;
 }
@@ -905,11 +988,11 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	info->peer_uid = c->peer_uid;
 	info->peer_gid = c->peer_gid;
 	info->peer_slot = c->peer->slot;
-	info->peer_alive = !c->dead;
+	info->peer_alive = !conn_dead(c);
 	info->tx_msgs = c->tx_msgs;
 	info->rx_msgs = c->rx_msgs;
-	info->wakeups = c->wakeups;
-	info->sleeps = c->sleeps;
+	info->wakeups = c->tx_wakeups + c->rx_wakeups;
+	info->sleeps = c->tx_sleeps + c->rx_sleeps;
 	info->bufs_outstanding = c->out.count;
 	return 0;
 }
@@ -920,6 +1003,7 @@ RPAL_EXPORT int rpal_stats(struct rpal_stats *st)
 
 	if (!rpal_g.inited)
 		return -ENOTCONN;
+	linger_sweep(false);
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&rpal_g.lock);
 	st->slot = rpal_g.slot;

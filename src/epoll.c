@@ -261,9 +261,9 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 	if (r->disabled)
 		return 0;
 	state = peer_update(c);
-	if (c->err)
+	if (conn_err(c))
 		hup |= EPOLLERR | EPOLLHUP;
-	if (c->dead)
+	if (conn_dead(c))
 		hup |= EPOLLHUP | EPOLLRDHUP;
 	if (state & RPAL_STATE_SHUT_WR)
 		hup |= EPOLLRDHUP;
@@ -384,7 +384,7 @@ static void sleep_begin(struct rpal_ep *ep)
 		struct rpal_ep_reg *r = ep->regs[i];
 		uint32_t bits = 0;
 
-		if (r->disabled || r->c->dead || r->c->err)
+		if (r->disabled || conn_dead(r->c) || conn_err(r->c))
 			continue;
 		if (r->events & IN_BITS)
 			bits |= RPAL_WAIT_RX;
@@ -406,7 +406,7 @@ static void sleep_end(struct rpal_ep *ep)
 		if (r->sleeping) {
 			wait_end(r->c, r->sleeping);
 			r->sleeping = 0;
-			r->c->sleeps++;
+			r->c->rx_sleeps++;
 		}
 	}
 }
@@ -533,10 +533,15 @@ void epoll_destroy(void *obj)
 	free(ep);
 }
 
-/* After fork: the child closes T; U is closed by the caller. */
+/* After fork: the child frees its copy; U is closed by the caller. */
 void epoll_forget_child(void *obj)
 {
 	struct rpal_ep *ep = obj;
+	unsigned i;
 
 	close(ep->top);
+	for (i = 0; i < ep->nregs; i++)
+		free(ep->regs[i]);
+	free(ep->regs);
+	free(ep);
 }

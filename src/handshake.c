@@ -50,7 +50,7 @@ void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *bl
 int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hello *out,
 		char *why, size_t whylen)
 {
-	struct rpal_hello h;
+	struct rpal_hello h = { 0 };    /* a short message must not show stack bytes */
 
 	if (len < 8)
 		return WHY("handshake message of %zu bytes is too short", len);
@@ -121,7 +121,11 @@ void refuse_fill(struct rpal_refuse *r, int err, const char *reason)
 	snprintf(r->reason, sizeof(r->reason), "%s", reason);
 }
 
-/* 0 if buf is a well-formed refusal; *err is clamped to a plausible errno. */
+/*
+ * 0 if buf is a well-formed refusal; *err is clamped to a plausible errno.
+ * Any version is accepted, so that a refusal stays readable across
+ * versions (it is how a peer tells us it speaks another one).
+ */
 int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rlen)
 {
 	struct rpal_refuse r;

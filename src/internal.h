@@ -125,40 +125,51 @@ struct rpal_conn {
 	uint32_t pack_mask;
 	uint64_t pnonce;
 
+	/*
+	 * Thread model: the producer side (fields marked P) belongs to the
+	 * sending thread, the consumer side (C) to the receiving thread.
+	 * Either may notice a death or a violation: those flags are atomic.
+	 * The outstanding set is also touched by death handling and by epoll's
+	 * EPOLLOUT check, so it has a lock of its own.
+	 */
+	_Atomic bool dead;            /* peer gone: hang-up or exit */
+	_Atomic int err;              /* sticky: EPROTO after a violation */
+	_Atomic uint32_t peer_state;  /* RPAL_STATE_* seen in its block */
+
 	/* Producer state (mirrors of what I publish). */
-	uint64_t tail;
-	uint64_t head_cache;          /* last peer rx_head seen */
-	uint64_t published;           /* tail at the last wake-up check */
+	uint64_t tail;                /* P */
+	uint64_t head_cache;          /* P: last peer rx_head seen */
+	uint64_t published;           /* P: tail at the last wake-up check */
+	uint64_t last_rung_rx;        /* P: peer's waiting word when I last woke it */
 
 	/* Consumer state. */
-	uint64_t rx_head;
-	uint64_t rx_checked;          /* rx_head at the last TX-waiter check */
-	uint64_t ack_tail;            /* acks I have produced */
-	uint64_t ack_head;            /* peer acks I have consumed */
+	uint64_t rx_head;             /* C */
+	uint64_t rx_checked;          /* C: rx_head at the last TX-waiter check */
+	uint64_t ack_tail;            /* C: acks I have produced */
+	uint64_t last_rung_tx;        /* C: peer's waiting word when I last woke it */
 
+	pthread_mutex_t out_lock;     /* ack_head, out */
+	uint64_t ack_head;            /* peer acks I have consumed */
 	struct bufset out;            /* my buffers the peer holds */
 	unsigned out_limit;           /* = peer's ack_entries */
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
-	uint64_t last_rung;           /* the peer's waiting word when I last rang */
-	bool bell_dirty;              /* my doorbell has datagrams to drain */
+	bool bell_dirty;              /* C: my doorbell has bytes to drain */
 	int pidfd;
 
-	int err;                      /* sticky: EPROTO after a violation */
-	bool dead;                    /* peer gone: hang-up or exit */
-	uint32_t peer_state;          /* RPAL_STATE_* seen in its block */
-	uint64_t last_peer_poll;      /* now_ns() of the last liveness poll */
-	bool shut_wr;                 /* we shut down writing */
-	bool eof;                     /* we have seen the peer's end of stream */
+	uint64_t last_peer_poll;      /* C: now_ns() of the last liveness poll */
+	bool shut_wr;                 /* P: we shut down writing */
 
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
-	struct rpal_spin spin;
+	struct rpal_spin rx_spin, tx_spin;
 
 	pid_t peer_pid;
 	uid_t peer_uid;
 	gid_t peer_gid;
-	uint64_t tx_msgs, rx_msgs, wakeups, sleeps;
+	uint64_t tx_msgs, rx_msgs;            /* P, C */
+	uint64_t tx_wakeups, rx_wakeups;      /* P, C: wake-ups we made */
+	uint64_t tx_sleeps, rx_sleeps;        /* P, C: sleeps we took */
 };
 
 struct rpal_pending {             /* an accepted socket mid-handshake */
@@ -179,6 +190,22 @@ struct rpal_listener {
 	unsigned nr_pending;
 };
 
+/*
+ * A closed connection whose peer may still read our block: messages it has
+ * not consumed, our end-of-stream, buffers it holds.  Freed when the peer
+ * closes too (hang-up on our private dup of the socket), dies, or after
+ * RPAL_LINGER_MS.
+ */
+struct rpal_linger {
+	struct rpal_linger *next;
+	int sock;
+	struct rpal_block *me;
+	struct rpal_peer *peer;
+	struct bufset out;
+	uint64_t deadline_ns;
+};
+#define RPAL_LINGER_MS 10000
+
 /* ----------------------------------------------------------- globals */
 struct rpal_global {
 	pthread_mutex_t lock;         /* object table, peers, init */
@@ -194,6 +221,7 @@ struct rpal_global {
 	struct rpal_alloc *alloc;
 	pthread_mutex_t alloc_lock;
 	struct rpal_peer *peers;
+	struct rpal_linger *lingering;
 	unsigned nr_conns;
 	uint64_t tsc_dummy;
 };
@@ -219,8 +247,11 @@ void obj_clear(int fd);
 struct rpal_conn *conn_get(int fd, int *err);
 void conn_mark_dead(struct rpal_conn *c);
 int conn_poll_peer(struct rpal_conn *c);
+static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
+static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
 void conn_reclaim(struct rpal_conn *c);
+void linger_sweep(bool teardown);
 
 /* handshake.c */
 void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service);
@@ -261,5 +292,7 @@ void wait_end(struct rpal_conn *c, uint32_t bit);
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);
+void epoll_destroy(void *ep);
+void epoll_forget_child(void *ep);
 
 #endif /* RPAL_INTERNAL_H */

@@ -12,13 +12,13 @@
 /* Why we cannot send: -EPROTO, -EPIPE (peer closed), -ECONNRESET (died). */
 static int send_error(struct rpal_conn *c)
 {
-	if (c->err)
-		return -c->err;
+	if (conn_err(c))
+		return -conn_err(c);
 	if (c->shut_wr)
 		return rpal_fail(EPIPE, "connection was shut down for writing");
 	if (peer_update(c) & RPAL_STATE_CLOSED)
 		return rpal_fail(EPIPE, "peer pid %d closed the connection", (int)c->peer_pid);
-	if (c->dead)
+	if (conn_dead(c))
 		return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
 	return 0;
 }
@@ -50,7 +50,9 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
 /* Publish a claimed buffer of ours.  The caller has reserved slot and quota. */
 static void publish_buf(struct rpal_conn *c, void *buf, size_t len)
 {
+	pthread_mutex_lock(&c->out_lock);
 	bufset_add(&c->out, (uintptr_t)buf);   /* cannot fail: quota checked */
+	pthread_mutex_unlock(&c->out_lock);
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
 }
 
@@ -133,7 +135,7 @@ RPAL_EXPORT int rpal_flush(int fd)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
-	if (!c->dead)
+	if (!conn_dead(c))
 		notify_peer_rx(c);
 	return 0;
 }
@@ -185,8 +187,8 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 {
 	*eof = false;
-	if (c->err)
-		return -c->err;
+	if (conn_err(c))
+		return -conn_err(c);
 	/* The consumer went idle: a producer stuck on a full ring must hear. */
 	if (c->rx_checked != c->rx_head)
 		notify_peer_tx(c, true);
@@ -309,7 +311,7 @@ RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
 		uint64_t tok = msgs[i].token;
 
 		msgs[i].token = 0;      /* a second release of this struct is a no-op */
-		if (!tok || c->dead || c->err)
+		if (!tok || conn_dead(c) || conn_err(c))
 			continue;
 		ret = ack_push(c, tok);
 		if (ret)

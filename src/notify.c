@@ -59,19 +59,19 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 
 /* Ring once per sleep of the peer.  EAGAIN means the pipe is full: the
  * peer has unread bytes, hence an edge, and will wake anyway. */
-static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit)
+static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint64_t *last, uint64_t *count)
 {
 	char b = 0;
 	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
 
-	if (w == c->last_rung)
+	if (w == *last)
 		return;
-	c->last_rung = w;
+	*last = w;
 	if (w & futex_bit)      /* works on our read-only mapping of its arena */
 		syscall(SYS_futex, (const uint32_t *)&c->pb->waiting, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	else
 		(void)!pwritev2(c->peer_doorbell, &iov, 1, -1, RWF_NOWAIT);
-	c->wakeups++;
+	(*count)++;
 }
 
 /* After publishing: wake the consumer if it advertised sleep. */
@@ -80,10 +80,12 @@ void notify_peer_rx(struct rpal_conn *c)
 	uint64_t w;
 
 	c->published = c->tail;
+	if (unlikely(conn_dead(c)) && !c->peer->base)
+		return;         /* its mapping is retired: nobody to wake */
 	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
-		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX);
+		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, &c->last_rung_rx, &c->tx_wakeups);
 }
 
 /* Empty my doorbell before advertising a new sleep. */
@@ -125,10 +127,12 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 	uint64_t w;
 
 	c->rx_checked = c->rx_head;
+	if (unlikely(conn_dead(c)) && !c->peer->base)
+		return;
 	smp_mb();       /* W1 for the TX direction */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_TX))
-		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX);
+		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, &c->last_rung_tx, &c->rx_wakeups);
 }
 
 /*
@@ -138,14 +142,19 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
  */
 uint32_t peer_update(struct rpal_conn *c)
 {
-	if (c->peer_state != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(c->dead && !c->peer->base))
-		c->peer_state |= load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
-	return c->peer_state;
+	uint32_t st = load_relaxed(&c->peer_state);
+
+	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(conn_dead(c) && !c->peer->base)) {
+		uint32_t now = load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
+		if (now & ~st)
+			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_relaxed) | now;
+	}
+	return st;
 }
 
 static bool wait_done(struct rpal_conn *c, unsigned what)
 {
-	if (c->dead || c->err)
+	if (conn_dead(c) || conn_err(c))
 		return true;
 	if (what & WANT_RX)
 		return ring_readable(c) || (peer_update(c) & RPAL_STATE_SHUT_WR);
@@ -168,7 +177,9 @@ static bool wait_done(struct rpal_conn *c, unsigned what)
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 {
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
-	uint64_t t0, budget = c->spin.cur_ns;
+	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;
+	uint64_t *sleeps = (what & WANT_RX) ? &c->rx_sleeps : &c->tx_sleeps;
+	uint64_t t0, budget = spin->cur_ns;
 	unsigned i;
 
 	if (wait_done(c, what))
@@ -180,7 +191,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	for (i = 1; budget; i++) {
 		cpu_relax();
 		if (wait_done(c, what)) {
-			c->spin.cur_ns = c->spin.max_ns;   /* as spin_update() would */
+			spin->cur_ns = spin->max_ns;   /* as spin_update() would */
 			return 0;
 		}
 		if (!(i & 63) && now_ns() - t0 > budget)
@@ -202,7 +213,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			wait_end(c, bits);
 			break;
 		}
-		c->sleeps++;
+		(*sleeps)++;
 		if (syscall(SYS_futex, (uint32_t *)&c->me->waiting, FUTEX_WAIT, (uint32_t)w, &ts, NULL, 0) < 0 &&
 		    errno == ETIMEDOUT)
 			conn_poll_peer(c);
@@ -210,6 +221,6 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		if (wait_done(c, what))
 			break;
 	}
-	spin_update(&c->spin, now_ns() - t0);
+	spin_update(spin, now_ns() - t0);
 	return 0;
 }

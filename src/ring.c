@@ -95,7 +95,7 @@ bool ring_writable(struct rpal_conn *c)
 
 static int violation(struct rpal_conn *c, const char *what, unsigned long long v)
 {
-	c->err = EPROTO;
+	store_relaxed(&c->err, EPROTO);
 	return rpal_fail(EPROTO, "peer pid %d broke the protocol: %s (%#llx); connection closed",
 			 (int)c->peer_pid, what, v);
 }
@@ -116,9 +116,9 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	const struct rpal_slot *s;
 	uint32_t seq, want = (uint32_t)(c->rx_head + 1);
 
-	if (unlikely(c->err))
-		return -c->err;
-	if (unlikely(c->dead) && !c->peer->base)
+	if (unlikely(conn_err(c)))
+		return -conn_err(c);
+	if (unlikely(conn_dead(c)) && !c->peer->base)
 		return 0;       /* the dead peer's mapping was retired */
 	s = &c->pring[c->rx_head & c->pring_mask];
 	/* A0: pairs with R0; the contents below are the published ones. */
@@ -157,9 +157,9 @@ void ring_consume(struct rpal_conn *c)
 /* Is there something to look at: a message, or a violation to report? */
 bool ring_readable(struct rpal_conn *c)
 {
-	if (c->err)
+	if (conn_err(c))
 		return true;
-	if (c->dead && !c->peer->base)
+	if (conn_dead(c) && !c->peer->base)
 		return false;
 	return !slot_empty(c, c->rx_head, load_relaxed(&c->pring[c->rx_head & c->pring_mask].seq));
 }
@@ -167,7 +167,7 @@ bool ring_readable(struct rpal_conn *c)
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
 bool ring_published(struct rpal_conn *c, uint64_t idx)
 {
-	if (c->err || (c->dead && !c->peer->base) || idx - c->rx_head > c->pring_mask)
+	if (conn_err(c) || (conn_dead(c) && !c->peer->base) || idx - c->rx_head > c->pring_mask)
 		return false;   /* an error is reported as EPOLLERR instead */
 	return !slot_empty(c, idx, load_relaxed(&c->pring[idx & c->pring_mask].seq));
 }
@@ -182,7 +182,7 @@ int ack_push(struct rpal_conn *c, uint64_t addr)
 
 	if (c->ack_tail - load_acquire(&c->pb->ack_head) > c->ack_mask) {
 		/* The peer never drained: it sent more buffers than our ring holds. */
-		c->err = EPROTO;
+		store_relaxed(&c->err, EPROTO);
 		return rpal_fail(EPROTO, "peer pid %d exceeded its buffer quota", (int)c->peer_pid);
 	}
 	a = &c->acks[c->ack_tail & c->ack_mask];
@@ -199,8 +199,12 @@ int acks_drain(struct rpal_conn *c)
 {
 	int n = 0;
 
-	if (c->err || (c->dead && !c->peer->base))
+	if (conn_err(c) || (conn_dead(c) && !c->peer->base))
 		return 0;
+	/* Nothing new: the common case, without the lock. */
+	if (load_relaxed(&c->packs[c->ack_head & c->pack_mask].seq) != (uint32_t)(c->ack_head + 1))
+		return 0;
+	pthread_mutex_lock(&c->out_lock);
 	for (;;) {
 		const struct rpal_ack *a = &c->packs[c->ack_head & c->pack_mask];
 		/* A2: pairs with R2. */
@@ -220,5 +224,6 @@ int acks_drain(struct rpal_conn *c)
 	}
 	if (n)
 		store_release(&c->me->ack_head, c->ack_head);
+	pthread_mutex_unlock(&c->out_lock);
 	return n;
 }

@@ -224,8 +224,9 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	CHECK(bufset_init(&c->out, z->pack_n) == 0, "bufset_init");
 	c->out_limit = z->pack_n;
 	c->doorbell = c->peer_doorbell = c->pidfd = -1;
-	c->last_rung = UINT64_MAX;
-	c->dead = !!(flags & 1);
+	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
+	pthread_mutex_init(&c->out_lock, NULL);
+	store_relaxed(&c->dead, !!(flags & 1));
 	c->peer_pid = 4242;
 
 	z->outs = calloc(z->pack_n + 1, sizeof(*z->outs));
@@ -310,7 +311,7 @@ static void do_ack_push(struct fz *z, uint64_t addr)
 		      (unsigned long long)pblock(z)->ack_head);
 		CHECK(c->acks[before & c->ack_mask].addr == addr, "ack written elsewhere");
 	} else {
-		CHECK(c->err == EPROTO, "ack_push failed without a sticky error");
+		CHECK(conn_err(c) == EPROTO, "ack_push failed without a sticky error");
 		CHECK(c->ack_tail == before, "failed ack_push moved ack_tail");
 	}
 }
@@ -346,7 +347,7 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 		if (s.flags == RPAL_SLOT_BUF) {
 			if ((mode & 1) || z->ntok == FZ_MAX_TOK) {
 				do_ack_push(z, s.addr);        /* rpal_recv */
-				if (!c->err)
+				if (!conn_err(c))
 					notify_peer_tx(c, true);
 			} else {
 				z->tok[z->ntok++] = s.addr;    /* rpal_recv_msg */
@@ -354,7 +355,7 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 		} else {
 			notify_peer_tx(c, false);
 		}
-		if (c->err)
+		if (conn_err(c))
 			return;
 	}
 }
@@ -417,7 +418,7 @@ static void op_send_buf(struct fz *z, size_t len)
 	void *p;
 
 	/* send_prepare(WANT_SLOT | WANT_QUOTA) without waiting. */
-	if (c->err || c->dead)
+	if (conn_err(c) || conn_dead(c))
 		return;
 	if (reserve(z))
 		return;
@@ -454,9 +455,9 @@ static void op_retire(struct fz *z)
 	struct rpal_conn *c = &z->c;
 	unsigned i;
 
-	if (!c->dead) {
+	if (!conn_dead(c)) {
 		op_drain(z);                    /* acks_drain() first */
-		c->dead = true;
+		store_relaxed(&c->dead, true);
 		z->peer.dead = 1;
 		conn_reclaim(c);
 		for (i = 0; i < z->nout; i++)   /* conn_reclaim freed them */

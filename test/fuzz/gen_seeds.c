@@ -386,7 +386,7 @@ static void ring_seeds(void)
 	/* ... and call rpal_recv on the dead connection: recv_empty() ->
 	 * notify_peer_tx() reads the retired block (see the fuzz report). */
 	recv_(&b, 1, 0);
-	save("ring", "crash-notify-after-retire", &b);
+	save("ring", "regress-notify-after-retire", &b);
 
 	ring_hdr(&b, 0x01, 0, 0);               /* more buffers than our ack ring */
 	for (i = 0; i < 10; i++)
