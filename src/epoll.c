@@ -441,6 +441,20 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	if (timeout > 0)
 		deadline = t0 + (uint64_t)timeout * 1000000;
 	budget = ep->spin.cur_ns;
+	if (budget) {
+		/* Spin only if some producer runs on another CPU: one on ours
+		 * cannot publish while we spin. */
+		uint32_t me = (uint32_t)sched_getcpu();
+		bool other = false;
+		for (i = 0; i < ep->nregs; i++) {
+			struct rpal_conn *c = ep->regs[i]->c;
+			cpu_note(&c->me->rx_cpu);
+			if (load_relaxed(&c->pb->tx_cpu) != me)
+				other = true;
+		}
+		if (!other)
+			budget = 0;
+	}
 	for (i = 1; budget && ep->nregs; i++) {
 		cpu_relax();
 		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */

@@ -18,6 +18,8 @@
 #define RPAL_INTERNAL_H
 
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -46,6 +48,17 @@
 #endif
 
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
+
+/* Publish the CPU we run on in a hint slot of our block, if it changed.
+ * sched_getcpu() reads glibc's rseq area: about a nanosecond. */
+static inline uint32_t cpu_note(_Atomic uint32_t *slot)
+{
+	uint32_t cpu = (uint32_t)sched_getcpu();
+
+	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
+		atomic_store_explicit(slot, cpu, memory_order_relaxed);
+	return cpu;
+}
 
 /* ------------------------------------------------------------- errors */
 /* Record a detail for rpal_strerror(-err) on this thread; returns -err. */

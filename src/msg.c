@@ -101,6 +101,7 @@ RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 	ret = send_one(c, buf, len, flags);
 	if (ret >= 0 && !(flags & RPAL_MORE))
 		notify_peer_rx(c);
+	cpu_note(&c->me->tx_cpu);
 	return ret;
 }
 

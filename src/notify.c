@@ -187,6 +187,13 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	if (flags & RPAL_NONBLOCK)
 		return -EAGAIN;
 
+	/* Spinning for a thread on our own CPU only keeps it from running. */
+	if (budget) {
+		uint32_t me = cpu_note((what & WANT_RX) ? &c->me->rx_cpu : &c->me->tx_cpu);
+		uint32_t it = load_relaxed((what & WANT_RX) ? &c->pb->tx_cpu : &c->pb->rx_cpu);
+		if (it == me)
+			budget = 0;
+	}
 	t0 = now_ns();
 	for (i = 1; budget; i++) {
 		cpu_relax();

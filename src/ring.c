@@ -42,6 +42,8 @@ struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries)
 	b->ack_entries = ack_entries;
 	b->ring_off = (uint32_t)ring_off;
 	b->ack_off = (uint32_t)ack_off;
+	b->tx_cpu = UINT32_MAX;
+	b->rx_cpu = UINT32_MAX;
 	return b;
 }
 

@@ -83,7 +83,12 @@ struct rpal_block {
 	/* Changes once or twice per connection, so it shares the read-mostly
 	 * line instead of the busy tail line. */
 	_Atomic uint32_t state;  /* RPAL_STATE_*: set after the last slot */
-	uint8_t pad0[RPAL_GUARD - 36];
+	/* Hints, written only when they change: the CPU my sending and my
+	 * receiving thread last ran on (UINT32_MAX unknown).  A peer does not
+	 * spin waiting for a thread that shares its CPU. */
+	_Atomic uint32_t tx_cpu;
+	_Atomic uint32_t rx_cpu;
+	uint8_t pad0[RPAL_GUARD - 44];
 
 	/* Producer side of my data ring. */
 	_Atomic uint64_t tail;   /* messages published; slot seq is authoritative */
@@ -111,6 +116,7 @@ struct rpal_block {
 _Static_assert(sizeof(struct rpal_block) == 6 * RPAL_GUARD, "block layout");
 _Static_assert(offsetof(struct rpal_block, tail) == 128, "block layout");
 _Static_assert(offsetof(struct rpal_block, state) == 32, "block layout");
+_Static_assert(offsetof(struct rpal_block, rx_cpu) == 40, "block layout");
 _Static_assert(offsetof(struct rpal_block, waiting) == 640, "block layout");
 
 #define RPAL_STATE_SHUT_WR 0x1u  /* no messages after tail */

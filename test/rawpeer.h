@@ -22,14 +22,14 @@ enum raw_fault {
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_NR
 };
 
-static const char *raw_fault_name[RAW_NR] = {
+static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"none", "garbage bytes", "short hello", "bad magic", "bad version", "no descriptors",
 	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell not a pipe write end",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch",
 };
 
-static int raw_connect(const char *service)
+static inline int raw_connect(const char *service)
 {
 	struct sockaddr_un sa = { .sun_family = AF_UNIX };
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
@@ -46,7 +46,7 @@ static int raw_connect(const char *service)
  * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
  * Returns the socket; the caller reads the answer.
  */
-static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot)
+static inline int raw_hello(const char *service, enum raw_fault f, unsigned server_slot)
 {
 	struct rpal_block *blk = block_create(64, 64);
 	struct rpal_hello h;
@@ -101,7 +101,7 @@ static int raw_hello(const char *service, enum raw_fault f, unsigned server_slot
 }
 
 /* Read the server's answer: the refusal's errno, or 0 for a welcome. */
-static int raw_answer(int s, char *reason, size_t rlen)
+static inline int raw_answer(int s, char *reason, size_t rlen)
 {
 	unsigned char buf[256];
 	struct pollfd p = { .fd = s, .events = POLLIN };
