@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs the echo example end to end: server up, client checks 1,000 replies.
+set -eu
+dir=$1
+"$dir/echo_server" example-echo > /dev/null &
+srv=$!
+trap 'kill $srv 2>/dev/null' EXIT
+for _ in $(seq 100); do
+	"$dir/echo_client" example-echo hello rpal > /dev/null 2>&1 && break
+	sleep 0.05
+done
+"$dir/echo_client" example-echo
+"$dir/echo_client" example-echo "one message" "and another"
