@@ -253,6 +253,17 @@ int alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
 	return 0;
 }
 
+/* Undo alloc_claim() of a buffer that was not sent after all. */
+void alloc_unclaim(struct rpal_alloc *a, void *ptr)
+{
+	struct page *p;
+	uint64_t bit;
+	size_t size;
+
+	if (block_find(a, ptr, &p, &bit, &size) == 0)
+		p->sent &= ~bit;
+}
+
 /* Is this live block in flight? */
 bool alloc_in_flight(struct rpal_alloc *a, void *ptr)
 {

@@ -9,18 +9,28 @@
 
 #include "internal.h"
 
+/* The first malformed RPAL_* variable, reported by rpal_config_check(). */
+static __thread char env_error[96];
+
+/* Decimal, or hexadecimal with 0x (never octal: "010" is ten). */
 static void env_u64(const char *name, uint64_t *v)
 {
 	const char *s = getenv(name);
 	char *end;
 	unsigned long long x;
+	int base = 10;
 
 	if (!s || !*s)
 		return;
+	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+		base = 16;
 	errno = 0;
-	x = strtoull(s, &end, 0);
-	if (errno || *end)
-		return;   /* rpal_config_check() reports the default instead */
+	x = strtoull(s, &end, base);
+	if (errno || *end || s[0] == '-') {
+		if (!env_error[0])
+			snprintf(env_error, sizeof(env_error), "%s=%.40s is not a number", name, s);
+		return;
+	}
 	*v = x;
 }
 
@@ -31,6 +41,8 @@ static void env_uint(const char *name, unsigned *v)
 	env_u64(name, &x);
 	if (x <= UINT32_MAX)
 		*v = (unsigned)x;
+	else if (!env_error[0])
+		snprintf(env_error, sizeof(env_error), "%s=%llu is too large", name, (unsigned long long)x);
 }
 
 RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
@@ -38,6 +50,7 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 	const char *dir;
 
 	memset(cfg, 0, sizeof(*cfg));
+	env_error[0] = 0;
 	cfg->region_base = RPAL_DEFAULT_REGION_BASE;
 	cfg->slot_size = RPAL_DEFAULT_SLOT_SIZE;
 	cfg->nr_slots = RPAL_DEFAULT_NR_SLOTS;
@@ -65,6 +78,8 @@ int rpal_config_check(const struct rpal_config *c)
 {
 	const uint64_t user_top = 1ULL << 47;
 
+	if (env_error[0])
+		return rpal_fail(EINVAL, "environment: %s", env_error);
 	if (!pow2(c->slot_size) || c->slot_size < (1ULL << 20))
 		return rpal_fail(EINVAL, "config: slot_size %#" PRIx64 " must be a power of two >= 1 MiB", c->slot_size);
 	if (c->nr_slots < 2 || c->nr_slots > 4096)

@@ -440,15 +440,23 @@ void linger_sweep(bool teardown)
 	pthread_mutex_unlock(&rpal_g.lock);
 }
 
-void conn_mark_dead(struct rpal_conn *c)
+/*
+ * This connection's peer is gone: it closed (hang-up) or its process exited
+ * (pidfd: then the whole mapping is a dead incarnation, which a newcomer
+ * may replace; a hang-up alone says nothing about the process's other
+ * connections).
+ */
+void conn_mark_dead(struct rpal_conn *c, bool process_exited)
 {
+	if (process_exited) {
+		pthread_mutex_lock(&rpal_g.lock);
+		c->peer->dead = 1;
+		pthread_mutex_unlock(&rpal_g.lock);
+	}
 	/* First take every ack it managed to publish, then the rest back. */
 	acks_drain(c);
 	if (atomic_exchange(&c->dead, true))
 		return;
-	pthread_mutex_lock(&rpal_g.lock);
-	c->peer->dead = 1;
-	pthread_mutex_unlock(&rpal_g.lock);
 	conn_reclaim(c);
 }
 
@@ -464,7 +472,7 @@ int conn_poll_peer(struct rpal_conn *c)
 		return 1;
 	if (poll(pfd, 2, 0) > 0 &&
 	    ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN))) {
-		conn_mark_dead(c);
+		conn_mark_dead(c, pfd[1].revents & POLLIN);
 		return 1;
 	}
 	return 0;
@@ -601,8 +609,10 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		ret = rpal_fail(errno == EADDRINUSE ? EADDRINUSE : errno, "cannot bind service %s", service);
 		goto fail;
 	}
+	/* Other uids can reach the socket only if the policy may let them in;
+	 * SO_PEERCRED is the real gate either way. */
 	if (l->path[0])
-		chmod(l->path, 0600);
+		chmod(l->path, (policy && (policy->nr_uids || policy->nr_gids)) ? 0666 : 0600);
 	if (listen(l->sock, 128) < 0) {
 		ret = rpal_fail(errno, "listen() failed");
 		goto fail;
@@ -754,8 +764,11 @@ RPAL_EXPORT int rpal_accept(int lfd, int flags)
 			if (l->nr_pending == before)
 				i++;
 		}
+		/* A refused or failed handshake is reported, as a failed accept(). */
+		if (last_err)
+			return last_err;
 		if (flags & RPAL_NONBLOCK)
-			return last_err && !l->nr_pending ? last_err : -EAGAIN;
+			return rpal_quiet(EAGAIN);
 		for (i = 0; i < l->nr_pending; i++)
 			if (l->pending[i].deadline_ns < next)
 				next = l->pending[i].deadline_ns;
@@ -798,7 +811,8 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	uint64_t deadline;
 	int sock = -1, bell = -1, ring = -1, fds[2], nfds = 0, n, ret;
 
-	(void)flags;
+	if (flags)
+		return rpal_fail(EINVAL, "rpal_connect: flags %#x not supported (pass 0)", (unsigned)flags);
 	ret = rpal_ensure_init();
 	if (ret)
 		return ret;
@@ -806,11 +820,16 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	if (ret)
 		return ret;
 	deadline = now_ns() + (uint64_t)rpal_g.cfg.handshake_ms * 1000000;
-	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (sock < 0)
 		return rpal_fail(errno, "socket() failed");
-	if (connect(sock, (struct sockaddr *)&sa, salen) < 0) {
-		ret = rpal_fail(errno, "cannot connect to service %s", service);
+	/* A full backlog answers EAGAIN: retry until the handshake deadline. */
+	while (connect(sock, (struct sockaddr *)&sa, salen) < 0) {
+		if (errno == EAGAIN && now_ns() < deadline) {
+			usleep(1000);
+			continue;
+		}
+		ret = rpal_fail(errno == EAGAIN ? ETIMEDOUT : errno, "cannot connect to service %s", service);
 		goto fail;
 	}
 	ret = cred_check(sock, policy, &uc, why, sizeof(why));
@@ -847,8 +866,6 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		ret = rpal_fail(ret, "%s refused us: %s", service, why);
 		goto fail;
 	}
-	/* The socket is ours to keep from here on: blocking I/O is never done on it. */
-	fcntl(sock, F_SETFL, O_NONBLOCK);
 	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_WELCOME, &uc, me, bell, &c, why, sizeof(why));
 	if (ret) {
 		send_refuse(sock, -ret, why);

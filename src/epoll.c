@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -24,7 +25,7 @@
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
 #define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
 
-enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_MASK = 3 };
+enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7 };
 
 struct rpal_ep_reg {
 	struct rpal_conn *c;
@@ -43,6 +44,7 @@ struct rpal_ep {
 	enum rpal_kind kind;
 	int fd;                 /* U */
 	int top;                /* T */
+	int kick;               /* eventfd in T: wakes a sleeper after rpal_epoll_ctl() */
 	pthread_mutex_t lock;
 	struct rpal_ep_reg **regs;
 	unsigned nregs, cap;
@@ -81,8 +83,13 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 	spin_init(&ep->spin, rpal_g.cfg.spin_us);
 	ep->fd = epoll_create1(flags);
 	ep->top = epoll_create1(EPOLL_CLOEXEC);
+	ep->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	ev.data.u64 = TAG_USER;
-	if (ep->fd < 0 || ep->top < 0 || epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->fd, &ev) < 0)
+	if (ep->fd < 0 || ep->top < 0 || ep->kick < 0 || epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->fd, &ev) < 0)
+		goto fail;
+	ev.events = EPOLLIN | EPOLLET;  /* private to us: edges, never read */
+	ev.data.u64 = TAG_KICK;
+	if (epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->kick, &ev) < 0)
 		goto fail;
 	pthread_mutex_lock(&rpal_g.lock);
 	ret = obj_set(ep->fd, ep);
@@ -98,6 +105,8 @@ fail:
 		close(ep->fd);
 	if (ep->top >= 0)
 		close(ep->top);
+	if (ep->kick >= 0)
+		close(ep->kick);
 	free(ep);
 	errno = ret;
 	return -1;
@@ -207,6 +216,10 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		ret = -EINVAL;
 	}
 	pthread_mutex_unlock(&ep->lock);
+	/* A thread asleep in rpal_epoll_wait() must look at the new state,
+	 * as epoll_ctl() wakes waiters for a descriptor that is ready. */
+	if (!ret && op != EPOLL_CTL_DEL)
+		(void)!eventfd_write(ep->kick, 1);
 	return ret;
 }
 
@@ -283,7 +296,8 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 			}
 		}
 	}
-	if ((want & OUT_BITS) && !hup && !(state & RPAL_STATE_CLOSED)) {
+	/* A peer that only shut down writing still reads: stay writable. */
+	if ((want & OUT_BITS) && !conn_dead(c) && !conn_err(c) && !(state & RPAL_STATE_CLOSED)) {
 		acks_drain(c);
 		if (ring_writable(c)) {
 			uint64_t mark = c->head_cache;
@@ -354,7 +368,7 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	if (timeout)
 		pthread_mutex_lock(&ep->lock);
 	if (n < 0)
-		return errno == EINTR ? 0 : -errno;
+		return -errno;          /* EINTR too: rpal_epoll_wait() reports it, as epoll_wait() does */
 	for (i = 0; i < n; i++) {
 		struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)(kev[i].data.u64 & ~(uint64_t)TAG_MASK);
 		unsigned tag = kev[i].data.u64 & TAG_MASK;
@@ -363,12 +377,14 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 			user = true;
 			continue;
 		}
+		if (tag == TAG_KICK)
+			continue;       /* just a rescan */
 		if (!reg_live(ep, r))
 			continue;       /* removed while we slept */
 		if (tag == TAG_BELL)
 			r->c->bell_dirty = true;
 		else
-			conn_mark_dead(r->c);
+			conn_mark_dead(r->c, tag == TAG_PIDFD);
 	}
 	if (!user || max <= 0)
 		return 0;
@@ -542,6 +558,7 @@ void epoll_destroy(void *obj)
 	obj_clear(ep->fd);
 	pthread_mutex_unlock(&rpal_g.lock);
 	close(ep->top);
+	close(ep->kick);
 	close(ep->fd);
 	free(ep->regs);
 	free(ep);
@@ -554,6 +571,7 @@ void epoll_forget_child(void *obj)
 	unsigned i;
 
 	close(ep->top);
+	close(ep->kick);
 	for (i = 0; i < ep->nregs; i++)
 		free(ep->regs[i]);
 	free(ep->regs);

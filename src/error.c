@@ -22,6 +22,13 @@ int rpal_fail(int err, const char *fmt, ...)
 	return -err;
 }
 
+/* An expected, self-explanatory error (EAGAIN): no stale detail may stick to it. */
+int rpal_quiet(int err)
+{
+	last_err = 0;
+	return -err;
+}
+
 RPAL_EXPORT const char *rpal_strerror(int err)
 {
 	if (err < 0)

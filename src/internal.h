@@ -63,6 +63,7 @@ static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 /* ------------------------------------------------------------- errors */
 /* Record a detail for rpal_strerror(-err) on this thread; returns -err. */
 int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+int rpal_quiet(int err);
 
 /* ------------------------------------------------------------- config */
 int rpal_config_check(const struct rpal_config *cfg);
@@ -76,6 +77,7 @@ void *alloc_get(struct rpal_alloc *a, size_t len);
 int alloc_put(struct rpal_alloc *a, void *p);   /* -EINVAL if p is not a live block */
 bool alloc_owns(struct rpal_alloc *a, const void *p);
 int alloc_claim(struct rpal_alloc *a, void *p, size_t len);
+void alloc_unclaim(struct rpal_alloc *a, void *p);
 bool alloc_in_flight(struct rpal_alloc *a, void *p);
 size_t alloc_used(struct rpal_alloc *a);
 uint64_t alloc_nr_blocks(struct rpal_alloc *a);
@@ -251,6 +253,7 @@ void peer_put(struct rpal_peer *p);
 void *arena_alloc(size_t len);
 int arena_free(void *p);
 int arena_claim(void *p, size_t len);
+void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
 
 /* conn.c: the object table, indexed by descriptor. */
@@ -258,7 +261,7 @@ void *obj_get(int fd);
 int obj_set(int fd, void *obj);
 void obj_clear(int fd);
 struct rpal_conn *conn_get(int fd, int *err);
-void conn_mark_dead(struct rpal_conn *c);
+void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }

@@ -42,6 +42,9 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
 		if (c->published != c->tail)
 			notify_peer_rx(c);
 		ret = conn_wait(c, what, flags);
+		/* A non-blocking sender never sleeps where a hang-up shows. */
+		if (ret == -EAGAIN && conn_poll_peer_if_idle(c, flags))
+			continue;
 		if (ret)
 			return ret;
 	}
@@ -143,7 +146,7 @@ RPAL_EXPORT int rpal_flush(int fd)
 
 RPAL_EXPORT void *rpal_buf_alloc(size_t len)
 {
-	if (len == 0 || (rpal_g.inited && len > rpal_g.cfg.arena_size / 2))
+	if (len == 0 || rpal_ensure_init() || len > rpal_g.cfg.arena_size / 2)
 		return NULL;
 	return arena_alloc(len);
 }
@@ -167,15 +170,18 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 		return err;
 	if (len == 0 || len > UINT32_MAX)
 		return rpal_fail(EINVAL, "rpal_send_buf: length %zu out of range", len);
-	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
-	if (ret)
-		return ret;
+	/* Validate before waiting: a bad pointer fails at once. */
 	ret = arena_claim(buf, len);
 	if (ret == -EBUSY)
 		return rpal_fail(EBUSY, "rpal_send_buf: buffer %p is already in flight", buf);
 	if (ret)
 		return rpal_fail(EINVAL, "rpal_send_buf: %p is not a live rpal_buf_alloc() buffer of >= %zu bytes",
 				 buf, len);
+	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
+	if (ret) {
+		arena_unclaim(buf);     /* still the caller's */
+		return ret;
+	}
 	publish_buf(c, buf, len);
 	if (!(flags & RPAL_MORE))
 		notify_peer_rx(c);
@@ -260,7 +266,7 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 	if (!c)
 		return err;
 	if (n == 0)
-		return 0;
+		return rpal_fail(EINVAL, "rpal_recv_msg: n is 0");
 	for (;;) {
 		bool eof;
 

@@ -340,6 +340,13 @@ int arena_claim(void *p, size_t len)
 	return ret;
 }
 
+void arena_unclaim(void *p)
+{
+	pthread_mutex_lock(&rpal_g.alloc_lock);
+	alloc_unclaim(rpal_g.alloc, p);
+	pthread_mutex_unlock(&rpal_g.alloc_lock);
+}
+
 bool arena_in_flight(void *p)
 {
 	bool ret;

@@ -64,6 +64,69 @@ int main(void)
 	t_ok(rpal_close(fd));
 	t_wait_ok(pid, "client");
 
+	printf("one connection's close leaves the same peer's other connections alone\n");
+	{
+		int p[2];
+		t_check(pipe(p) == 0, "pipe");
+		pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int c1 = t_ok(rpal_connect("close", NULL, 0));
+			int c2 = t_ok(rpal_connect("close", NULL, 0));
+			t_ok(rpal_close(c1));
+			char x;
+			t_check(read(p[0], &x, 1) == 1, "go");          /* the server saw the hang-up */
+			int c3 = t_ok(rpal_connect("close", NULL, 0));  /* same process, same arena */
+			t_ok(rpal_send(c2, "two", 3, 0));
+			t_ok(rpal_send(c3, "three", 5, 0));
+			t_check(read(p[0], &x, 1) == 1, "go");          /* the server closed the third */
+			t_ok(rpal_send(c2, "again", 5, 0));
+			t_check(rpal_recv(c2, buf, sizeof(buf), 0) == 0, "end");
+			_exit(0);
+		}
+		int s1 = t_ok(rpal_accept(lfd, 0)), s2 = t_ok(rpal_accept(lfd, 0));
+		t_check(rpal_recv(s1, buf, sizeof(buf), 0) == 0, "first: end of stream");
+		struct rpal_conn_info ci;
+		t_check(t_eventually((rpal_conn_info(s1, &ci), !ci.peer_alive), 1000), "hang-up of the first not seen");
+		t_ok(rpal_close(s1));
+		(void)!write(p[1], "g", 1);
+		int s3 = t_ok(rpal_accept(lfd, 0));
+		t_check(rpal_recv(s2, buf, sizeof(buf), 0) == 3 && !memcmp(buf, "two", 3), "second connection broken");
+		t_check(rpal_recv(s3, buf, sizeof(buf), 0) == 5 && !memcmp(buf, "three", 5), "third connection broken");
+		/* The newest goes first: the mapping the second still uses must stay. */
+		rpal_close(s3);
+		(void)!write(p[1], "g", 1);
+		t_check(rpal_recv(s2, buf, sizeof(buf), 0) == 5 && !memcmp(buf, "again", 5), "second broken after third closed");
+		rpal_close(s2);
+		t_wait_ok(pid, "peer with several connections");
+		close(p[0]);
+		close(p[1]);
+	}
+
+	printf("a non-blocking sender on a full ring sees the peer's death\n");
+	{
+		pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			t_ok(rpal_connect("close", NULL, 0));
+			pause();                /* never reads */
+			_exit(0);
+		}
+		fd = t_ok(rpal_accept(lfd, 0));
+		while (rpal_send(fd, "x", 1, RPAL_NONBLOCK) == 1)
+			;
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		uint64_t t0 = t_now_ns();
+		long r;
+		while ((r = rpal_send(fd, "x", 1, RPAL_NONBLOCK)) == -EAGAIN && t_now_ns() - t0 < 1000000000ull)
+			usleep(100);
+		t_check(r == -ECONNRESET, "non-blocking send to a dead peer: %ld (%s)", r, rpal_strerror((int)r));
+		rpal_close(fd);
+	}
+
 	t_check(t_eventually((rpal_stats(&st), st.nr_peers_mapped == 0 && st.arena_used == st0.arena_used), 2000),
 		"left behind: %u peers mapped, arena %zu (was %zu)", st.nr_peers_mapped, st.arena_used, st0.arena_used);
 	rpal_close(lfd);

@@ -86,6 +86,26 @@ static void *nosys_thread(void *p)
 	return NULL;
 }
 
+static void on_alarm(int sig)
+{
+	(void)sig;
+}
+
+struct wait_arg {
+	int ep, n;
+	uint64_t data;
+};
+
+static void *waiter(void *p)
+{
+	struct wait_arg *w = p;
+	struct epoll_event e;
+
+	w->n = rpal_epoll_wait(w->ep, &e, 1, 3000);
+	w->data = e.data.u64;
+	return NULL;
+}
+
 int main(void)
 {
 	struct epoll_event ev;
@@ -206,6 +226,36 @@ int main(void)
 			;
 	}
 
+	printf("a signal ends a sleeping wait with EINTR\n");
+	{
+		struct sigaction sa = { .sa_handler = on_alarm };   /* no SA_RESTART */
+		sigaction(SIGALRM, &sa, NULL);
+		ualarm(50000, 0);
+		int n = rpal_epoll_wait(ep, &ev, 1, 5000);
+		t_check(n == -1 && errno == EINTR, "rpal_epoll_wait after a signal: %d (%s)", n, strerror(errno));
+	}
+
+	printf("a connection added while another thread sleeps in the wait wakes it\n");
+	{
+		int ep2 = rpal_epoll_create(0);
+		struct wait_arg w = { .ep = ep2 };
+		pthread_t th;
+		puppet_do(&p, 's');             /* fd is readable from now on */
+		t_check(pthread_create(&th, NULL, waiter, &w) == 0, "pthread_create");
+		usleep(100000);                 /* let it fall asleep on an empty set */
+		ev.events = EPOLLIN;
+		ev.data.u64 = 7;
+		t_ok(rpal_epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno);
+		t_check(rpal_epoll_ctl(ep2, EPOLL_CTL_ADD, fd, &ev) == 0, "add to the second set");
+		pthread_join(th, NULL);
+		t_check(w.n == 1 && w.data == 7, "the sleeping waiter missed the new connection (%d)", w.n);
+		t_check(rpal_epoll_ctl(ep2, EPOLL_CTL_DEL, fd, NULL) == 0, "del");
+		ev.data.u64 = 1;
+		t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "re-add");
+		t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
+		rpal_close(ep2);
+	}
+
 	printf("EPOLLRDHUP when the peer shuts down, then end of stream\n");
 	ev.events = EPOLLIN | EPOLLRDHUP;
 	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod rdhup");
@@ -214,6 +264,11 @@ int main(void)
 	t_check(wait1(ep, &ev, 1000) == 1 && (ev.events & EPOLLRDHUP) && (ev.events & EPOLLIN), "RDHUP");
 	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "data before the end");
 	t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 0, "end of stream");
+	/* It stopped writing, not reading: we stay writable, as on a socket. */
+	ev.events = EPOLLOUT | EPOLLRDHUP;
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod out");
+	t_check(wait1(ep, &ev, 0) == 1 && (ev.events & EPOLLOUT), "no EPOLLOUT after the peer's shutdown");
+	t_check(rpal_send(fd, buf, 32, 0) == 32, "send after the peer's shutdown");
 
 	printf("EPOLLHUP within a second of kill -9\n");
 	{

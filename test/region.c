@@ -57,8 +57,18 @@ static void config_checks(void)
 	rpal_config_default(&c); c.nr_slots = 4096; c.slot_size = 1ULL << 36; expect_bad(&c, "region");
 
 	setenv("RPAL_RING_ENTRIES", "1024", 1);
+	setenv("RPAL_SPIN_US", "010", 1);
+	setenv("RPAL_SLOT_SIZE", "0x200000000", 1);
 	rpal_config_default(&c);
-	t_check(c.ring_entries == 1024, "environment override ignored");
+	t_check(c.ring_entries == 1024 && c.spin_us == 10 && c.slot_size == 0x200000000ull,
+		"environment overrides: %u %u %#llx", c.ring_entries, c.spin_us, (unsigned long long)c.slot_size);
+	setenv("RPAL_SPIN_US", "fast", 1);
+	rpal_config_default(&c);
+	int e = rpal_init(&c);
+	t_check(e == -EINVAL && strstr(rpal_strerror(e), "RPAL_SPIN_US"), "bad RPAL_SPIN_US: %s", rpal_strerror(e));
+	printf("  RPAL_SPIN_US=fast -> %s\n", rpal_strerror(e));
+	unsetenv("RPAL_SPIN_US");
+	unsetenv("RPAL_SLOT_SIZE");
 	unsetenv("RPAL_RING_ENTRIES");
 
 	printf("a world-writable runtime directory is refused\n");
