@@ -5,7 +5,7 @@ BUILD_TSAN ?= build-tsan
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz fuzz clean
+.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs fuzz clean
 
 all: build
 
@@ -41,8 +41,12 @@ test-fuzz:
 fuzz:
 	@./scripts/fuzz.sh $${FUZZ_SECONDS:-300}
 
-# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing.
-test: test-release test-asan test-tsan test-fuzz
+# Every public function has a man page, and every page renders cleanly.
+test-docs:
+	@./scripts/check-man.sh
+
+# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing, docs.
+test: test-release test-asan test-tsan test-fuzz test-docs
 	@echo "make test: all suites passed"
 
 clean:

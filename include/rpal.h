@@ -110,8 +110,10 @@ void rpal_config_default(struct rpal_config *cfg);
  * Reserve the region, claim a slot and create this process's arena.  cfg may
  * be NULL (rpal_config_default()).  Calling it twice returns -EALREADY.
  * Other calls initialise with defaults on first use.  Errors: -EINVAL (a bad
- * field, named by rpal_strerror), -EEXIST (something already mapped in the
- * region), -EBUSY (no free slot), -ENOMEM, or the errno of a failed syscall.
+ * field or RPAL_* variable, named by rpal_strerror), -EEXIST (something is
+ * already mapped in the region), -EBUSY (no free slot), -EPERM (the runtime
+ * directory is another user's or writable by anyone), -ENOTDIR,
+ * -ENAMETOOLONG, -ENOMEM, or the errno of a failed system call.
  */
 int rpal_init(const struct rpal_config *cfg);
 
@@ -144,10 +146,11 @@ int rpal_listen(const char *service, const struct rpal_policy *policy);
 int rpal_accept(int lfd, int flags);
 
 /*
- * Connect to a service.  Returns a connection descriptor or -errno:
+ * Connect to a service; blocks for at most handshake_ms (a full backlog
+ * included).  flags must be 0.  Returns a connection descriptor or -errno:
  * -ENOENT/-ECONNREFUSED (no such service), -EACCES (credentials refused, by
  * either side), -EPROTO (the peer spoke garbage), -ETIMEDOUT, -EADDRINUSE
- * (the peer claims our slot).
+ * (the peer claims our slot), -EINVAL (flags).
  */
 int rpal_connect(const char *service, const struct rpal_policy *policy, int flags);
 
@@ -159,9 +162,11 @@ int rpal_shutdown(int fd, int how);
 
 /*
  * Close a connection, listener or rpal epoll descriptor; any other
- * descriptor is passed to close().  Buffers the peer had not acknowledged
- * return to the allocator; the peer's arena is unmapped once no connection
- * to that peer remains.
+ * descriptor is passed to close().  The descriptor is free at once.  A live
+ * peer still reads what we sent, then end of stream: our connection block
+ * and the buffers it holds are kept until it closes too (or dies, or 10 s
+ * pass), then return to the allocator.  The peer's arena is unmapped once
+ * no connection to that peer remains.
  */
 int rpal_close(int fd);
 
@@ -184,13 +189,21 @@ int rpal_conn_info(int fd, struct rpal_conn_info *info);
 /*
  * One-copy send of one message.  Payloads up to RPAL_INLINE_MAX bytes travel
  * in the ring slot; larger ones are copied into a buffer of our arena that
- * the receiver acknowledges.  Returns len, -EAGAIN (RPAL_NONBLOCK and ring or
- * buffer quota full), -ENOMEM (arena exhausted), -EPIPE (shut down),
- * -ECONNRESET (peer gone), -EMSGSIZE (larger than the arena allows).
+ * the receiver acknowledges.  Blocks while the ring or the buffer quota is
+ * full, unless RPAL_NONBLOCK.  RPAL_MORE publishes the message but defers
+ * waking the peer to a later send without it or rpal_flush().  Returns len,
+ * -EAGAIN (RPAL_NONBLOCK, ring or quota full), -ENOMEM (arena exhausted: at
+ * once, even when blocking), -EPIPE (we shut down, or the peer closed),
+ * -ECONNRESET (peer gone), -EMSGSIZE (more than half the arena), -EINVAL
+ * (len 0), -EPROTO (the peer broke the protocol).
  */
 ssize_t rpal_send(int fd, const void *buf, size_t len, int flags);
 
-/* Send n messages, msgs[i] each, with one wake-up check.  Returns the number sent. */
+/*
+ * Send n messages, msgs[i] each, with one wake-up check.  Only the first may
+ * wait; the batch stops early at a full ring.  Returns the number sent (an
+ * error only if the first could not be sent).
+ */
 int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags);
 
 /*
@@ -202,9 +215,10 @@ int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags);
 ssize_t rpal_recv(int fd, void *buf, size_t len, int flags);
 
 /*
- * Zero-copy receive of up to n messages.  Returns the count, 0 at end of
- * stream, or -errno as rpal_recv().  Each message must be given back with
- * rpal_msg_release() (in any order).
+ * Zero-copy receive of up to n (>= 1) messages.  Returns the count, 0 at end
+ * of stream, or -errno as rpal_recv().  Each message must be given back with
+ * rpal_msg_release(), exactly once, on the same connection (in any order);
+ * msgs[i].data may point into msgs[i] itself, so do not copy the struct.
  */
 int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags);
 
@@ -212,17 +226,20 @@ int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags);
 int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n);
 
 /*
- * Zero-copy send.  rpal_buf_alloc() returns len bytes in our own arena
- * (64-byte aligned; visible to every peer at the same address) or NULL when
- * the arena is exhausted.  rpal_send_buf() passes ownership to the peer; the
- * buffer returns to the allocator when the peer releases it or dies.  On
- * error the caller still owns it.  rpal_buf_free() frees an unsent buffer.
+ * Zero-copy send.  rpal_buf_alloc() returns len bytes (at most half the
+ * arena) in our own arena, 64-byte aligned and visible to every peer at the
+ * same address, or NULL when the arena is exhausted.  rpal_send_buf() passes
+ * ownership to the peer and returns 0; the buffer returns to the allocator
+ * when the peer releases it or is gone.  It fails at once with -EINVAL (not
+ * a live buffer of >= len bytes) or -EBUSY (already in flight), otherwise as
+ * rpal_send(); on error the caller still owns the buffer.  rpal_buf_free()
+ * frees a buffer that was never sent (one in flight is left alone).
  */
 void *rpal_buf_alloc(size_t len);
 void rpal_buf_free(void *buf);
 int rpal_send_buf(int fd, void *buf, size_t len, int flags);
 
-/* Publish messages sent with RPAL_MORE and wake the peer if it sleeps. */
+/* Wake the peer, if it sleeps, for messages sent with RPAL_MORE. */
 int rpal_flush(int fd);
 
 /* ------------------------------------------------------------------ epoll */
@@ -238,7 +255,9 @@ int rpal_flush(int fd);
  * EPOLLOUT/EPOLLRPALOUT, EPOLLRDHUP, EPOLLHUP, EPOLLERR, EPOLLET and
  * EPOLLONESHOT mean what they mean for a socket.  rpal connection events are
  * found in user space, with no system call, when they are ready; ordinary
- * descriptors are still polled at least every 16 calls.
+ * descriptors are still polled at least every 16 calls.  A connection can
+ * be in one rpal epoll set at a time (rpal_epoll_ctl: EBUSY).  A signal ends
+ * a sleeping rpal_epoll_wait() with EINTR.
  */
 int rpal_epoll_create(int flags);
 int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
@@ -252,7 +271,8 @@ struct rpal_stats {
 	void *arena_base;
 	size_t arena_size;
 	size_t arena_used;          /* bytes handed out by the allocator */
-	uint64_t bufs_in_use;       /* live buffers (sent or not) */
+	uint64_t bufs_in_use;       /* live allocations: buffers, and one block
+	                               per open or lingering connection */
 	unsigned nr_conns;          /* open connections */
 	unsigned nr_peers_mapped;   /* peer arenas currently mapped */
 };
