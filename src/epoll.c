@@ -17,12 +17,20 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
+#define FUTEX_SLEEP_MAX   127u     /* connections a futex_waitv sleep covers (+ the kick) */
+#define FUTEX_POLL_MS     200      /* liveness poll of a futex sleep, as in notify.c */
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
 #define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
 
 enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7 };
@@ -45,6 +53,8 @@ struct rpal_ep {
 	int fd;                 /* U */
 	int top;                /* T */
 	int kick;               /* eventfd in T: wakes a sleeper after rpal_epoll_ctl() */
+	_Atomic uint32_t kick_seq; /* the same, for a futex sleeper */
+	_Atomic unsigned nuser; /* ordinary descriptors added through rpal_epoll_ctl() */
 	pthread_mutex_t lock;
 	struct rpal_ep_reg **regs;
 	unsigned nregs, cap;
@@ -162,6 +172,14 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 	free(r);
 }
 
+/* Wake a thread asleep in this set, on either path. */
+static void ep_kick(struct rpal_ep *ep)
+{
+	(void)!eventfd_write(ep->kick, 1);
+	atomic_fetch_add(&ep->kick_seq, 1);
+	syscall(SYS_futex, &ep->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
 static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epoll_event *ev)
 {
 	struct rpal_ep_reg *r = c->reg;
@@ -219,7 +237,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 	/* A thread asleep in rpal_epoll_wait() must look at the new state,
 	 * as epoll_ctl() wakes waiters for a descriptor that is ready. */
 	if (!ret && op != EPOLL_CTL_DEL)
-		(void)!eventfd_write(ep->kick, 1);
+		ep_kick(ep);
 	return ret;
 }
 
@@ -229,8 +247,20 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 	struct rpal_conn *c = obj_get(fd);
 	int ret;
 
-	if (!ep || !c || c->kind != OBJ_CONN)
-		return epoll_ctl(epfd, op, fd, event);
+	if (!ep || !c || c->kind != OBJ_CONN) {
+		ret = epoll_ctl(epfd, op, fd, event);
+		if (ep && !ret) {
+			/* Counted so a set of rpal connections only may sleep on
+			 * futexes; see ep_wait(). */
+			if (op == EPOLL_CTL_ADD)
+				atomic_fetch_add(&ep->nuser, 1);
+			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser))
+				atomic_fetch_sub(&ep->nuser, 1);
+			if (op != EPOLL_CTL_DEL)
+				ep_kick(ep);
+		}
+		return ret;
+	}
 	if (op != EPOLL_CTL_DEL && !event) {
 		errno = EFAULT;
 		return -1;
@@ -392,7 +422,7 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	return n < 0 ? (errno == EINTR ? 0 : -errno) : n;
 }
 
-static void sleep_begin(struct rpal_ep *ep)
+static void sleep_begin(struct rpal_ep *ep, bool futex)
 {
 	unsigned i;
 
@@ -403,9 +433,9 @@ static void sleep_begin(struct rpal_ep *ep)
 		if (r->disabled || conn_dead(r->c) || conn_err(r->c))
 			continue;
 		if (r->events & IN_BITS)
-			bits |= RPAL_WAIT_RX;
+			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : 0);
 		if ((r->events & OUT_BITS) && !ring_writable(r->c))
-			bits |= RPAL_WAIT_TX;
+			bits |= RPAL_WAIT_TX | (futex ? RPAL_WAIT_TX_FUTEX : 0);
 		if (bits) {
 			wait_begin(r->c, bits);
 			r->sleeping = bits;
@@ -425,6 +455,56 @@ static void sleep_end(struct rpal_ep *ep)
 			r->c->rx_sleeps++;
 		}
 	}
+}
+
+/*
+ * A set of rpal connections only sleeps on futexes: the peers' wake_seq
+ * words (sampled before advertising the sleep, see notify.c) and our kick.
+ * FUTEX_WAKE is cheaper than a doorbell write plus an epoll wake-up.  Deaths
+ * and any descriptor added with plain epoll_ctl() are looked for every
+ * FUTEX_POLL_MS.  Returns the events it put in events[] (>= 0) or -errno;
+ * the caller scans for more.  Lock held (dropped while asleep).
+ */
+static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+{
+	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
+	uint64_t until = now_ns() + FUTEX_POLL_MS * 1000000ull;
+	struct timespec ts;
+	unsigned i, nw = 0;
+	long r;
+
+	wv[nw++] = (struct futex_waitv){ .val = atomic_load(&ep->kick_seq), .uaddr = (uintptr_t)&ep->kick_seq,
+					 .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG };
+	for (i = 0; i < ep->nregs; i++) {
+		struct rpal_conn *c = ep->regs[i]->c;
+		if (conn_dead(c) && !c->peer->base)
+			continue;
+		wv[nw++] = (struct futex_waitv){ .val = load_acquire(&c->pb->wake_seq),
+						 .uaddr = (uintptr_t)&c->pb->wake_seq, .flags = FUTEX_32 };
+	}
+	sleep_begin(ep, true);
+	r = scan(ep, events, max);      /* the re-check after W0 */
+	if (r) {
+		sleep_end(ep);
+		return (int)r;
+	}
+	if (deadline < until)
+		until = deadline;
+	ts.tv_sec = (time_t)(until / 1000000000ull);
+	ts.tv_nsec = (long)(until % 1000000000ull);
+	pthread_mutex_unlock(&ep->lock);
+	r = syscall(SYS_futex_waitv, wv, nw, 0, &ts, CLOCK_MONOTONIC);
+	pthread_mutex_lock(&ep->lock);
+	sleep_end(ep);
+	if (r < 0 && errno == EINTR)
+		return -EINTR;
+	if (r < 0 && errno == ENOSYS) {
+		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
+		return 0;
+	}
+	if (r < 0 && errno == ETIMEDOUT)
+		return kernel_wait(ep, events, max, 0);  /* deaths, plain-epoll_ctl descriptors */
+	return 0;
 }
 
 static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout)
@@ -503,18 +583,22 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 
 		if (now >= deadline)
 			return 0;
-		left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
-		for (i = 0; i < ep->nregs; i++)
-			if (ep->regs[i]->c->bell_dirty)
-				doorbell_drain(ep->regs[i]->c);
-		sleep_begin(ep);
-		n = scan(ep, events, max);
-		if (n) {
+		if (atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
+			k = futex_sleep(ep, events, max, deadline);
+		} else {
+			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
+			for (i = 0; i < ep->nregs; i++)
+				if (ep->regs[i]->c->bell_dirty)
+					doorbell_drain(ep->regs[i]->c);
+			sleep_begin(ep, false);
+			n = scan(ep, events, max);
+			if (n) {
+				sleep_end(ep);
+				return n;
+			}
+			k = kernel_wait(ep, events, max, left);
 			sleep_end(ep);
-			return n;
 		}
-		k = kernel_wait(ep, events, max, left);
-		sleep_end(ep);
 		if (k < 0)
 			return k;
 		n = k + scan(ep, events + k, max - k);

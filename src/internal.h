@@ -185,6 +185,7 @@ struct rpal_conn {
 	uint64_t tx_msgs, rx_msgs;            /* P, C */
 	uint64_t tx_wakeups, rx_wakeups;      /* P, C: wake-ups we made */
 	uint64_t tx_sleeps, rx_sleeps;        /* P, C: sleeps we took */
+	uint64_t lost_wakeups;                /* futex timeouts that found work: must stay 0 */
 };
 
 struct rpal_pending {             /* an accepted socket mid-handshake */

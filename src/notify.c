@@ -67,9 +67,12 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	if (w == *last)
 		return;
 	*last = w;
-	if (w & futex_bit)      /* works on our read-only mapping of its arena */
-		syscall(SYS_futex, (const uint32_t *)&c->pb->waiting, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-	else
+	if (w & futex_bit) {
+		/* Change the word it waits on, then wake: a FUTEX_WAIT that
+		 * comes later sees the change and does not sleep. */
+		atomic_fetch_add(&c->me->wake_seq, 1);
+		syscall(SYS_futex, (uint32_t *)&c->me->wake_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	} else
 		(void)!pwritev2(c->peer_doorbell, &iov, 1, -1, RWF_NOWAIT);
 	(*count)++;
 }
@@ -206,24 +209,32 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	}
 
 	/*
-	 * Sleep on a futex on our own waiting word: the cheapest wake-up there
-	 * is.  A dying peer cannot wake a futex, so look for a hang-up every
-	 * RPAL_FUTEX_POLL_MS (a sleeping connection costs a few wake-ups a
-	 * second; one in an epoll set costs none).
+	 * Sleep on a futex: the cheapest wake-up there is.  We wait on the
+	 * peer's wake_seq, sampled before we advertise the sleep, so a wake
+	 * that lands before our FUTEX_WAIT makes it return at once.  A dying
+	 * peer wakes no futex, so look for a hang-up every RPAL_FUTEX_POLL_MS
+	 * (a sleeping connection costs a few wake-ups a second; one in an epoll
+	 * set costs none).
 	 */
 	for (;;) {
 		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX);
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = RPAL_FUTEX_POLL_MS * 1000000L };
-		uint64_t w = wait_begin(c, bits);
+		uint32_t seq = load_acquire(&c->pb->wake_seq);
 
+		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);
 			break;
 		}
 		(*sleeps)++;
-		if (syscall(SYS_futex, (uint32_t *)&c->me->waiting, FUTEX_WAIT, (uint32_t)w, &ts, NULL, 0) < 0 &&
-		    errno == ETIMEDOUT)
+		if (syscall(SYS_futex, (const uint32_t *)&c->pb->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0) < 0 &&
+		    errno == ETIMEDOUT) {
 			conn_poll_peer(c);
+			/* A timeout that finds the condition met means a wake-up
+			 * was lost: counted, for the stress test to assert none. */
+			if (wait_done(c, what) && !conn_dead(c))
+				c->lost_wakeups++;
+		}
 		wait_end(c, bits);
 		if (wait_done(c, what))
 			break;

@@ -107,24 +107,29 @@ struct rpal_block {
 	uint8_t pad4[RPAL_GUARD - 8];
 
 	/* What I sleep on: the peer must wake me after it publishes
-	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX): FUTEX_WAKE on this
-	 * word if the matching *_FUTEX bit is set, else my doorbell.  Bits
-	 * 4..63 count my sleeps, so the peer wakes me once per sleep. */
+	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX): by FUTEX_WAKE on its
+	 * own wake_seq if the matching *_FUTEX bit is set, else by my doorbell.
+	 * Bits 4..63 count my sleeps, so the peer wakes me once per sleep. */
 	_Atomic uint64_t waiting;
-	uint8_t pad5[RPAL_GUARD - 8];
+	/* Bumped before each FUTEX_WAKE I send the peer; a futex sleeper
+	 * samples its peer's wake_seq before advertising sleep and waits on it,
+	 * so a wake that comes before its FUTEX_WAIT is not lost. */
+	_Atomic uint32_t wake_seq;
+	uint8_t pad5[RPAL_GUARD - 12];
 };
 _Static_assert(sizeof(struct rpal_block) == 6 * RPAL_GUARD, "block layout");
 _Static_assert(offsetof(struct rpal_block, tail) == 128, "block layout");
 _Static_assert(offsetof(struct rpal_block, state) == 32, "block layout");
 _Static_assert(offsetof(struct rpal_block, rx_cpu) == 40, "block layout");
 _Static_assert(offsetof(struct rpal_block, waiting) == 640, "block layout");
+_Static_assert(offsetof(struct rpal_block, wake_seq) == 648, "block layout");
 
 #define RPAL_STATE_SHUT_WR 0x1u  /* no messages after tail */
 #define RPAL_STATE_CLOSED  0x2u  /* the owner closed the connection */
 
 #define RPAL_WAIT_RX       0x1u
 #define RPAL_WAIT_TX       0x2u
-#define RPAL_WAIT_RX_FUTEX 0x4u   /* the RX sleeper waits on this word's low 32 bits */
+#define RPAL_WAIT_RX_FUTEX 0x4u   /* the RX sleeper waits on the waker's wake_seq */
 #define RPAL_WAIT_TX_FUTEX 0x8u   /* likewise for TX */
 #define RPAL_WAIT_EPOCH    0x10u  /* one sleep */
 

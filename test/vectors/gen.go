@@ -18,7 +18,7 @@ import (
 )
 
 const (
-	regionBase = 0x600000000000
+	regionBase = 0x200000000000
 	slotSize   = 64 << 30
 	nrSlots    = 256
 	arenaSize  = 64 << 20
@@ -79,7 +79,8 @@ func arenaHdr(slot, pid uint32, nonce uint64) []byte {
 // block: the client's connection block (slot 3) after it published three
 // messages (inline "hello", a 4096-byte buffer, 40 inline bytes 0..39),
 // consumed two of the server's, acknowledged one server buffer, shut down
-// writing, and advertised its third sleep waiting for data.
+// writing, and advertised its third sleep waiting for data (on its
+// doorbell, not the futex); it last sent from CPU 1.
 func block() []byte {
 	const ringEntries, ackEntries = 8, 8
 	ringOff := 768
@@ -93,12 +94,14 @@ func block() []byte {
 	le.PutUint32(b[20:], ackEntries)
 	le.PutUint32(b[24:], uint32(ringOff))
 	le.PutUint32(b[28:], uint32(ackOff))
-	le.PutUint32(b[32:], 1)   // state: SHUT_WR
+	le.PutUint32(b[32:], 1)          // state: SHUT_WR
+	le.PutUint32(b[36:], 1)          // tx_cpu hint: CPU 1
+	le.PutUint32(b[40:], 0xffffffff) // rx_cpu hint: unknown
 	le.PutUint64(b[128:], 3)  // tail
 	le.PutUint64(b[256:], 2)  // rx_head
 	le.PutUint64(b[384:], 1)  // ack_tail
 	le.PutUint64(b[512:], 0)  // ack_head
-	le.PutUint64(b[640:], 3*4|1) // waiting: 3 sleeps, RX
+	le.PutUint64(b[640:], 3*16|1) // waiting: 3 sleeps, RX, on the doorbell (no RX_FUTEX)
 	slot := func(i int) []byte { return b[ringOff+64*i : ringOff+64*(i+1)] }
 	s := slot(0)
 	le.PutUint32(s[0:], 1)
