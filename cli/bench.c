@@ -39,8 +39,8 @@ static void usage(FILE *f)
 "  -w, --wait LIST       rpal consumers: spin (awake: spin up to --spin-us\n"
 "                        before sleeping) and/or sleep (sleep at once)\n"
 "                        (default: both)\n"
-"      --spin-us N       rpal spin_us for --wait spin (default 1000000); a\n"
-"                        spinner on a shared CPU holds it until preempted\n"
+"      --spin-us N       rpal spin_us for --wait spin (default 1000000);\n"
+"                        librpal does not spin for a peer on its own CPU\n"
 "  -S, --suite LIST      latency (ping-pong: one-way + round trip), throughput\n"
 "                        (batches, msgs/s), large (4 KiB, 64 KiB, 1 MiB, one-copy\n"
 "                        and zero-copy), cpu (CPU per message at --rate), or all\n"
@@ -431,11 +431,6 @@ int cmd_bench(int argc, char **argv)
 		fprintf(stderr, "rpal bench: cannot calibrate the TSC against CLOCK_MONOTONIC\n");
 		return 1;
 	}
-	if ((o.placements & (1u << PL_SAME_CORE)) && (o.waits & 2) && o.spin_us >= 1000 &&
-	    (o.transports & (1u << transport_find("rpal-connected"))))
-		fprintf(stderr, "rpal bench: note: rpal-connected same-core with --wait spin: a "
-			"spinner holds the only CPU until preempted (each message may wait a time "
-			"slice; lower --spin-us)\n");
 
 	for (int pl = 0; pl < PL_NR; pl++) {
 		if (!(o.placements & (1u << pl)))
