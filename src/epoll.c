@@ -458,14 +458,16 @@ static void sleep_end(struct rpal_ep *ep)
 }
 
 /*
- * A set of rpal connections only sleeps on futexes: the peers' wake_seq
- * words (sampled before advertising the sleep, see notify.c) and our kick.
- * FUTEX_WAKE is cheaper than a doorbell write plus an epoll wake-up.  Deaths
- * and any descriptor added with plain epoll_ctl() are looked for every
- * FUTEX_POLL_MS.  Returns the events it put in events[] (>= 0) or -errno;
- * the caller scans for more.  Lock held (dropped while asleep).
+ * A set of rpal connections only sleeps on futexes at first: the peers'
+ * wake_seq words (sampled before advertising the sleep, see notify.c) and
+ * our kick.  FUTEX_WAKE is cheaper than a doorbell write plus an epoll
+ * wake-up.  After FUTEX_POLL_MS with nothing (*idle set), deaths and any
+ * descriptor added with plain epoll_ctl() are looked for and the caller
+ * sleeps in epoll from then on.  Returns the events it put in events[]
+ * (>= 0) or -errno; the caller scans for more.  Lock held (dropped while
+ * asleep).
  */
-static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline, bool *idle)
 {
 	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
 	uint64_t until = now_ns() + FUTEX_POLL_MS * 1000000ull;
@@ -502,8 +504,10 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
 		return 0;
 	}
-	if (r < 0 && errno == ETIMEDOUT)
+	if (r < 0 && errno == ETIMEDOUT) {
+		*idle = true;
 		return kernel_wait(ep, events, max, 0);  /* deaths, plain-epoll_ctl descriptors */
+	}
 	return 0;
 }
 
@@ -577,14 +581,16 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		}
 	}
 
-	for (;;) {
+	/* Futex sleeps first (rpal-only sets); after one liveness period with
+	 * nothing, the epoll sleep, which costs no CPU however long it lasts. */
+	for (bool deep = false;;) {
 		uint64_t now = now_ns();
 		int left;
 
 		if (now >= deadline)
 			return 0;
-		if (atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
-			k = futex_sleep(ep, events, max, deadline);
+		if (!deep && atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
+			k = futex_sleep(ep, events, max, deadline, &deep);
 		} else {
 			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
 			for (i = 0; i < ep->nregs; i++)

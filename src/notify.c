@@ -209,17 +209,23 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	}
 
 	/*
-	 * Sleep on a futex: the cheapest wake-up there is.  We wait on the
-	 * peer's wake_seq, sampled before we advertise the sleep, so a wake
+	 * Sleep on a futex first: the cheapest wake-up there is.  We wait on
+	 * the peer's wake_seq, sampled before we advertise the sleep, so a wake
 	 * that lands before our FUTEX_WAIT makes it return at once.  A dying
-	 * peer wakes no futex, so look for a hang-up every RPAL_FUTEX_POLL_MS
-	 * (a sleeping connection costs a few wake-ups a second; one in an epoll
-	 * set costs none).
+	 * peer wakes no futex, so after RPAL_FUTEX_POLL_MS we look for a
+	 * hang-up and go on sleeping in poll() on the doorbell, the socket and
+	 * the pidfd instead: an idle connection then costs no CPU at all.
 	 */
-	for (;;) {
-		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX);
+	for (bool deep = false;;) {
+		uint32_t fbit = bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX;
+		uint32_t bits = deep ? bit : bit | fbit;
 		struct timespec ts = { .tv_sec = 0, .tv_nsec = RPAL_FUTEX_POLL_MS * 1000000L };
 		uint32_t seq = load_acquire(&c->pb->wake_seq);
+		struct pollfd pfd[3] = {
+			{ .fd = c->doorbell, .events = POLLIN },
+			{ .fd = c->fd, .events = POLLRDHUP },
+			{ .fd = c->pidfd, .events = POLLIN },
+		};
 
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
@@ -227,13 +233,21 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			break;
 		}
 		(*sleeps)++;
-		if (syscall(SYS_futex, (const uint32_t *)&c->pb->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0) < 0 &&
-		    errno == ETIMEDOUT) {
-			conn_poll_peer(c);
-			/* A timeout that finds the condition met means a wake-up
-			 * was lost: counted, for the stress test to assert none. */
-			if (wait_done(c, what) && !conn_dead(c))
-				c->lost_wakeups++;
+		if (!deep) {
+			if (syscall(SYS_futex, (const uint32_t *)&c->pb->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0) < 0 &&
+			    errno == ETIMEDOUT) {
+				conn_poll_peer(c);
+				/* A timeout that finds the condition met means a
+				 * wake-up was lost: counted, for the stress test. */
+				if (wait_done(c, what) && !conn_dead(c))
+					c->lost_wakeups++;
+				deep = true;
+			}
+		} else if (poll(pfd, 3, -1) > 0) {
+			if (pfd[0].revents & POLLIN)
+				c->bell_dirty = true;
+			if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
+				conn_mark_dead(c, pfd[2].revents & POLLIN);
 		}
 		wait_end(c, bits);
 		if (wait_done(c, what))

@@ -91,7 +91,7 @@ static double serve_round(int lfd, int steady, pid_t victim, int vfd, uint64_t k
 					left += k;
 					rpal_msg_release(fd, m, (unsigned)k);
 				}
-				t_check(left <= RPAL_DEFAULT_RING_ENTRIES, "%d messages after the hang-up", left);
+				t_check(left <= (int)RPAL_DEFAULT_RING_ENTRIES, "%d messages after the hang-up", left);
 				t_check(k == -ECONNRESET, "dead peer: got %d, want ECONNRESET", k);
 				t_ok(rpal_close(fd));
 				return (double)(t_now_ns() - killed) / 1e6;
