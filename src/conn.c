@@ -150,6 +150,7 @@ RPAL_EXPORT void rpal_fini(void)
 	if (!rpal_g.inited)
 		return;
 	close_all();
+	watch_stop();
 	linger_sweep(true);
 	pthread_mutex_lock(&rpal_g.lock);
 	region_teardown();
@@ -170,6 +171,7 @@ static void atfork_child(void)
 
 	pthread_mutex_init(&rpal_g.lock, NULL);
 	pthread_mutex_init(&rpal_g.alloc_lock, NULL);
+	watch_forget_child();
 	for (top = 0; top < OBJ_TOP; top++) {
 		void *_Atomic *chunk = atomic_load(&obj_top[top]);
 		if (!chunk)
@@ -349,6 +351,15 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		goto fail;
 	}
 	fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
+	/* Hang-up or death wakes futex sleepers through the watcher thread. */
+	ret = watch_add(sock, EPOLLRDHUP);
+	if (!ret)
+		ret = watch_add(c->pidfd, EPOLLIN);
+	if (ret) {
+		watch_del(sock);
+		snprintf(why, whylen, "%s", rpal_strerror(ret));
+		goto fail;
+	}
 	c->me = me;
 	c->ring = (struct rpal_slot *)((char *)me + me->ring_off);
 	c->ring_mask = me->ring_entries - 1;
@@ -925,6 +936,8 @@ static void conn_close(struct rpal_conn *c)
 		peer_put(c->peer);
 	}
 	pthread_mutex_unlock(&rpal_g.lock);
+	watch_del(c->fd);       /* the lingering copy of the socket stays unwatched */
+	watch_del(c->pidfd);
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);

@@ -20,17 +20,12 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
 
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
-#define FUTEX_SLEEP_MAX   127u     /* connections a futex_waitv sleep covers (+ the kick) */
-#define FUTEX_POLL_MS     200      /* liveness poll of a futex sleep, as in notify.c */
-#ifndef SYS_futex_waitv
-#define SYS_futex_waitv 449
-#endif
+#define FUTEX_SLEEP_MAX   126u     /* connections a futex_waitv sleep covers (+ kick, watch) */
 #define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
 
 enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7 };
@@ -100,6 +95,10 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 	ev.events = EPOLLIN | EPOLLET;  /* private to us: edges, never read */
 	ev.data.u64 = TAG_KICK;
 	if (epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->kick, &ev) < 0)
+		goto fail;
+	/* While the set holds no descriptor added through rpal_epoll_ctl(),
+	 * it may sleep on futexes: the watcher looks at U meanwhile. */
+	if (watch_add(ep->fd, EPOLLIN) < 0)
 		goto fail;
 	pthread_mutex_lock(&rpal_g.lock);
 	ret = obj_set(ep->fd, ep);
@@ -252,10 +251,11 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 		if (ep && !ret) {
 			/* Counted so a set of rpal connections only may sleep on
 			 * futexes; see ep_wait(). */
-			if (op == EPOLL_CTL_ADD)
-				atomic_fetch_add(&ep->nuser, 1);
-			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser))
-				atomic_fetch_sub(&ep->nuser, 1);
+			if (op == EPOLL_CTL_ADD && atomic_fetch_add(&ep->nuser, 1) == 0)
+				watch_del(ep->fd);      /* epoll sleeps see U themselves */
+			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser) &&
+				 atomic_fetch_sub(&ep->nuser, 1) == 1)
+				watch_add(ep->fd, EPOLLIN);
 			if (op != EPOLL_CTL_DEL)
 				ep_kick(ep);
 		}
@@ -458,31 +458,29 @@ static void sleep_end(struct rpal_ep *ep)
 }
 
 /*
- * A set of rpal connections only sleeps on futexes at first: the peers'
- * wake_seq words (sampled before advertising the sleep, see notify.c) and
- * our kick.  FUTEX_WAKE is cheaper than a doorbell write plus an epoll
- * wake-up.  After FUTEX_POLL_MS with nothing (*idle set), deaths and any
- * descriptor added with plain epoll_ctl() are looked for and the caller
- * sleeps in epoll from then on.  Returns the events it put in events[]
- * (>= 0) or -errno; the caller scans for more.  Lock held (dropped while
- * asleep).
+ * A set of rpal connections only sleeps on futexes: the peers' wake_seq
+ * words (sampled before advertising the sleep, see notify.c), our kick, and
+ * watch_seq (a hang-up, a death, or a descriptor added to U with plain
+ * epoll_ctl(): U is watched while no rpal_epoll_ctl()-added one is there).
+ * FUTEX_WAKE is cheaper than a doorbell write plus an epoll wake-up, and no
+ * timeout is needed.  Returns the events it put in events[] (>= 0) or
+ * -errno; the caller scans for more.  Lock held (dropped while asleep).
  */
-static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline, bool *idle)
+static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
-	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
-	uint64_t until = now_ns() + FUTEX_POLL_MS * 1000000ull;
+	struct futex_waitv wv[FUTEX_SLEEP_MAX + 2];
+	uint32_t wseq = load_acquire(&watch_seq);
 	struct timespec ts;
 	unsigned i, nw = 0;
 	long r;
 
-	wv[nw++] = (struct futex_waitv){ .val = atomic_load(&ep->kick_seq), .uaddr = (uintptr_t)&ep->kick_seq,
-					 .flags = FUTEX_32 | FUTEX_PRIVATE_FLAG };
+	wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
+	wv[nw++] = fwv(&watch_seq, wseq, false);
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_conn *c = ep->regs[i]->c;
 		if (conn_dead(c) && !c->peer->base)
 			continue;
-		wv[nw++] = (struct futex_waitv){ .val = load_acquire(&c->pb->wake_seq),
-						 .uaddr = (uintptr_t)&c->pb->wake_seq, .flags = FUTEX_32 };
+		wv[nw++] = fwv(&c->pb->wake_seq, load_acquire(&c->pb->wake_seq), true);
 	}
 	sleep_begin(ep, true);
 	r = scan(ep, events, max);      /* the re-check after W0 */
@@ -490,12 +488,10 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 		sleep_end(ep);
 		return (int)r;
 	}
-	if (deadline < until)
-		until = deadline;
-	ts.tv_sec = (time_t)(until / 1000000000ull);
-	ts.tv_nsec = (long)(until % 1000000000ull);
+	ts.tv_sec = (time_t)(deadline / 1000000000ull);
+	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	pthread_mutex_unlock(&ep->lock);
-	r = syscall(SYS_futex_waitv, wv, nw, 0, &ts, CLOCK_MONOTONIC);
+	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
 	pthread_mutex_lock(&ep->lock);
 	sleep_end(ep);
 	if (r < 0 && errno == EINTR)
@@ -504,10 +500,8 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
 		return 0;
 	}
-	if (r < 0 && errno == ETIMEDOUT) {
-		*idle = true;
+	if (load_acquire(&watch_seq) != wseq)
 		return kernel_wait(ep, events, max, 0);  /* deaths, plain-epoll_ctl descriptors */
-	}
 	return 0;
 }
 
@@ -581,16 +575,15 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		}
 	}
 
-	/* Futex sleeps first (rpal-only sets); after one liveness period with
-	 * nothing, the epoll sleep, which costs no CPU however long it lasts. */
-	for (bool deep = false;;) {
+	/* An rpal-only set sleeps on futexes; any other, in epoll. */
+	for (;;) {
 		uint64_t now = now_ns();
 		int left;
 
 		if (now >= deadline)
 			return 0;
-		if (!deep && atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
-			k = futex_sleep(ep, events, max, deadline, &deep);
+		if (atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
+			k = futex_sleep(ep, events, max, deadline);
 		} else {
 			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
 			for (i = 0; i < ep->nregs; i++)
@@ -647,6 +640,7 @@ void epoll_destroy(void *obj)
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(ep->fd);
 	pthread_mutex_unlock(&rpal_g.lock);
+	watch_del(ep->fd);
 	close(ep->top);
 	close(ep->kick);
 	close(ep->fd);

@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include "rpal.h"
 #include "wire.h"
@@ -185,7 +186,6 @@ struct rpal_conn {
 	uint64_t tx_msgs, rx_msgs;            /* P, C */
 	uint64_t tx_wakeups, rx_wakeups;      /* P, C: wake-ups we made */
 	uint64_t tx_sleeps, rx_sleeps;        /* P, C: sleeps we took */
-	uint64_t lost_wakeups;                /* futex timeouts that found work: must stay 0 */
 };
 
 struct rpal_pending {             /* an accepted socket mid-handshake */
@@ -306,6 +306,30 @@ void doorbell_drain(struct rpal_conn *c);
 uint32_t peer_update(struct rpal_conn *c);
 uint64_t wait_begin(struct rpal_conn *c, uint32_t bits);
 void wait_end(struct rpal_conn *c, uint32_t bit);
+
+/* watch.c */
+extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies */
+int watch_add(int fd, uint32_t events);
+void watch_del(int fd);
+void watch_stop(void);
+void watch_forget_child(void);
+
+/* futex_waitv(2) (Linux 5.16); -1 with errno ENOSYS before that. */
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+static inline long futex_waitv(struct futex_waitv *w, unsigned n, const struct timespec *abs_mono)
+{
+	return syscall(SYS_futex_waitv, w, n, 0, abs_mono, CLOCK_MONOTONIC);
+}
+static inline struct futex_waitv fwv(const _Atomic uint32_t *word, uint32_t val, bool shared)
+{
+	return (struct futex_waitv){ .val = val, .uaddr = (uintptr_t)word,
+				     .flags = FUTEX_32 | (shared ? 0 : FUTEX_PRIVATE_FLAG) };
+}
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);

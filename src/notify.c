@@ -26,7 +26,8 @@
 
 #include "internal.h"
 
-#define RPAL_FUTEX_POLL_MS 200
+/* Set once futex_waitv() says ENOSYS: sleep on the doorbell instead. */
+static bool no_futex_waitv;
 
 uint64_t now_ns(void)
 {
@@ -209,23 +210,18 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	}
 
 	/*
-	 * Sleep on a futex first: the cheapest wake-up there is.  We wait on
-	 * the peer's wake_seq, sampled before we advertise the sleep, so a wake
-	 * that lands before our FUTEX_WAIT makes it return at once.  A dying
-	 * peer wakes no futex, so after RPAL_FUTEX_POLL_MS we look for a
-	 * hang-up and go on sleeping in poll() on the doorbell, the socket and
-	 * the pidfd instead: an idle connection then costs no CPU at all.
+	 * Sleep on futexes: the cheapest wake-up there is.  We wait on the
+	 * peer's wake_seq, sampled before we advertise the sleep, so a wake that
+	 * lands before our wait makes it return at once; and on watch_seq, which
+	 * the watcher thread bumps when a peer hangs up or dies.  No timeout:
+	 * an idle connection costs nothing.  Without futex_waitv (Linux < 5.16)
+	 * we sleep in poll() on the doorbell, the socket and the pidfd.
 	 */
-	for (bool deep = false;;) {
+	for (;;) {
 		uint32_t fbit = bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX;
-		uint32_t bits = deep ? bit : bit | fbit;
-		struct timespec ts = { .tv_sec = 0, .tv_nsec = RPAL_FUTEX_POLL_MS * 1000000L };
-		uint32_t seq = load_acquire(&c->pb->wake_seq);
-		struct pollfd pfd[3] = {
-			{ .fd = c->doorbell, .events = POLLIN },
-			{ .fd = c->fd, .events = POLLRDHUP },
-			{ .fd = c->pidfd, .events = POLLIN },
-		};
+		bool futex = !no_futex_waitv;
+		uint32_t bits = futex ? bit | fbit : bit;
+		uint32_t seq = load_acquire(&c->pb->wake_seq), wseq = load_acquire(&watch_seq);
 
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
@@ -233,21 +229,24 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			break;
 		}
 		(*sleeps)++;
-		if (!deep) {
-			if (syscall(SYS_futex, (const uint32_t *)&c->pb->wake_seq, FUTEX_WAIT, seq, &ts, NULL, 0) < 0 &&
-			    errno == ETIMEDOUT) {
+		if (futex) {
+			struct futex_waitv wv[2] = { fwv(&c->pb->wake_seq, seq, true), fwv(&watch_seq, wseq, false) };
+			if (futex_waitv(wv, 2, NULL) < 0 && errno == ENOSYS)
+				no_futex_waitv = true;
+			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);
-				/* A timeout that finds the condition met means a
-				 * wake-up was lost: counted, for the stress test. */
-				if (wait_done(c, what) && !conn_dead(c))
-					c->lost_wakeups++;
-				deep = true;
+		} else {
+			struct pollfd pfd[3] = {
+				{ .fd = c->doorbell, .events = POLLIN },
+				{ .fd = c->fd, .events = POLLRDHUP },
+				{ .fd = c->pidfd, .events = POLLIN },
+			};
+			if (poll(pfd, 3, -1) > 0) {
+				if (pfd[0].revents & POLLIN)
+					c->bell_dirty = true;
+				if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
+					conn_mark_dead(c, pfd[2].revents & POLLIN);
 			}
-		} else if (poll(pfd, 3, -1) > 0) {
-			if (pfd[0].revents & POLLIN)
-				c->bell_dirty = true;
-			if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
-				conn_mark_dead(c, pfd[2].revents & POLLIN);
 		}
 		wait_end(c, bits);
 		if (wait_done(c, what))

@@ -8,7 +8,6 @@
  */
 #include <sched.h>
 
-#include "internal.h"
 #include "helpers.h"
 
 static void pin(int cpu)
@@ -52,14 +51,11 @@ int main(int argc, char **argv)
 		t_ok(rpal_conn_info(fd, &ci));
 		printf("server: %lu messages, slept %lu times, rang %lu times\n", (unsigned long)ci.rx_msgs,
 		       (unsigned long)ci.sleeps, (unsigned long)ci.wakeups);
-		/* A wake-up found only by the liveness timeout is a lost one. */
-		t_check(((struct rpal_conn *)obj_get(fd))->lost_wakeups == 0, "server: %lu wake-ups lost",
-			(unsigned long)((struct rpal_conn *)obj_get(fd))->lost_wakeups);
 		(void)!write(q[1], &ci.sleeps, sizeof(ci.sleeps));
 		exit(0);
 	}
 	pin(0);
-	alarm(300);             /* a lost wake-up hangs: fail loudly instead */
+	alarm(240);             /* a lost wake-up hangs (sleeps have no timeout): fail loudly */
 	t_ok(rpal_init(&cfg));
 	t_check(read(p[0], &c, 1) == 1, "server did not start");
 	fd = t_ok(rpal_connect("wake", NULL, 0));
@@ -71,8 +67,6 @@ int main(int argc, char **argv)
 	t_ok(rpal_conn_info(fd, &ci));
 	printf("client: %ld round trips, slept %lu times, rang %lu times\n", rounds, (unsigned long)ci.sleeps,
 	       (unsigned long)ci.wakeups);
-	t_check(((struct rpal_conn *)obj_get(fd))->lost_wakeups == 0, "client: %lu wake-ups lost",
-		(unsigned long)((struct rpal_conn *)obj_get(fd))->lost_wakeups);
 	rpal_close(fd);
 	t_check(read(q[0], &server_sleeps, sizeof(server_sleeps)) == sizeof(server_sleeps), "server's count");
 	t_wait_ok(pid, "server");
