@@ -211,23 +211,10 @@ static void atfork_child(void)
 		bufset_free(&l->out);
 		free(l);
 	}
-	while (rpal_g.peers) {
-		struct rpal_peer *p = rpal_g.peers;
-		rpal_g.peers = p->next;
-		free(p);
-	}
-	if (rpal_g.alloc)
-		alloc_destroy(rpal_g.alloc);
-	if (rpal_g.memfd >= 0)
-		close(rpal_g.memfd);
-	if (rpal_g.slot_lockfd >= 0)
-		close(rpal_g.slot_lockfd);
+	/* The region is not mapped here (MADV_DONTFORK): unmapping it is a no-op. */
+	region_teardown();
 	memset(&rpal_g.cfg, 0, sizeof(rpal_g.cfg));
 	rpal_g.inited = false;
-	rpal_g.region = 0;
-	rpal_g.memfd = rpal_g.slot_lockfd = -1;
-	rpal_g.arena = NULL;
-	rpal_g.alloc = NULL;
 	rpal_g.nr_conns = 0;
 }
 
