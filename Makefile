@@ -5,7 +5,7 @@ BUILD_TSAN ?= build-tsan
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs fuzz clean
+.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs fuzz soak clean
 
 all: build
 
@@ -48,6 +48,12 @@ test-docs:
 # Every test: release build, then ASan+UBSan, the TSan subset, fuzzing, docs.
 test: test-release test-asan test-tsan test-fuzz test-docs
 	@echo "make test: all suites passed"
+
+# The soak run, not part of `make test`: SOAK_MESSAGES messages (default
+# 100,000,000) over 4 connections in both directions, every one checked,
+# resident memory sampled every ~10 s and required to stay flat.
+soak: build
+	@$(BUILD)/test/soak $(SOAK_MESSAGES)
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz

@@ -263,6 +263,20 @@ int rpal_epoll_create(int flags);
 int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event);
 int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout);
 
+/* ---- safety ---- */
+
+/*
+ * Run fn(arg); if fn faults with SIGSEGV or SIGBUS (a garbage pointer, a
+ * write into a peer's read-only arena, a peer arena already unmapped), return
+ * -EFAULT instead of dying.  Otherwise return what fn returned, unchanged:
+ * make fn return >= 0 on success, and no -EFAULT of its own, so the caller
+ * can tell.  Calls nest; each thread has its own windows.  A fault outside
+ * any window behaves as without rpal (the previous handler, or death by the
+ * signal).  fn must not take locks, allocate or otherwise leave state
+ * behind that a fault would abandon.  -EINVAL if fn is NULL.
+ */
+int rpal_access_safely(int (*fn)(void *arg), void *arg);
+
 /* ------------------------------------------------------------ diagnostics */
 
 /* Process-wide counters. */

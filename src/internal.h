@@ -13,6 +13,8 @@
  *   msg.c        send and receive APIs
  *   notify.c     spinning, sleeping and waking
  *   epoll.c      rpal_epoll_*
+ *   watch.c      the watcher thread: hang-ups and deaths wake futex sleepers
+ *   safety.c     rpal_access_safely: recovery points for faults on peer memory
  */
 #ifndef RPAL_INTERNAL_H
 #define RPAL_INTERNAL_H
