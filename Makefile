@@ -51,9 +51,11 @@ test: test-release test-asan test-tsan test-fuzz test-docs
 
 # The soak run, not part of `make test`: SOAK_MESSAGES messages (default
 # 100,000,000) over 4 connections in both directions, every one checked,
-# resident memory sampled every ~10 s and required to stay flat.
+# resident memory sampled every ~10 s and required to stay flat; then
+# RPAL_KILL_ROUNDS (default 3,000) randomized kill -9 rounds.
 soak: build
 	@$(BUILD)/test/soak $(SOAK_MESSAGES)
+	@cd $(BUILD) && RPAL_KILL_ROUNDS=$${RPAL_KILL_ROUNDS:-3000} RPAL_RUNTIME_DIR=$$PWD/rt-soak-kill ./test/peer_death
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz

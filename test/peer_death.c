@@ -103,7 +103,8 @@ static double serve_round(int lfd, int steady, pid_t victim, int vfd, uint64_t k
 
 int main(void)
 {
-	long rounds = t_scaled(100), r;
+	/* RPAL_KILL_ROUNDS: `make soak` runs thousands. */
+	long rounds = getenv("RPAL_KILL_ROUNDS") ? atol(getenv("RPAL_KILL_ROUNDS")) : t_scaled(140), r;
 	struct rpal_stats st0, st;
 	int lfd, steady, sp[2], fds0;
 	uint64_t seed = 12345;
