@@ -5,7 +5,7 @@ BUILD_TSAN ?= build-tsan
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs fuzz soak clean
+.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs test-go fuzz soak clean
 
 all: build
 
@@ -45,8 +45,12 @@ fuzz:
 test-docs:
 	@./scripts/check-man.sh
 
-# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing, docs.
-test: test-release test-asan test-tsan test-fuzz test-docs
+# The Go package: vet, race, CGO_ENABLED=0, interop with the C library.
+test-go: build
+	@./scripts/go-test.sh $(BUILD)
+
+# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing, docs, Go.
+test: test-release test-asan test-tsan test-fuzz test-docs test-go
 	@echo "make test: all suites passed"
 
 # The soak run, not part of `make test`: SOAK_MESSAGES messages (default

@@ -47,15 +47,18 @@ void spin_init(struct rpal_spin *s, unsigned max_us)
 
 /*
  * Adapt the budget to what waiting would have bought: a wait that ended
- * within the ceiling restores it; a longer one halves it, so a mostly idle
- * connection soon goes straight to sleep and burns no CPU.
+ * within the ceiling restores it; a longer one halves it, down to a
+ * sixteenth, so a mostly idle connection spins briefly, then sleeps and
+ * burns no CPU.
  */
 void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 {
 	if (waited_ns <= s->max_ns)
 		s->cur_ns = s->max_ns;
-	else
+	else if (s->cur_ns / 2 >= s->max_ns / 16)
 		s->cur_ns /= 2;
+	/* Never below max/16: a budget of zero would never see a short wait
+	 * again where a wake-up costs more than the ceiling (cross-core). */
 }
 
 /* Ring once per sleep of the peer.  EAGAIN means the pipe is full: the

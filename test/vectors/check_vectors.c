@@ -129,6 +129,7 @@ static void check_block(void)
 	      b->ack_off == sizeof(*b) + 8 * sizeof(struct rpal_slot), "block.bin: geometry");
 	CHECK(atomic_load(&b->state) == RPAL_STATE_SHUT_WR, "block.bin: state");
 	CHECK(atomic_load(&b->tx_cpu) == 1 && atomic_load(&b->rx_cpu) == UINT32_MAX, "block.bin: cpu hints");
+	CHECK(atomic_load(&b->wake_seq) == 7, "block.bin: wake_seq");
 	CHECK(atomic_load(&b->tail) == 3 && atomic_load(&b->rx_head) == 2 && atomic_load(&b->ack_tail) == 1 &&
 	      atomic_load(&b->ack_head) == 0, "block.bin: indices");
 	CHECK(atomic_load(&b->waiting) == (3 * RPAL_WAIT_EPOCH | RPAL_WAIT_RX), "block.bin: waiting %#llx",

@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Defaults, identical to librpal's (include/rpal.h).  Each can be overridden
+// in Config or through the same RPAL_* environment variables.
+const (
+	DefaultRegionBase       = 0x640000000000 // RPAL_REGION_BASE (100 TiB)
+	DefaultSlotSize         = 64 << 30       // RPAL_SLOT_SIZE
+	DefaultNrSlots          = 256            // RPAL_NR_SLOTS
+	DefaultArenaSize        = 64 << 20       // RPAL_ARENA_SIZE
+	DefaultRingEntries      = 256            // RPAL_RING_ENTRIES
+	DefaultSpin             = 50 * time.Microsecond
+	DefaultHandshakeTimeout = 1000 * time.Millisecond
+)
+
+// Config holds the process-wide settings read once by Init.
+type Config struct {
+	RegionBase       uint64        // start of the reserved region, slot-aligned
+	SlotSize         uint64        // bytes per slot; a power of two >= 1 MiB
+	NrSlots          uint32        // slots in the region, 2..4096
+	ArenaSize        uint64        // this process's arena; page multiple in 1 MiB..SlotSize
+	RingEntries      uint32        // slots per ring direction; power of two in 8..65536
+	Spin             time.Duration // longest spin before a waiter sleeps (RPAL_SPIN_US); 0 never spins
+	HandshakeTimeout time.Duration // bound on each handshake step (RPAL_HANDSHAKE_MS)
+	RuntimeDir       string        // "" means $RPAL_RUNTIME_DIR, $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid>
+
+	envErr string // the first malformed RPAL_* variable
+}
+
+// DefaultConfig returns the defaults with the RPAL_* environment overrides
+// applied, exactly as rpal_config_default() does: decimal, or hexadecimal
+// with 0x.  A malformed variable keeps the default and makes Init fail.
+func DefaultConfig() Config {
+	c := Config{
+		RegionBase:       DefaultRegionBase,
+		SlotSize:         DefaultSlotSize,
+		NrSlots:          DefaultNrSlots,
+		ArenaSize:        DefaultArenaSize,
+		RingEntries:      DefaultRingEntries,
+		Spin:             DefaultSpin,
+		HandshakeTimeout: DefaultHandshakeTimeout,
+	}
+	c.envU64("RPAL_REGION_BASE", &c.RegionBase)
+	c.envU64("RPAL_SLOT_SIZE", &c.SlotSize)
+	c.envU32("RPAL_NR_SLOTS", &c.NrSlots)
+	c.envU64("RPAL_ARENA_SIZE", &c.ArenaSize)
+	c.envU32("RPAL_RING_ENTRIES", &c.RingEntries)
+	us := uint32(c.Spin / time.Microsecond)
+	c.envU32("RPAL_SPIN_US", &us)
+	c.Spin = time.Duration(us) * time.Microsecond
+	ms := uint32(c.HandshakeTimeout / time.Millisecond)
+	c.envU32("RPAL_HANDSHAKE_MS", &ms)
+	c.HandshakeTimeout = time.Duration(ms) * time.Millisecond
+	if d := os.Getenv("RPAL_RUNTIME_DIR"); d != "" && len(d) < 108 {
+		c.RuntimeDir = d
+	}
+	return c
+}
+
+// envU64 parses decimal, or hexadecimal with 0x (never octal).
+func (c *Config) envU64(name string, v *uint64) {
+	s := os.Getenv(name)
+	if s == "" {
+		return
+	}
+	base, digits := 10, s
+	if len(s) > 1 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		base, digits = 16, s[2:]
+	}
+	x, err := strconv.ParseUint(digits, base, 64)
+	if err != nil {
+		if c.envErr == "" {
+			c.envErr = fmt.Sprintf("%s=%.40s is not a number", name, s)
+		}
+		return
+	}
+	*v = x
+}
+
+func (c *Config) envU32(name string, v *uint32) {
+	x := uint64(*v)
+	c.envU64(name, &x)
+	if x <= 0xffffffff {
+		*v = uint32(x)
+	} else if c.envErr == "" {
+		c.envErr = fmt.Sprintf("%s=%d is too large", name, x)
+	}
+}
+
+// check names the first bad field and its limit (rpal_config_check()).
+func (c *Config) check() error {
+	const userTop = uint64(1) << 47
+	switch {
+	case c.envErr != "":
+		return fmt.Errorf("config: %s", c.envErr)
+	case !pow2(c.SlotSize) || c.SlotSize < 1<<20:
+		return fmt.Errorf("config: slot size %#x must be a power of two >= 1 MiB", c.SlotSize)
+	case c.NrSlots < 2 || c.NrSlots > 4096:
+		return fmt.Errorf("config: nr_slots %d must be in 2..4096", c.NrSlots)
+	case c.RegionBase == 0 || c.RegionBase%c.SlotSize != 0:
+		return fmt.Errorf("config: region base %#x must be non-zero and slot-size aligned", c.RegionBase)
+	case c.SlotSize > userTop/uint64(c.NrSlots) || c.RegionBase > userTop-c.SlotSize*uint64(c.NrSlots):
+		return fmt.Errorf("config: region %#x + %d x %#x passes the 47-bit user address limit", c.RegionBase, c.NrSlots, c.SlotSize)
+	case c.ArenaSize < 1<<20 || c.ArenaSize > c.SlotSize || c.ArenaSize%pageSize != 0:
+		return fmt.Errorf("config: arena size %#x must be a page multiple in 1 MiB..slot size", c.ArenaSize)
+	case !pow2(uint64(c.RingEntries)) || c.RingEntries < 8 || c.RingEntries > 65536:
+		return fmt.Errorf("config: ring entries %d must be a power of two in 8..65536", c.RingEntries)
+	case c.Spin < 0 || c.Spin > 10*time.Second:
+		return fmt.Errorf("config: spin %v must be in 0..10s", c.Spin)
+	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:
+		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s", c.HandshakeTimeout)
+	case len(c.RuntimeDir) >= 108:
+		return fmt.Errorf("config: runtime directory name is too long")
+	}
+	return nil
+}
+
+// runtimeDir resolves the runtime directory as rpal_runtime_dir() does.
+func (c *Config) runtimeDir() string {
+	if c.RuntimeDir != "" {
+		return c.RuntimeDir
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); len(x) > 0 && x[0] == '/' {
+		return x + "/rpal"
+	}
+	return fmt.Sprintf("/tmp/rpal-%d", os.Geteuid())
+}

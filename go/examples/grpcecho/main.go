@@ -1,0 +1,182 @@
+// SPDX-License-Identifier: MIT
+
+// grpcecho is a gRPC-go echo service over rpal, and a benchmark that runs
+// the same service over a Unix socket in the same run.
+//
+//	go run . -n 20000            # benchmark both transports
+//	go run . -serve rpal NAME    # just serve (NAME: an rpal service)
+//	go run . -serve unix PATH    # just serve on a Unix socket
+//
+// The service has one unary method, /rpal.Echo/Echo, whose messages are raw
+// bytes (a pass-through codec: no protobuf code generation needed).  The
+// server runs in a child process; the client calls it one request at a time
+// and reports p50/p99 latency and CPU time (client and server) per request.
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"sort"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"rpal.dev/rpal"
+)
+
+// rawCodec passes []byte messages through unchanged.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return *(v.(*[]byte)), nil }
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	*(v.(*[]byte)) = append([]byte(nil), data...)
+	return nil
+}
+func (rawCodec) Name() string { return "raw" }
+
+var echoDesc = grpc.ServiceDesc{
+	ServiceName: "rpal.Echo",
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "Echo",
+		Handler: func(_ any, _ context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
+			var m []byte
+			if err := dec(&m); err != nil {
+				return nil, err
+			}
+			return &m, nil
+		},
+	}},
+}
+
+func serve(transport, addr string) {
+	var l net.Listener
+	var err error
+	switch transport {
+	case "rpal":
+		l, err = rpal.Listen(addr) // a net.Listener
+	case "unix":
+		os.Remove(addr)
+		l, err = net.Listen("unix", addr)
+	default:
+		log.Fatalf("unknown transport %q", transport)
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
+	s.RegisterService(&echoDesc, nil)
+	fmt.Println("ready")
+	if err := s.Serve(l); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func cpu(who int) time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(who, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+type result struct {
+	p50, p99, mean, cpuPerReq time.Duration
+}
+
+func bench(transport, addr string, n, size int) result {
+	srv := exec.Command(os.Args[0], "-serve", transport, addr)
+	srv.Stderr = os.Stderr
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, _ := srv.StdoutPipe()
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
+		log.Fatalf("%s server did not start", transport)
+	}
+	var dial func(context.Context, string) (net.Conn, error)
+	if transport == "rpal" {
+		dial = rpal.DialStream
+	} else {
+		dial = func(ctx context.Context, a string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", a)
+		}
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithContextDialer(dial),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodec(rawCodec{})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	req := make([]byte, size)
+	var resp []byte
+	ctx := context.Background()
+	call := func() {
+		if err := cc.Invoke(ctx, "/rpal.Echo/Echo", &req, &resp); err != nil {
+			log.Fatalf("%s: %v", transport, err)
+		}
+		if len(resp) != size {
+			log.Fatalf("%s: echo of %d bytes came back as %d", transport, size, len(resp))
+		}
+	}
+	for i := 0; i < 2000; i++ { // warm up
+		call()
+	}
+	lat := make([]time.Duration, n)
+	c0 := cpu(syscall.RUSAGE_SELF)
+	t0 := time.Now()
+	for i := range lat {
+		t := time.Now()
+		call()
+		lat[i] = time.Since(t)
+	}
+	total := time.Since(t0)
+	self := cpu(syscall.RUSAGE_SELF) - c0
+	cc.Close()
+	ch0 := cpu(syscall.RUSAGE_CHILDREN)
+	srv.Process.Signal(syscall.SIGTERM)
+	srv.Wait()
+	// The server's CPU includes its warm-up; it is small next to n calls.
+	server := cpu(syscall.RUSAGE_CHILDREN) - ch0
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	return result{
+		p50: lat[n/2], p99: lat[n*99/100], mean: total / time.Duration(n),
+		cpuPerReq: (self + server) / time.Duration(n),
+	}
+}
+
+func main() {
+	serveFlag := flag.String("serve", "", "serve on this transport (rpal or unix) at the address given as argument")
+	n := flag.Int("n", 20000, "requests per transport")
+	size := flag.Int("size", 32, "request and response payload bytes")
+	flag.Parse()
+	if *serveFlag != "" {
+		serve(*serveFlag, flag.Arg(0))
+		return
+	}
+	dir, err := os.MkdirTemp("", "grpcecho")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	name := fmt.Sprintf("grpcecho-%d", os.Getpid())
+	fmt.Printf("gRPC unary echo, %d-byte messages, %d calls each, one at a time\n", *size, *n)
+	fmt.Printf("%-6s %10s %10s %10s %14s\n", "", "p50", "p99", "mean", "CPU/request")
+	for _, tr := range []string{"unix", "rpal", "unix", "rpal"} {
+		addr := name
+		if tr == "unix" {
+			addr = dir + "/grpc.sock"
+		}
+		r := bench(tr, addr, *n, *size)
+		fmt.Printf("%-6s %10v %10v %10v %14v\n", tr, r.p50, r.p99, r.mean, r.cpuPerReq)
+	}
+}

@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// runHelper runs a child-process role of a test (RPAL_GO_HELPER=role,
+// RPAL_GO_SERVICE=name).  It prints "ready" once connected.
+func runHelper(role string) int {
+	name := os.Getenv("RPAL_GO_SERVICE")
+	if r := benchHelper(role, name); r >= 0 {
+		return r
+	}
+	c, err := Dial(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	switch role {
+	case "echo-server-conn": // the dialer echoes (roles reversed)
+		fmt.Println("ready")
+		if err := echoServer(c); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		return 0
+	case "hang":
+		if err := c.Send([]byte("hello")); err != nil {
+			return 1
+		}
+		fmt.Println("ready")
+		for {
+			time.Sleep(time.Hour)
+		}
+	case "bad-buf", "bad-flags", "bad-inline", "bad-seq":
+		fmt.Println("ready")
+		time.Sleep(100 * time.Millisecond) // let the server fall asleep first
+		c.txMu.Lock()
+		switch role {
+		case "bad-buf": // a pointer outside our arena
+			c.publish(nil, 100, c.p.arenaAddr+c.p.cfg.ArenaSize, slotBuf)
+		case "bad-flags":
+			c.publish(nil, 10, 0, 3)
+		case "bad-inline":
+			c.publish(nil, 41, 0, slotInline)
+		case "bad-seq":
+			s := c.ring
+			*c.u32(s, sLen) = 1
+			*c.u32(s, sFlags) = slotInline
+			*c.u32(s, sSeq) = 77
+			c.tail++
+		}
+		c.notifyRX()
+		c.txMu.Unlock()
+		// Wait for the server to hang up.
+		_, err := c.Read()
+		if err == io.EOF {
+			return 0
+		}
+		return 3
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper", role)
+	return 2
+}
+
+// helperCmd returns a command running this test binary as a helper.
+func helperCmd(role, service string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "RPAL_GO_HELPER="+role, "RPAL_GO_SERVICE="+service)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd
+}

@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The C programs of go/interop/c, built against librpal by
+// scripts/go-test.sh, which points RPAL_INTEROP_BIN at them.
+func interopBin(t *testing.T, name string) string {
+	dir := os.Getenv("RPAL_INTEROP_BIN")
+	if dir == "" {
+		t.Skip("RPAL_INTEROP_BIN not set (scripts/go-test.sh builds the C peers)")
+	}
+	p := filepath.Join(dir, name)
+	if _, err := os.Stat(p); err != nil {
+		t.Skipf("%s: %v", p, err)
+	}
+	return p
+}
+
+// startReady starts cmd and waits for it to print "ready".
+func startReady(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = &lockedBuf{}
+	// The child dies with us even if a test times out before its cleanup.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.TrimSpace(sc.Text()) == "ready" {
+				ready <- nil
+				io.Copy(io.Discard, out)
+				return
+			}
+		}
+		ready <- fmt.Errorf("%s exited before ready: %s", cmd.Path, cmd.Stderr)
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s not ready after 10s", cmd.Path)
+	}
+}
+
+func uniqueName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), svcSeq.Add(1))
+}
+
+// Go client, C server: message API and byte stream.
+func TestInteropGoClientCServer(t *testing.T) {
+	bin := interopBin(t, "echo_server")
+	name := uniqueName("cserver")
+	startReady(t, exec.Command(bin, name))
+
+	c, err := Dial(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoClient(t, c, 20000)
+	c.Close()
+
+	// The byte stream over the C echo: chunks come back in order.
+	sc, err := DialStream(t.Context(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	for _, n := range []int{1, 40, 41, 1000, 65536, 1 << 20, 3<<20 + 5} {
+		out := make([]byte, n)
+		fill(out, int64(n))
+		errc := make(chan error, 1)
+		go func() { _, err := sc.Write(out); errc <- err }()
+		in := make([]byte, n)
+		if _, err := io.ReadFull(sc, in); err != nil {
+			t.Fatalf("stream read of %d: %v", n, err)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+		if crc32.ChecksumIEEE(in) != crc32.ChecksumIEEE(out) {
+			t.Fatalf("stream echo of %d bytes differs", n)
+		}
+	}
+	sc.(*Stream).CloseWrite()
+	if n, err := sc.Read(make([]byte, 10)); err != io.EOF {
+		t.Fatalf("stream: want EOF after CloseWrite, got %d, %v", n, err)
+	}
+}
+
+// C client, Go server.
+func TestInteropCClientGoServer(t *testing.T) {
+	bin := interopBin(t, "echo_client")
+	name, l := newService(t)
+	done := make(chan error, 1)
+	go func() {
+		c, err := l.AcceptConn()
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- echoServer(c)
+	}()
+	out, err := exec.Command(bin, name, "echo", "20000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("C client: %v\n%s", err, out)
+	}
+	t.Logf("C client:\n%s", out)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A C peer killed with SIGKILL: the Go server sees an error within a
+// second, reclaims its buffers and serves the next connection.
+func TestInteropKillCPeer(t *testing.T) {
+	bin := interopBin(t, "echo_client")
+	name, l := newService(t)
+	cmd := exec.Command(bin, name, "hang")
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.Read()
+	if err != nil || string(m.Bytes()) != "hello" {
+		t.Fatalf("first message: %v %v", m, err)
+	}
+	// Leave a buffer of ours with the peer.
+	big := make([]byte, 5000)
+	if err := c.Send(big); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := c.Read(); errc <- err }()
+	time.Sleep(50 * time.Millisecond)
+	t0 := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	select {
+	case err := <-errc:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("want ECONNRESET, got %v", err)
+		}
+		t.Logf("peer death seen after %v: %v", time.Since(t0), err)
+	case <-time.After(time.Second):
+		t.Fatal("no error within 1 s of the peer's death")
+	}
+	if err := c.Send([]byte("x")); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("send to a dead peer: %v", err)
+	}
+	if info := c.Info(); info.BufsOutstanding != 0 || info.PeerAlive {
+		t.Fatalf("after death: %+v", info)
+	}
+	c.Close()
+
+	// The next client is served.
+	done := make(chan error, 1)
+	go func() {
+		c, err := l.AcceptConn()
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- echoServer(c)
+	}()
+	out, err := exec.Command(interopBin(t, "echo_client"), name, "echo", "1000").CombinedOutput()
+	if err != nil {
+		t.Fatalf("second C client: %v\n%s", err, out)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// lockedBuf is a Buffer safe for a writer and a reader goroutine.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A hostile Go client against the C server: librpal closes that connection
+// (EPROTO) and goes on serving.
+func TestInteropHostileGoClientCServer(t *testing.T) {
+	bin := interopBin(t, "echo_server")
+	name := uniqueName("cserver-hostile")
+	srv := exec.Command(bin, name)
+	startReady(t, srv)
+	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-seq"} {
+		cmd := helperCmd(role, name)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: the C server did not close the connection: %v\n%s", role, err, out)
+		}
+	}
+	c, err := Dial(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoClient(t, c, 100)
+	c.Close()
+	time.Sleep(50 * time.Millisecond)
+	log := srv.Stderr.(*lockedBuf).String()
+	if strings.Count(log, "broke the protocol") < 4 {
+		t.Fatalf("C server log lacks the violations:\n%s", log)
+	}
+	t.Logf("C server:\n%s", log)
+}
+
+// A C client that sends and exits at once (librpal keeps its block for us,
+// but the process is gone): every message arrives, then end of stream.
+func TestInteropCBurstThenExit(t *testing.T) {
+	bin := interopBin(t, "echo_client")
+	name, l := newService(t)
+	const n = 200
+	if out, err := exec.Command(bin, name, "burst", fmt.Sprint(n)).CombinedOutput(); err != nil {
+		t.Fatalf("C client: %v\n%s", err, out)
+	}
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := 0; i < n; i++ {
+		m, err := c.Read()
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		b := m.Bytes()
+		if len(b) != 1000+i {
+			t.Fatalf("message %d: %d bytes", i, len(b))
+		}
+		for j := range b {
+			if b[j] != byte(i+j) {
+				t.Fatalf("message %d byte %d corrupted", i, j)
+			}
+		}
+		m.Ack()
+	}
+	if _, err := c.Read(); err != io.EOF {
+		t.Fatalf("want EOF, got %v", err)
+	}
+}

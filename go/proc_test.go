@@ -1,0 +1,185 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"errors"
+	"io"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Go to Go across processes: the child dials and echoes.
+func TestCrossProcessEcho(t *testing.T) {
+	name, l := newService(t)
+	cmd := helperCmd("echo-server-conn", name)
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info := c.Info(); info.PeerPid != cmd.Process.Pid {
+		t.Fatalf("peer pid %d, want %d", info.PeerPid, cmd.Process.Pid)
+	}
+	echoClient(t, c, 20000)
+	c.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
+}
+
+// A Go peer killed with SIGKILL.
+func TestCrossProcessKill(t *testing.T) {
+	name, l := newService(t)
+	cmd := helperCmd("hang", name)
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if m, err := c.Read(); err != nil || string(m.Bytes()) != "hello" {
+		t.Fatalf("first message: %v", err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := c.Read(); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	cmd.Process.Kill()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("want ECONNRESET, got %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("no error within 1 s")
+	}
+}
+
+// Hostile peers: each broken descriptor closes that connection with EPROTO;
+// the server goes on serving.
+func TestHostilePeer(t *testing.T) {
+	name, l := newService(t)
+	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-seq"} {
+		t.Run(role, func(t *testing.T) {
+			cmd := helperCmd(role, name)
+			startReady(t, cmd)
+			c, err := l.AcceptConn()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			_, err = c.Read()
+			var pe *ProtocolError
+			if !errors.As(err, &pe) || !errors.Is(err, syscall.EPROTO) {
+				t.Fatalf("want a protocol error, got %v", err)
+			}
+			t.Logf("%s: %v", role, err)
+			// Sticky: the connection stays closed for I/O.
+			if _, err := c.Read(); !errors.Is(err, syscall.EPROTO) {
+				t.Fatalf("second read: %v", err)
+			}
+			if err := c.Send([]byte("x")); !errors.Is(err, syscall.EPROTO) {
+				t.Fatalf("send: %v", err)
+			}
+			c.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Fatalf("helper did not see the hang-up as end of stream: %v", err)
+			}
+		})
+	}
+	// And a well-behaved client still works.
+	cmd := helperCmd("echo-server-conn", name)
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoClient(t, c, 100)
+	c.Close()
+}
+
+// In-process hostile acks: an ack naming a buffer the peer does not hold.
+func TestHostileAck(t *testing.T) {
+	name, l := newService(t)
+	go func() {
+		c, err := l.AcceptConn()
+		if err != nil {
+			return
+		}
+		m, _ := c.Read()
+		if m != nil {
+			c.ackPush(m.addr + 64) // not the buffer we were sent
+		}
+		c.Read()
+		c.Close()
+	}()
+	c, err := Dial(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Send(make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := c.Send(make([]byte, 1000))
+		if errors.Is(err, syscall.EPROTO) {
+			break
+		}
+		if err != nil && !errors.Is(err, syscall.EPIPE) {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("bad ack not detected")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	_ = io.EOF
+}
+
+// A peer that closes right after sending: every message is still
+// delivered (its block and buffers linger until we close), then io.EOF.
+func TestCloseDeliversQueued(t *testing.T) {
+	name, l := newService(t)
+	const n = 100
+	go func() {
+		c, err := Dial(name)
+		if err != nil {
+			return
+		}
+		for i := 0; i < n; i++ {
+			b := make([]byte, 1000+i)
+			fill(b, int64(i))
+			if c.Send(b) != nil {
+				return
+			}
+		}
+		c.Close()
+	}()
+	s, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	time.Sleep(50 * time.Millisecond) // let the sender close first
+	in := make([]byte, 4096)
+	for i := 0; i < n; i++ {
+		k, err := s.Recv(in)
+		if err != nil {
+			t.Fatalf("message %d after the peer closed: %v", i, err)
+		}
+		want := make([]byte, 1000+i)
+		fill(want, int64(i))
+		if k != len(want) || string(in[:k]) != string(want) {
+			t.Fatalf("message %d corrupted", i)
+		}
+	}
+	if _, err := s.Recv(in); err != io.EOF {
+		t.Fatalf("want EOF, got %v", err)
+	}
+	if err := s.Send([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("send to a closed peer: %v", err)
+	}
+}

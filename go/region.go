@@ -1,0 +1,385 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// process is this process's place in the address map: the reserved region,
+// the slot it owns, its arena and the peers' arenas it maps.
+type process struct {
+	cfg        Config
+	rundir     string
+	region     unsafe.Pointer // cfg.RegionBase
+	regionSize uint64
+	slot       uint32
+	lockFile   *os.File // holds the OFD lock on byte slot of slots.lock
+	memfd      int
+	arena      unsafe.Pointer // slot base; our arena, read-write
+	arenaAddr  uint64
+	nonce      uint64
+	alloc      *allocator
+
+	mu    sync.Mutex // peers
+	peers map[uint32]*peerMap
+	conns atomic.Int32
+}
+
+var (
+	procMu  sync.Mutex
+	proc    *process
+	errInit error
+)
+
+// Init reserves the region, claims a slot and creates this process's arena,
+// like rpal_init().  cfg may be nil (DefaultConfig).  Other functions call it
+// with nil on first use; a second explicit call fails.
+func Init(cfg *Config) error {
+	procMu.Lock()
+	defer procMu.Unlock()
+	if proc != nil {
+		return errors.New("rpal: already initialised")
+	}
+	_, err := initLocked(cfg)
+	return err
+}
+
+func ensure() (*process, error) {
+	procMu.Lock()
+	defer procMu.Unlock()
+	if proc != nil {
+		return proc, nil
+	}
+	return initLocked(nil)
+}
+
+func initLocked(cfg *Config) (*process, error) {
+	p := &process{memfd: -1, peers: make(map[uint32]*peerMap)}
+	if cfg != nil {
+		p.cfg = *cfg
+	} else {
+		p.cfg = DefaultConfig()
+	}
+	if err := p.cfg.check(); err != nil {
+		return nil, &InitError{Err: err}
+	}
+	if err := p.setup(); err != nil {
+		return nil, &InitError{Err: err}
+	}
+	proc = p
+	return p, nil
+}
+
+// InitError reports why the region, slot or arena could not be set up.
+type InitError struct{ Err error }
+
+func (e *InitError) Error() string { return "rpal: init: " + e.Err.Error() }
+func (e *InitError) Unwrap() error { return e.Err }
+
+// addrPtr turns an address of the region into a pointer.  The region is
+// not Go memory; the garbage collector ignores pointers into it.
+func addrPtr(a uint64) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(nil), uintptr(a))
+}
+
+func (p *process) slotAddr(slot uint32) uint64 {
+	return p.cfg.RegionBase + uint64(slot)*p.cfg.SlotSize
+}
+
+func madviseDontfork(ptr unsafe.Pointer, n uint64) {
+	_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(ptr), uintptr(n), unix.MADV_DONTFORK)
+}
+
+// reserveAgain puts the PROT_NONE reservation back over [a, a+n).
+func reserveAgain(a, n uint64) {
+	ptr, err := unix.MmapPtr(-1, 0, addrPtr(a), uintptr(n), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
+	if err == nil {
+		madviseDontfork(ptr, n)
+	}
+}
+
+// rundirSetup creates (0700) or checks the runtime directory: owned by us
+// or root, not writable by others.
+func rundirSetup(dir string) error {
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("cannot create runtime directory %s: %w", dir, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("cannot stat runtime directory %s: %w", dir, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("runtime directory %s is not a directory: %w", dir, syscall.ENOTDIR)
+	}
+	if st.Uid != uint32(os.Geteuid()) && st.Uid != 0 {
+		return fmt.Errorf("runtime directory %s belongs to uid %d, not us (%d) or root: %w", dir, st.Uid, os.Geteuid(), syscall.EPERM)
+	}
+	if st.Mode&0o002 != 0 {
+		return fmt.Errorf("runtime directory %s has mode %04o; anyone may write it (want 0700): %w", dir, st.Mode&0o7777, syscall.EPERM)
+	}
+	return nil
+}
+
+func (p *process) setup() error {
+	p.rundir = p.cfg.runtimeDir()
+	if err := rundirSetup(p.rundir); err != nil {
+		return err
+	}
+	size := p.cfg.SlotSize * uint64(p.cfg.NrSlots)
+	r, err := unix.MmapPtr(-1, 0, addrPtr(p.cfg.RegionBase), uintptr(size), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED_NOREPLACE)
+	if err != nil {
+		hint := "set RPAL_REGION_BASE, the same in every peer"
+		if err == unix.EEXIST && p.cfg.RegionBase < 1<<46 {
+			// Since Go 1.26 the runtime puts its heap at a random address
+			// below 1<<46 on amd64; the race detector's shadow memory
+			// lies in 0x200000000000..0x400000000000.
+			hint += ", at or above 0x400000000000 (the default is 0x640000000000)"
+		}
+		return fmt.Errorf("cannot reserve %d bytes at %#x: something is mapped there (%s): %w", size, p.cfg.RegionBase, hint, err)
+	}
+	if uintptr(r) != uintptr(p.cfg.RegionBase) { // a kernel without NOREPLACE
+		_ = unix.MunmapPtr(r, uintptr(size))
+		return fmt.Errorf("region %#x is not free: %w", p.cfg.RegionBase, syscall.EEXIST)
+	}
+	madviseDontfork(r, size)
+	p.region, p.regionSize = r, size
+	if err = p.claimSlot(); err == nil {
+		err = p.createArena()
+	}
+	if err != nil {
+		if p.lockFile != nil {
+			p.lockFile.Close()
+		}
+		_ = unix.MunmapPtr(r, uintptr(size))
+	}
+	return err
+}
+
+// claimSlot takes an OFD write lock on one byte of <rundir>/slots.lock,
+// starting from a pid-derived slot as librpal does.
+func (p *process) claimSlot() error {
+	path := p.rundir + "/slots.lock"
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o660)
+	if err != nil {
+		return fmt.Errorf("cannot open slot lock file %s: %w", path, err)
+	}
+	n := p.cfg.NrSlots
+	for i := uint32(0); i < n; i++ {
+		slot := (uint32(os.Getpid()) + i) % n
+		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
+		err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk)
+		if err == nil {
+			p.slot = slot
+			p.lockFile = os.NewFile(uintptr(fd), path)
+			return nil
+		}
+		if err != unix.EAGAIN && err != unix.EACCES {
+			unix.Close(fd)
+			return fmt.Errorf("cannot lock slot %d in %s: %w", slot, path, err)
+		}
+	}
+	unix.Close(fd)
+	return fmt.Errorf("all %d slots in %s are taken: %w", n, path, syscall.EBUSY)
+}
+
+func randomU64() uint64 {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return binary.LittleEndian.Uint64(b[:])
+}
+
+func (p *process) createArena() error {
+	size := p.cfg.ArenaSize
+	base := p.slotAddr(p.slot)
+	fd, err := unix.MemfdCreate("rpal-arena", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return fmt.Errorf("memfd_create for the arena failed: %w", err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("cannot size the arena to %d bytes: %w", size, err)
+	}
+	m, err := unix.MmapPtr(fd, 0, addrPtr(base), uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
+	if err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("cannot map the arena at %#x: %w", base, err)
+	}
+	madviseDontfork(m, size)
+	// No shrink or grow: a peer's mapping can never SIGBUS.  Future-write:
+	// nobody can map it writable again; our mapping stays writable.
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS,
+		unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_FUTURE_WRITE|unix.F_SEAL_SEAL); err != nil {
+		reserveAgain(base, size)
+		unix.Close(fd)
+		return fmt.Errorf("cannot seal the arena memfd: %w", err)
+	}
+	p.nonce = randomU64()
+	if p.nonce == 0 {
+		p.nonce = 1
+	}
+	*(*uint32)(unsafe.Add(m, ahMagic)) = arenaMagic
+	*(*uint16)(unsafe.Add(m, ahVersion)) = WireVersion
+	*(*uint16)(unsafe.Add(m, ahHdrSize)) = arenaHdrSize
+	*(*uint32)(unsafe.Add(m, ahSlot)) = p.slot
+	*(*uint32)(unsafe.Add(m, ahPid)) = uint32(os.Getpid())
+	*(*uint64)(unsafe.Add(m, ahArenaSize)) = size
+	*(*uint64)(unsafe.Add(m, ahBase)) = base
+	*(*uint64)(unsafe.Add(m, ahHeapOff)) = pageSize
+	*(*uint64)(unsafe.Add(m, ahNonce)) = p.nonce
+	p.memfd = fd
+	p.arena = m
+	p.arenaAddr = base
+	p.alloc = newAllocator(pageSize, size)
+	return nil
+}
+
+// allocBytes returns the address of n bytes of our arena, or false.
+func (p *process) allocBytes(n uint64) (uint64, bool) {
+	off, ok := p.alloc.get(n)
+	if !ok {
+		return 0, false
+	}
+	return p.arenaAddr + off, true
+}
+
+func (p *process) freeBytes(addr uint64) bool {
+	if addr < p.arenaAddr || addr >= p.arenaAddr+p.cfg.ArenaSize {
+		return false
+	}
+	return p.alloc.put(addr - p.arenaAddr)
+}
+
+// ptr turns an address of our own arena into a pointer.
+func (p *process) ptr(addr uint64) unsafe.Pointer {
+	return unsafe.Add(p.arena, uintptr(addr-p.arenaAddr))
+}
+
+// peerMap is a peer's arena mapped read-only at its slot, shared by every
+// connection to that incarnation of the peer.
+type peerMap struct {
+	slot    uint32
+	pid     int
+	nonce   uint64
+	addr    uint64
+	size    uint64
+	base    unsafe.Pointer
+	refs    int  // connections using it; under process.mu
+	dead    bool // under process.mu
+	retired atomic.Bool
+}
+
+// mapPeer maps a peer's arena, or shares an existing mapping of the same
+// incarnation (peer_map() in src/region.c).  The hello and memfd are checked.
+func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	base := p.slotAddr(h.Slot)
+	if old := p.peers[h.Slot]; old != nil {
+		if !old.dead && old.pid == pid && old.nonce == h.ArenaNonce {
+			old.refs++
+			return old, nil
+		}
+		if !old.dead {
+			return nil, fmt.Errorf("peer pid %d claims slot %d, which live pid %d holds: %w", pid, h.Slot, old.pid, syscall.EADDRINUSE)
+		}
+		// A dead incarnation whose connections are still open: its slot
+		// is needed, so retire the mapping now.
+		old.retired.Store(true)
+		if old.pid != os.Getpid() {
+			reserveAgain(old.addr, old.size)
+		}
+		delete(p.peers, h.Slot)
+	}
+	var m unsafe.Pointer
+	if pid == os.Getpid() {
+		m = p.arena // same address space: our own mapping is the one
+	} else {
+		var err error
+		m, err = unix.MmapPtr(memfd, 0, addrPtr(base), uintptr(h.ArenaSize), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED)
+		if err != nil {
+			return nil, fmt.Errorf("cannot map peer arena of slot %d: %w", h.Slot, err)
+		}
+		madviseDontfork(m, h.ArenaSize)
+	}
+	if *(*uint32)(unsafe.Add(m, ahMagic)) != arenaMagic ||
+		*(*uint32)(unsafe.Add(m, ahSlot)) != h.Slot ||
+		*(*uint64)(unsafe.Add(m, ahArenaSize)) != h.ArenaSize ||
+		*(*uint64)(unsafe.Add(m, ahBase)) != base ||
+		*(*uint64)(unsafe.Add(m, ahNonce)) != h.ArenaNonce ||
+		*(*uint64)(unsafe.Add(m, ahHeapOff)) >= h.ArenaSize {
+		if pid != os.Getpid() {
+			reserveAgain(base, h.ArenaSize)
+		}
+		return nil, fmt.Errorf("peer arena header does not match its hello (slot %d): %w", h.Slot, syscall.EPROTO)
+	}
+	pm := &peerMap{slot: h.Slot, pid: pid, nonce: h.ArenaNonce, addr: base, size: h.ArenaSize, base: m, refs: 1}
+	p.peers[h.Slot] = pm
+	return pm, nil
+}
+
+func (p *process) markPeerDead(pm *peerMap) {
+	p.mu.Lock()
+	pm.dead = true
+	p.mu.Unlock()
+}
+
+// putPeer drops one connection's reference; the last one unmaps.
+func (p *process) putPeer(pm *peerMap) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pm.refs--
+	if pm.refs > 0 {
+		return
+	}
+	if p.peers[pm.slot] == pm {
+		delete(p.peers, pm.slot)
+	}
+	if !pm.retired.Swap(true) && pm.pid != os.Getpid() {
+		reserveAgain(pm.addr, pm.size)
+	}
+}
+
+// Stats are process-wide counters.
+type Stats struct {
+	Slot        uint32
+	ArenaBase   uint64
+	ArenaSize   uint64
+	ArenaUsed   uint64 // bytes handed out by the allocator
+	BufsInUse   int    // live blocks, connection blocks included
+	Conns       int    // open connections
+	PeersMapped int    // peer arenas currently mapped
+	RuntimeDir  string
+	RegionBase  uint64
+	SlotSize    uint64
+	NrSlots     uint32
+}
+
+// ProcessStats reports the process-wide counters; it initialises rpal.
+func ProcessStats() (Stats, error) {
+	p, err := ensure()
+	if err != nil {
+		return Stats{}, err
+	}
+	used, n := p.alloc.stats()
+	p.mu.Lock()
+	peers := len(p.peers)
+	p.mu.Unlock()
+	return Stats{
+		Slot: p.slot, ArenaBase: p.arenaAddr, ArenaSize: p.cfg.ArenaSize, ArenaUsed: used,
+		BufsInUse: n, Conns: int(p.conns.Load()), PeersMapped: peers, RuntimeDir: p.rundir,
+		RegionBase: p.cfg.RegionBase, SlotSize: p.cfg.SlotSize, NrSlots: p.cfg.NrSlots,
+	}, nil
+}

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"context"
+	"net"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Stream is a byte stream over an rpal connection (net.Conn): each Write
+// sends its bytes as one or more messages, Read returns them in order
+// without regard to message boundaries, and io.EOF follows the peer's
+// CloseWrite or Close.  Deadlines follow the net.Conn contract: blocked calls
+// wake and fail with an error wrapping os.ErrDeadlineExceeded; after Close
+// they fail with net.ErrClosed.
+type Stream struct {
+	c *Conn
+
+	// The message being read (under c.rxMu).
+	have   bool
+	addr   uint64 // 0: inline
+	n, off int
+	inline [InlineMax]byte
+
+	wmu sync.Mutex
+}
+
+// NewStream returns a byte stream over c.  c must not be used directly
+// afterwards except through the Stream.
+func NewStream(c *Conn) *Stream { return &Stream{c: c} }
+
+// DialStream connects to a service and returns a byte stream; its signature
+// fits grpc.WithContextDialer.
+func DialStream(ctx context.Context, service string) (net.Conn, error) {
+	var d Dialer
+	c, err := d.DialContext(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	return NewStream(c), nil
+}
+
+// Conn returns the underlying message connection.
+func (s *Stream) Conn() *Conn { return s.c }
+
+// chunk is the largest message a Write sends: small enough that the
+// allocator and the quota keep several in flight.
+func (s *Stream) chunk() int {
+	n := int(s.c.p.cfg.ArenaSize / 16)
+	return min(n, 256<<10)
+}
+
+// Read reads up to len(b) bytes of the stream.
+func (s *Stream) Read(b []byte) (int, error) {
+	if len(b) == 0 {
+		return 0, nil
+	}
+	c := s.c
+	// Copies from the peer's arena happen under rxMu, which Close takes
+	// before it unmaps anything.
+	c.rxMu.Lock()
+	defer c.rxMu.Unlock()
+	if c.closed.Load() {
+		return 0, c.opErr("read", net.ErrClosed)
+	}
+	if err := expired(&c.rdDeadline); err != nil {
+		return 0, c.opErr("read", err)
+	}
+	n := 0
+	for n < len(b) {
+		if !s.have {
+			var sc slotCopy
+			if err := c.next(&sc, n == 0); err != nil {
+				if n > 0 {
+					return n, nil // what is there; the error comes next time
+				}
+				return 0, c.opErr("read", err)
+			}
+			c.consume()
+			s.have, s.n, s.off = true, int(sc.n), 0
+			if sc.flags == slotInline {
+				s.addr = 0
+				copy(s.inline[:], sc.data[:sc.n])
+				c.notifyTX(false, c.rxHead)
+			} else {
+				s.addr = sc.addr
+			}
+		}
+		var k int
+		if s.addr == 0 {
+			k = copy(b[n:], s.inline[s.off:s.n])
+		} else {
+			k = copy(b[n:], unsafe.Slice((*byte)(c.peerPtr(s.addr)), s.n)[s.off:])
+		}
+		n += k
+		s.off += k
+		if s.off == s.n {
+			s.have = false
+			if s.addr != 0 {
+				if err := c.ackPush(s.addr); err != nil {
+					return n, c.opErr("read", err)
+				}
+			}
+		}
+	}
+	return n, nil
+}
+
+// Write writes b to the stream.
+func (s *Stream) Write(b []byte) (int, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c := s.c
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if err := expired(&c.wrDeadline); err != nil {
+		return 0, c.opErr("write", err)
+	}
+	n := 0
+	chunk := s.chunk()
+	for n < len(b) {
+		k := min(len(b)-n, chunk)
+		if err := c.sendLocked(b[n : n+k]); err != nil {
+			if n > 0 && !c.dead.Load() {
+				c.notifyRX()
+			}
+			return n, c.opErr("write", err)
+		}
+		n += k
+	}
+	if n > 0 {
+		c.notifyRX()
+	}
+	return n, nil
+}
+
+// CloseWrite shuts down the writing side: the peer reads io.EOF.
+func (s *Stream) CloseWrite() error { return s.c.CloseWrite() }
+
+// Close closes the connection.
+func (s *Stream) Close() error {
+	err := s.c.Close()
+	return err
+}
+
+// LocalAddr returns the service name.
+func (s *Stream) LocalAddr() net.Addr { return s.c.LocalAddr() }
+
+// RemoteAddr returns the service name.
+func (s *Stream) RemoteAddr() net.Addr { return s.c.RemoteAddr() }
+
+// SetDeadline sets the read and write deadlines.
+func (s *Stream) SetDeadline(t time.Time) error { return s.c.SetDeadline(t) }
+
+// SetReadDeadline sets the read deadline.
+func (s *Stream) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
+
+// SetWriteDeadline sets the write deadline.
+func (s *Stream) SetWriteDeadline(t time.Time) error { return s.c.SetWriteDeadline(t) }

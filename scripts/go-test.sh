@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+#
+# go-test.sh [BUILD_DIR] - the Go package's tests, called by `make test`.
+#
+# Downloads the Go module's dependencies, builds the C interop peers
+# (go/interop/c) and test/vectors/check_vectors.c with gcc against librpal
+# in BUILD_DIR (default: build), then runs: go vet, gofmt, the tests with the
+# race detector, the tests with CGO_ENABLED=0 (interop included), the C check
+# of the shared test vectors, and builds the gRPC example (skip it with
+# RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits non-zero on
+# any failure.
+set -u
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUILD=${1:-build}
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+
+passed=0
+failed=0
+failures=()
+step() {   # step NAME COMMAND...
+	local name=$1
+	shift
+	echo "=== $name"
+	if "$@"; then
+		passed=$((passed + 1))
+		echo "--- ok: $name"
+	else
+		failed=$((failed + 1))
+		failures+=("$name")
+		echo "--- FAIL: $name"
+	fi
+}
+
+# The Go toolchain of this machine kind lives in /usr/local/go.
+command -v go >/dev/null || PATH=$PATH:/usr/local/go/bin
+if ! command -v go >/dev/null; then
+	echo "go-test.sh: go is not installed"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+if [ ! -e "$BUILD/src/librpal.so" ]; then
+	echo "go-test.sh: $BUILD/src/librpal.so not found (build the C library first)"
+	echo "0 passed, 1 failed"
+	exit 1
+fi
+
+OUT="$BUILD/go-interop"
+mkdir -p "$OUT"
+export RPAL_INTEROP_BIN="$OUT"
+# Our own runtime directory: sockets and the slot lock file of this run only.
+RUNDIR=$(mktemp -d /tmp/rpal-go-test.XXXXXX)
+trap 'rm -rf "$RUNDIR"' EXIT
+export RPAL_RUNTIME_DIR="$RUNDIR"
+# The race detector's shadow memory sits at the default region base.
+export RPAL_REGION_BASE=${RPAL_REGION_BASE:-0x600000000000}
+export GOFLAGS=${GOFLAGS:-}
+
+build_c() {
+	local ok=0
+	for p in echo_server echo_client; do
+		gcc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -I include -I src \
+			"go/interop/c/$p.c" -o "$OUT/$p" \
+			-L "$BUILD/src" -lrpal -Wl,-rpath,"$BUILD/src" || ok=1
+	done
+	gcc -std=c11 -O2 -Wall -Wextra -Werror -I src test/vectors/check_vectors.c -o "$OUT/check_vectors" || ok=1
+	return $ok
+}
+
+step "go mod download" bash -c 'cd go && go mod download'
+step "build C peers" build_c
+step "go vet" bash -c 'cd go && go vet ./...'
+step "gofmt" bash -c 'cd go && test -z "$(gofmt -l .)" || { gofmt -l .; false; }'
+step "go test -race" bash -c 'cd go && go test -race -count=1 -timeout 150s ./...'
+step "go test (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go test -count=1 -timeout 120s -v ./... 2>&1 | grep -E "^(=== RUN|--- |PASS|FAIL|ok)" | grep -v "=== RUN"; exit ${PIPESTATUS[0]}'
+step "check_vectors (C)" "$OUT/check_vectors" test/vectors
+# The gRPC example is its own module (the package does not depend on gRPC).
+if [ -z "${RPAL_GO_SKIP_EXAMPLES:-}" ]; then
+	step "build examples/grpcecho" bash -c 'cd go/examples/grpcecho && go mod download && go vet ./... && go build -o /dev/null .'
+fi
+
+echo
+for f in "${failures[@]+"${failures[@]}"}"; do
+	echo "FAILED: $f"
+done
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
