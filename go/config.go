@@ -12,7 +12,7 @@ import (
 // Defaults, identical to librpal's (include/rpal.h).  Each can be overridden
 // in Config or through the same RPAL_* environment variables.
 const (
-	DefaultRegionBase       = 0x640000000000 // RPAL_REGION_BASE (100 TiB)
+	DefaultRegionBase       = 0x680000000000 // RPAL_REGION_BASE (104 TiB)
 	DefaultSlotSize         = 64 << 30       // RPAL_SLOT_SIZE
 	DefaultNrSlots          = 256            // RPAL_NR_SLOTS
 	DefaultArenaSize        = 64 << 20       // RPAL_ARENA_SIZE

@@ -146,7 +146,7 @@ func (p *process) setup() error {
 			// Since Go 1.26 the runtime puts its heap at a random address
 			// below 1<<46 on amd64; the race detector's shadow memory
 			// lies in 0x200000000000..0x400000000000.
-			hint += ", at or above 0x400000000000 (the default is 0x640000000000)"
+			hint += ", at or above 0x400000000000 (the default is 0x680000000000)"
 		}
 		return fmt.Errorf("cannot reserve %d bytes at %#x: something is mapped there (%s): %w", size, p.cfg.RegionBase, hint, err)
 	}

@@ -42,7 +42,7 @@ extern "C" {
 /* ---------------------------------------------------------------- types */
 
 /* Defaults; each can be overridden in struct rpal_config or the environment. */
-#define RPAL_DEFAULT_REGION_BASE  0x640000000000ULL  /* RPAL_REGION_BASE: 100 TiB */
+#define RPAL_DEFAULT_REGION_BASE  0x680000000000ULL  /* RPAL_REGION_BASE: 104 TiB */
 #define RPAL_DEFAULT_SLOT_SIZE    (64ULL << 30)      /* RPAL_SLOT_SIZE: 64 GiB */
 #define RPAL_DEFAULT_NR_SLOTS     256u               /* RPAL_NR_SLOTS */
 #define RPAL_DEFAULT_ARENA_SIZE   (64ULL << 20)      /* RPAL_ARENA_SIZE: 64 MiB */

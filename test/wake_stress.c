@@ -57,6 +57,8 @@ int main(int argc, char **argv)
 	pin(0);
 	alarm(240);             /* a lost wake-up hangs (sleeps have no timeout): fail loudly */
 	t_ok(rpal_init(&cfg));
+	close(p[1]);            /* a server that dies early reads as EOF, not a hang */
+	close(q[1]);
 	t_check(read(p[0], &c, 1) == 1, "server did not start");
 	fd = t_ok(rpal_connect("wake", NULL, 0));
 	for (i = 0; i < rounds; i++) {
