@@ -89,6 +89,29 @@ static bool fault_is_synchronous(int sig, const siginfo_t *si)
 }
 
 /*
+ * What the kernel would have done before running the old handler: reset it
+ * first if it was one-shot, block its sa_mask (the caller's mask comes back
+ * with sigreturn), unblock sig if it asked for SA_NODEFER.
+ */
+static void enter_old_handler(int sig, const struct sigaction *old)
+{
+	struct sigaction dfl;
+	sigset_t set;
+
+	if (old->sa_flags & SA_RESETHAND) {
+		memset(&dfl, 0, sizeof(dfl));
+		dfl.sa_handler = SIG_DFL;
+		sigaction(sig, &dfl, NULL);
+	}
+	pthread_sigmask(SIG_BLOCK, &old->sa_mask, NULL);
+	if (old->sa_flags & SA_NODEFER) {
+		sigemptyset(&set);
+		sigaddset(&set, sig);
+		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
+	}
+}
+
+/*
  * Hand the signal on as if our handler had never been installed.  Called
  * in signal context with sig blocked.
  */
@@ -96,42 +119,17 @@ static void chain(int sig, siginfo_t *si, void *uc)
 {
 	struct sigaction *old = &old_act[sig_index(sig)];
 	struct sigaction dfl;
-	sigset_t set;
 
 	if (old->sa_flags & SA_SIGINFO) {
 		if (old->sa_sigaction) {
-			/* What the kernel would have done for the old handler: reset
-			 * it first if it was one-shot, block its sa_mask (the
-			 * caller's mask comes back with sigreturn), unblock sig if
-			 * it asked for SA_NODEFER. */
 			void (*fn)(int, siginfo_t *, void *) = old->sa_sigaction;
-			if (old->sa_flags & SA_RESETHAND) {
-				memset(&dfl, 0, sizeof(dfl));
-				dfl.sa_handler = SIG_DFL;
-				sigaction(sig, &dfl, NULL);
-			}
-			pthread_sigmask(SIG_BLOCK, &old->sa_mask, NULL);
-			if (old->sa_flags & SA_NODEFER) {
-				sigemptyset(&set);
-				sigaddset(&set, sig);
-				pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-			}
+			enter_old_handler(sig, old);
 			fn(sig, si, uc);
 			return;
 		}
 	} else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
 		void (*fn)(int) = old->sa_handler;
-		if (old->sa_flags & SA_RESETHAND) {
-			memset(&dfl, 0, sizeof(dfl));
-			dfl.sa_handler = SIG_DFL;
-			sigaction(sig, &dfl, NULL);
-		}
-		pthread_sigmask(SIG_BLOCK, &old->sa_mask, NULL);
-		if (old->sa_flags & SA_NODEFER) {
-			sigemptyset(&set);
-			sigaddset(&set, sig);
-			pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-		}
+		enter_old_handler(sig, old);
 		fn(sig);
 		return;
 	}

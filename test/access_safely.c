@@ -120,8 +120,65 @@ static int server(int ready)
 	return 0;
 }
 
-int main(void)
+/* Read through a variable, so the compiler cannot see the bad address. */
+static volatile uintptr_t bad_addr = 0x18;
+
+static void app_siginfo(int sig, siginfo_t *si, void *uc)
 {
+	(void)sig;
+	(void)si;
+	(void)uc;
+	_exit(42);
+}
+
+static void app_plain(int sig)
+{
+	(void)sig;
+	_exit(43);
+}
+
+/*
+ * Re-executed: the application's own handler comes first, rpal's second;
+ * a fault outside any window must reach the application's.
+ */
+static int chain_child(const char *kind)
+{
+	struct sigaction sa;
+	int ok = 0;
+
+	memset(&sa, 0, sizeof(sa));
+	if (!strcmp(kind, "siginfo")) {
+		sa.sa_sigaction = app_siginfo;
+		sa.sa_flags = SA_SIGINFO;
+	} else {
+		sa.sa_handler = app_plain;
+	}
+	sigaction(SIGSEGV, &sa, NULL);
+	if (rpal_access_safely(read_at, &ok) != 0)     /* rpal installs its handler now */
+		return 2;
+	return *(volatile int *)bad_addr;               /* outside a window */
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 2 && !strcmp(argv[1], "--chain"))
+		return chain_child(argv[2]);
+	{
+		static const char *const kinds[] = { "siginfo", "plain" };
+		printf("a fault outside a window reaches the application's earlier handler\n");
+		for (int k = 0; k < 2; k++) {
+			int st;
+			pid_t c = fork();
+			if (c == 0) {
+				execl("/proc/self/exe", "access_safely", "--chain", kinds[k], (char *)NULL);
+				_exit(3);
+			}
+			waitpid(c, &st, 0);
+			t_check(WIFEXITED(st) && WEXITSTATUS(st) == 42 + k, "%s handler not reached: status %#x",
+				kinds[k], st);
+		}
+	}
+
 	int baseline, st, r, inner, pfd[2], fd;
 	struct rpal_msg m;
 	struct rpal_stats rs;
