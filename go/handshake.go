@@ -463,12 +463,7 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 	}
 	c, err := p.accept(uc, msg, fds, hsWelcome, cred, s, service)
 	if err != nil {
-		var re *refusedError
-		errno := syscall.EPROTO
-		if errors.As(err, &re) {
-			errno = re.errno
-		}
-		sendRefuse(uc, errno, err.Error())
+		sendRefuse(uc, refusalErrno(err), err.Error())
 		p.dropSide(s)
 		return nil, fmt.Errorf("bad welcome from %s: %w", service, err)
 	}
@@ -633,12 +628,7 @@ func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
 	}
 	c, err := p.accept(uc, msg, fds, hsHello, cred, s, l.service)
 	if err != nil {
-		var re *refusedError
-		errno := syscall.EPROTO
-		if errors.As(err, &re) {
-			errno = re.errno
-		}
-		sendRefuse(uc, errno, err.Error())
+		sendRefuse(uc, refusalErrno(err), err.Error())
 		p.dropSide(s)
 		return nil, fmt.Errorf("refused client pid %d: %w", cred.Pid, err)
 	}
@@ -713,3 +703,13 @@ func (l *Listener) Close() error {
 
 // Addr returns the service name.
 func (l *Listener) Addr() net.Addr { return Addr{l.service} }
+
+// refusalErrno is the errno a REFUSE carries for err: the one a check chose,
+// or EPROTO.
+func refusalErrno(err error) syscall.Errno {
+	var re *refusedError
+	if errors.As(err, &re) {
+		return re.errno
+	}
+	return syscall.EPROTO
+}

@@ -107,6 +107,25 @@ static inline int t_count_fds(void)
 	return n;
 }
 
+/* A numeric field of /proc/<pid>/status ("VmRSS", "voluntary_ctxt_switches"); -1 if absent. */
+static inline long t_proc_status(pid_t pid, const char *field)
+{
+	char path[64], line[256], fmt[80];
+	long v = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	snprintf(fmt, sizeof(fmt), "%s: %%ld", field);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, fmt, &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
 /* Is anything mapped at addr (from /proc/self/maps), and with which perms? */
 static inline int t_mapping_perms(uintptr_t addr, char perms[5])
 {

@@ -7,23 +7,6 @@
  */
 #include "helpers.h"
 
-static long ctxt_switches(pid_t pid)
-{
-	char path[64], line[128];
-	long v = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "voluntary_ctxt_switches: %ld", &v) == 1)
-			break;
-	fclose(f);
-	return v;
-}
-
 static void child(int use_epoll)
 {
 	int fd = t_ok(rpal_connect("idle", NULL, 0)), ep = -1;
@@ -64,9 +47,9 @@ int main(void)
 		t_ok(rpal_send(fd, "hi", 2, 0));
 		t_check(rpal_recv(fd, b, sizeof(b), 0) == 2, "first echo");
 		usleep(500000);         /* past the spin budget and the futex period */
-		long before = ctxt_switches(pid);
+		long before = t_proc_status(pid, "voluntary_ctxt_switches");
 		sleep(1);
-		long after = ctxt_switches(pid);
+		long after = t_proc_status(pid, "voluntary_ctxt_switches");
 		printf("%s: %ld wake-ups in 1 s of silence\n", use_epoll ? "rpal_epoll_wait" : "rpal_recv", after - before);
 		t_check(before >= 0 && after - before <= 1, "%s woke %ld times while idle",
 			use_epoll ? "rpal_epoll_wait" : "rpal_recv", after - before);

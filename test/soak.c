@@ -254,23 +254,6 @@ static int client(unsigned idx, int go)
 	return 0;
 }
 
-static long rss_kb(pid_t pid)
-{
-	char path[64], line[256];
-	long kb = -1;
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	f = fopen(path, "r");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f))
-		if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
-			break;
-	fclose(f);
-	return kb;
-}
-
 static uint64_t total_received(void)
 {
 	uint64_t t = 0;
@@ -342,7 +325,7 @@ int main(int argc, char **argv)
 		if (!t_warm && (got >= total / 50 || now - t0 >= 5000000000ull)) {
 			t_warm = now;
 			for (int i = 0; i < NPROC; i++)
-				warm[i] = last[i] = peak[i] = rss_kb(pids[i]);
+				warm[i] = last[i] = peak[i] = t_proc_status(pids[i], "VmRSS");
 			printf("warm at %.1f s, %" PRIu64 " messages: VmRSS", (double)(now - t0) / 1e9, got);
 			for (int i = 0; i < NPROC; i++)
 				printf(" %s %ld kB%s", names[i], warm[i], i + 1 < NPROC ? "," : "\n");
@@ -353,7 +336,7 @@ int main(int argc, char **argv)
 		if (t_warm && now >= next_sample) {
 			next_sample += SAMPLE_NS;
 			for (int i = 0; i < NPROC; i++) {
-				last[i] = rss_kb(pids[i]);
+				last[i] = t_proc_status(pids[i], "VmRSS");
 				if (last[i] > peak[i])
 					peak[i] = last[i];
 			}
@@ -379,10 +362,10 @@ int main(int argc, char **argv)
 
 		if (!t_warm) {   /* a run shorter than the warm-up: compare with the end */
 			for (int i = 0; i < NPROC; i++)
-				warm[i] = peak[i] = rss_kb(pids[i]);
+				warm[i] = peak[i] = t_proc_status(pids[i], "VmRSS");
 		}
 		for (int i = 0; i < NPROC; i++) {
-			last[i] = rss_kb(pids[i]);
+			last[i] = t_proc_status(pids[i], "VmRSS");
 			if (last[i] > peak[i])
 				peak[i] = last[i];
 		}
