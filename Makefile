@@ -21,7 +21,7 @@ demo: build
 	@./scripts/demo.sh $(BUILD)
 
 test-release: build
-	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300
+	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE flaky
 
 test-asan: deps
 	@cmake -S . -B $(BUILD_SAN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=Debug -DRPAL_SANITIZE=address,undefined >/dev/null
