@@ -441,7 +441,7 @@ int cmd_bench(int argc, char **argv)
 			for (unsigned ti = 0; ti < nr_transports; ti++) {
 				const struct transport *t = transports[ti];
 
-				if (!(o.transports & (1u << ti)) || t->unavailable)
+				if (!(o.transports & (1u << ti)) || (t->unavailable && t->unavailable()))
 					continue;
 				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
 					struct run_spec s = {

@@ -222,7 +222,8 @@ void report_table(const struct report *r, FILE *f)
 	}
 	fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: > 1 is better.\n");
 	for (unsigned i = 0; i < nr_transports; i++)
-		if ((o->transports & (1u << i)) && transports[i]->unavailable)
+		if ((o->transports & (1u << i)) && transports[i]->unavailable &&
+		    transports[i]->unavailable())
 			fprintf(f, "not available: %s: %s\n", transports[i]->name,
 				transports[i]->unavailable());
 	for (unsigned i = 0; i < r->nerrs; i++)
@@ -334,7 +335,8 @@ int report_json(const struct report *r, FILE *f)
 	fprintf(f, "\n  ],\n  \"unavailable\": [");
 	first = 1;
 	for (unsigned i = 0; i < nr_transports; i++) {
-		if (!(o->transports & (1u << i)) || !transports[i]->unavailable)
+		if (!(o->transports & (1u << i)) || !transports[i]->unavailable ||
+		    !transports[i]->unavailable())
 			continue;
 		fprintf(f, "%s{\"transport\": \"%s\", \"reason\": ", first ? "" : ", ", transports[i]->name);
 		jstr(f, transports[i]->unavailable());

@@ -12,15 +12,27 @@ import (
 // blocks.  Its metadata is private Go memory: nothing in the arena is ever
 // trusted as allocator state, so a pointer handed back by a peer is checked
 // against this metadata alone.
+//
+// Freed blocks of the small orders are kept unmerged in a short stack per
+// order and handed out again first: a message-sized block that is
+// allocated and freed once per message would otherwise be split off the
+// largest free block and merged back into it every time, some twenty map
+// operations each way.  The stacks are flushed (merged) before an
+// allocation fails.
 type allocator struct {
 	mu        sync.Mutex
 	size      uint64                // arena size
 	free      []map[uint64]struct{} // per order: offsets of free blocks
 	used      map[uint64]uint8      // live block offset -> order
 	usedBytes uint64
+	cache     [cacheOrders][]uint64 // freed small blocks, not merged yet
 }
 
-const minShift = 6 // 64-byte blocks: one cache line
+const (
+	minShift    = 6  // 64-byte blocks: one cache line
+	cacheOrders = 7  // orders kept unmerged: blocks of 64 B .. 4 KiB
+	cacheDepth  = 32 // blocks kept per order
+)
 
 func newAllocator(heapOff, size uint64) *allocator {
 	a := &allocator{size: size, used: make(map[uint64]uint8)}
@@ -56,6 +68,24 @@ func (a *allocator) get(n uint64) (uint64, bool) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if k < cacheOrders {
+		if c := a.cache[k]; len(c) > 0 {
+			off := c[len(c)-1]
+			a.cache[k] = c[:len(c)-1]
+			a.take(off, k)
+			return off, true
+		}
+	}
+	off, ok := a.split(k)
+	if !ok && a.flush() {
+		off, ok = a.split(k)
+	}
+	return off, ok
+}
+
+// split takes a block of order k from the free lists, splitting a larger
+// one if needed; caller holds mu.
+func (a *allocator) split(k int) (uint64, bool) {
 	j := k
 	for j < len(a.free) && len(a.free[j]) == 0 {
 		j++
@@ -73,9 +103,13 @@ func (a *allocator) get(n uint64) (uint64, bool) {
 		j--
 		a.free[j][off+1<<(j+minShift)] = struct{}{}
 	}
+	a.take(off, k)
+	return off, true
+}
+
+func (a *allocator) take(off uint64, k int) {
 	a.used[off] = uint8(k)
 	a.usedBytes += 1 << (k + minShift)
-	return off, true
 }
 
 // put frees the block at off; false if off is not a live block.
@@ -89,6 +123,17 @@ func (a *allocator) put(off uint64) bool {
 	delete(a.used, off)
 	k := int(k8)
 	a.usedBytes -= 1 << (k + minShift)
+	if k < cacheOrders && len(a.cache[k]) < cacheDepth {
+		a.cache[k] = append(a.cache[k], off)
+		return true
+	}
+	a.merge(off, k)
+	return true
+}
+
+// merge returns a free block to the free lists, joined with its free
+// buddies; caller holds mu.
+func (a *allocator) merge(off uint64, k int) {
 	for k+1 < len(a.free) {
 		buddy := off ^ (1 << (k + minShift))
 		if _, free := a.free[k][buddy]; !free {
@@ -99,7 +144,20 @@ func (a *allocator) put(off uint64) bool {
 		k++
 	}
 	a.free[k][off] = struct{}{}
-	return true
+}
+
+// flush merges every cached block; false if there were none.  Caller holds
+// mu.
+func (a *allocator) flush() bool {
+	found := false
+	for k := range a.cache {
+		for _, off := range a.cache[k] {
+			a.merge(off, k)
+			found = true
+		}
+		a.cache[k] = a.cache[k][:0]
+	}
+	return found
 }
 
 // blockSize is the usable size of the live block at off (0 if none).

@@ -4,6 +4,8 @@ package rpal
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -179,4 +181,44 @@ func benchHelper(role, addr string) int {
 		}
 	}
 	return -1
+}
+
+// Ping-pong of Stream writes of several sizes between two goroutines of
+// this process (the path of a net.Conn user such as gRPC, without the
+// cross-process wake-ups):
+//
+//	go test -run '^$' -bench StreamPingPong
+func BenchmarkStreamPingPong(b *testing.B) {
+	for _, size := range []int{40, 100, 320, 1000, 4096} {
+		b.Run(fmt.Sprintf("size=%d", size), func(b *testing.B) {
+			c1, c2, stop, err := streamPair(b)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer stop()
+			go func() {
+				buf := make([]byte, size)
+				for {
+					if _, err := io.ReadFull(c2, buf); err != nil {
+						return
+					}
+					if _, err := c2.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+			msg := make([]byte, size)
+			in := make([]byte, size)
+			b.SetBytes(int64(size))
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := c1.Write(msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := io.ReadFull(c1, in); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

@@ -18,6 +18,7 @@ const (
 	DefaultArenaSize        = 64 << 20       // RPAL_ARENA_SIZE
 	DefaultRingEntries      = 256            // RPAL_RING_ENTRIES
 	DefaultSpin             = 50 * time.Microsecond
+	DefaultStreamSpin       = 200 * time.Microsecond // Go only: RPAL_STREAM_SPIN_US
 	DefaultHandshakeTimeout = 1000 * time.Millisecond
 )
 
@@ -29,6 +30,7 @@ type Config struct {
 	ArenaSize        uint64        // this process's arena; page multiple in 1 MiB..SlotSize
 	RingEntries      uint32        // slots per ring direction; power of two in 8..65536
 	Spin             time.Duration // longest spin before a waiter sleeps (RPAL_SPIN_US); 0 never spins
+	StreamSpin       time.Duration // the same for a Stream's reader (RPAL_STREAM_SPIN_US); see Stream
 	HandshakeTimeout time.Duration // bound on each handshake step (RPAL_HANDSHAKE_MS)
 	RuntimeDir       string        // "" means $RPAL_RUNTIME_DIR, $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid>
 
@@ -46,6 +48,7 @@ func DefaultConfig() Config {
 		ArenaSize:        DefaultArenaSize,
 		RingEntries:      DefaultRingEntries,
 		Spin:             DefaultSpin,
+		StreamSpin:       DefaultStreamSpin,
 		HandshakeTimeout: DefaultHandshakeTimeout,
 	}
 	c.envU64("RPAL_REGION_BASE", &c.RegionBase)
@@ -56,6 +59,9 @@ func DefaultConfig() Config {
 	us := uint32(c.Spin / time.Microsecond)
 	c.envU32("RPAL_SPIN_US", &us)
 	c.Spin = time.Duration(us) * time.Microsecond
+	us = uint32(c.StreamSpin / time.Microsecond)
+	c.envU32("RPAL_STREAM_SPIN_US", &us)
+	c.StreamSpin = time.Duration(us) * time.Microsecond
 	ms := uint32(c.HandshakeTimeout / time.Millisecond)
 	c.envU32("RPAL_HANDSHAKE_MS", &ms)
 	c.HandshakeTimeout = time.Duration(ms) * time.Millisecond
@@ -115,6 +121,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("config: ring entries %d must be a power of two in 8..65536", c.RingEntries)
 	case c.Spin < 0 || c.Spin > 10*time.Second:
 		return fmt.Errorf("config: spin %v must be in 0..10s", c.Spin)
+	case c.StreamSpin < 0 || c.StreamSpin > 10*time.Second:
+		return fmt.Errorf("config: stream spin %v must be in 0..10s", c.StreamSpin)
 	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:
 		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s", c.HandshakeTimeout)
 	case len(c.RuntimeDir) >= 108:

@@ -158,6 +158,28 @@ type side struct {
 	ringEnt   uint32
 	bell      int // the doorbell pipe's read end: we sleep on it
 	ringEnd   int // its write end: sent in our hello (a copy stays with us)
+	cpu       uint32
+}
+
+// noCPU is the "unknown" CPU hint.
+const noCPU = 0xffffffff
+
+// pinnedCPU returns the one CPU the calling thread may run on, or noCPU.
+// Goroutines move between threads, so the Go side knows its CPU only when
+// the process is pinned to one (threads inherit the affinity mask); then it
+// publishes that CPU as both hints, and neither side spins for a thread
+// that needs the CPU the spinner holds (docs/PROTOCOL.md §6).
+func pinnedCPU() uint32 {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil || set.Count() != 1 {
+		return noCPU
+	}
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			return uint32(i)
+		}
+	}
+	return noCPU
 }
 
 func (p *process) newSide() (*side, error) {
@@ -169,7 +191,7 @@ func (p *process) newSide() (*side, error) {
 	}
 	b := p.ptr(addr)
 	clear(unsafe.Slice((*byte)(b), size))
-	s := &side{blockAddr: addr, block: b, nonce: randomU64() | 1, ringEnt: n}
+	s := &side{blockAddr: addr, block: b, nonce: randomU64() | 1, ringEnt: n, cpu: pinnedCPU()}
 	*(*uint32)(unsafe.Add(b, bMagic)) = blockMagic
 	*(*uint16)(unsafe.Add(b, bVersion)) = WireVersion
 	*(*uint16)(unsafe.Add(b, bHdrSize)) = blockHdrSize
@@ -178,8 +200,8 @@ func (p *process) newSide() (*side, error) {
 	*(*uint32)(unsafe.Add(b, bAckEntries)) = n
 	*(*uint32)(unsafe.Add(b, bRingOff)) = blockHdrSize
 	*(*uint32)(unsafe.Add(b, bAckOff)) = blockHdrSize + n*slotSize
-	*(*uint32)(unsafe.Add(b, bTxCPU)) = 0xffffffff // we publish no CPU hints
-	*(*uint32)(unsafe.Add(b, bRxCPU)) = 0xffffffff
+	*(*uint32)(unsafe.Add(b, bTxCPU)) = s.cpu // noCPU unless pinned to one
+	*(*uint32)(unsafe.Add(b, bRxCPU)) = s.cpu
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
 		p.freeBytes(addr)
@@ -345,11 +367,13 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		peerBell: peerBell, selfBell: s.ringEnd,
 		out: make(map[uint64]struct{}), outLimit: int(h.AckEntries),
 		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
+		cpu: s.cpu,
 	}
 	c.lastRungRX.Store(math.MaxUint64)
 	c.lastRungTX.Store(math.MaxUint64)
 	c.txSpin.init(p.cfg.Spin)
 	c.rxSpin.init(p.cfg.Spin)
+	c.rxReadyFn = c.rxReady
 	dup, err := unix.FcntlInt(uintptr(s.bell), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		p.putPeer(pm)

@@ -26,6 +26,17 @@ func TestConfigEnv(t *testing.T) {
 	if err := c.check(); err == nil || c.RingEntries != DefaultRingEntries {
 		t.Fatalf("malformed variable: %v, %d", err, c.RingEntries)
 	}
+	t.Setenv("RPAL_RING_ENTRIES", "")
+	t.Setenv("RPAL_SPIN_US", "7")
+	t.Setenv("RPAL_STREAM_SPIN_US", "0")
+	c = DefaultConfig()
+	if err := c.check(); err != nil || c.Spin != 7*time.Microsecond || c.StreamSpin != 0 {
+		t.Fatalf("spin %v stream spin %v: %v", c.Spin, c.StreamSpin, err)
+	}
+	c.StreamSpin = 11 * time.Second
+	if err := c.check(); err == nil {
+		t.Fatal("stream spin of 11 s accepted")
+	}
 }
 
 func TestDialErrors(t *testing.T) {

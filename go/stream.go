@@ -16,6 +16,14 @@ import (
 // CloseWrite or Close.  Deadlines follow the net.Conn contract: blocked calls
 // wake and fail with an error wrapping os.ErrDeadlineExceeded; after Close
 // they fail with net.ErrClosed.
+//
+// A Stream's reader spins up to Config.StreamSpin (default 200 µs) before
+// it sleeps, longer than a Conn's: what a stream user waits for is usually
+// a reply, a whole round trip through the peer's code (for gRPC several
+// goroutine hand-offs), and a reply the reader sleeps through costs a
+// wake-up on each side, which makes the next round trip longer still.  The
+// budget adapts: on a stream whose waits are longer than the ceiling (idle,
+// or a slow peer) it falls to a sixteenth of it.
 type Stream struct {
 	c *Conn
 
@@ -29,8 +37,14 @@ type Stream struct {
 }
 
 // NewStream returns a byte stream over c.  c must not be used directly
-// afterwards except through the Stream.
-func NewStream(c *Conn) *Stream { return &Stream{c: c} }
+// afterwards except through the Stream.  Its reader spins up to
+// Config.StreamSpin before it sleeps (see Stream).
+func NewStream(c *Conn) *Stream {
+	c.rxMu.Lock()
+	c.rxSpin.init(c.p.cfg.StreamSpin)
+	c.rxMu.Unlock()
+	return &Stream{c: c}
+}
 
 // DialStream connects to a service and returns a byte stream; its signature
 // fits grpc.WithContextDialer.
@@ -52,6 +66,13 @@ func (s *Stream) chunk() int {
 	n := int(s.c.p.cfg.ArenaSize / 16)
 	return min(n, 256<<10)
 }
+
+// slotsMax is the longest write (or tail of one) that travels in ring
+// slots rather than in a buffer of the arena: up to 8 slots of InlineMax
+// bytes, which cost less than a buffer's allocation, acknowledgement and
+// free.  The frames of small RPCs (gRPC's headers, a short message,
+// trailers) fit.
+const slotsMax = 8 * InlineMax
 
 // Read reads up to len(b) bytes of the stream.
 func (s *Stream) Read(b []byte) (int, error) {
@@ -123,13 +144,20 @@ func (s *Stream) Write(b []byte) (int, error) {
 	chunk := s.chunk()
 	for n < len(b) {
 		k := min(len(b)-n, chunk)
-		if err := c.sendLocked(b[n : n+k]); err != nil {
+		var err error
+		if k <= slotsMax {
+			var m int
+			m, err = c.sendSlotsLocked(b[n : n+k])
+			n += m
+		} else if err = c.sendLocked(b[n : n+k]); err == nil {
+			n += k
+		}
+		if err != nil {
 			if n > 0 && !c.dead.Load() {
 				c.notifyRX()
 			}
 			return n, c.opErr("write", err)
 		}
-		n += k
 	}
 	if n > 0 {
 		c.notifyRX()

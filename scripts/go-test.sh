@@ -5,8 +5,9 @@
 #
 # Downloads the Go module's dependencies, builds the C interop peers
 # (go/interop/c) and test/vectors/check_vectors.c with gcc against librpal
-# in BUILD_DIR (default: build), then runs: go vet, gofmt, the tests with the
-# race detector, the tests with CGO_ENABLED=0 (interop included), the C check
+# in BUILD_DIR (default: build), then runs: go vet, a CGO_ENABLED=0 build of
+# cmd/rpal-bench-go (rpal bench's Go side), gofmt, the tests with the race
+# detector, the tests with CGO_ENABLED=0 (interop included), the C check
 # of the shared test vectors, and builds the gRPC example (skip it with
 # RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits non-zero on
 # any failure.
@@ -71,6 +72,8 @@ build_c() {
 step "go mod download" bash -c 'cd go && go mod download'
 step "build C peers" build_c
 step "go vet" bash -c 'cd go && go vet ./...'
+# `rpal bench`'s Go side (transports rpal-go and go-uds): pure Go.
+step "build cmd/rpal-bench-go (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go build -o /dev/null ./cmd/rpal-bench-go'
 step "gofmt" bash -c 'cd go && test -z "$(gofmt -l .)" || { gofmt -l .; false; }'
 step "go test -race" bash -c 'cd go && go test -race -count=1 -timeout 150s ./...'
 step "go test (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go test -count=1 -timeout 120s -v ./... 2>&1 | grep -E "^(=== RUN|--- |PASS|FAIL|ok)" | grep -v "=== RUN"; exit ${PIPESTATUS[0]}'

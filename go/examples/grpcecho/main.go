@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -88,6 +89,7 @@ func cpu(who int) time.Duration {
 
 type result struct {
 	p50, p99, mean, cpuPerReq time.Duration
+	info                      *rpal.ConnInfo // rpal: the client's counters
 }
 
 func bench(transport, addr string, n, size int) result {
@@ -102,8 +104,15 @@ func bench(transport, addr string, n, size int) result {
 		log.Fatalf("%s server did not start", transport)
 	}
 	var dial func(context.Context, string) (net.Conn, error)
+	var st *rpal.Stream
 	if transport == "rpal" {
-		dial = rpal.DialStream
+		dial = func(ctx context.Context, a string) (net.Conn, error) {
+			c, err := rpal.DialStream(ctx, a)
+			if err == nil {
+				st = c.(*rpal.Stream)
+			}
+			return c, err
+		}
 	} else {
 		dial = func(ctx context.Context, a string) (net.Conn, error) {
 			var d net.Dialer
@@ -131,6 +140,10 @@ func bench(transport, addr string, n, size int) result {
 	for i := 0; i < 2000; i++ { // warm up
 		call()
 	}
+	var info0 rpal.ConnInfo
+	if st != nil {
+		info0 = st.Conn().Info()
+	}
 	lat := make([]time.Duration, n)
 	c0 := cpu(syscall.RUSAGE_SELF)
 	t0 := time.Now()
@@ -141,6 +154,13 @@ func bench(transport, addr string, n, size int) result {
 	}
 	total := time.Since(t0)
 	self := cpu(syscall.RUSAGE_SELF) - c0
+	var info *rpal.ConnInfo
+	if st != nil {
+		i := st.Conn().Info()
+		i.Wakeups -= info0.Wakeups
+		i.Sleeps -= info0.Sleeps
+		info = &i
+	}
 	cc.Close()
 	ch0 := cpu(syscall.RUSAGE_CHILDREN)
 	srv.Process.Signal(syscall.SIGTERM)
@@ -150,7 +170,7 @@ func bench(transport, addr string, n, size int) result {
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	return result{
 		p50: lat[n/2], p99: lat[n*99/100], mean: total / time.Duration(n),
-		cpuPerReq: (self + server) / time.Duration(n),
+		cpuPerReq: (self + server) / time.Duration(n), info: info,
 	}
 }
 
@@ -158,6 +178,7 @@ func main() {
 	serveFlag := flag.String("serve", "", "serve on this transport (rpal or unix) at the address given as argument")
 	n := flag.Int("n", 20000, "requests per transport")
 	size := flag.Int("size", 32, "request and response payload bytes")
+	order := flag.String("transports", "unix,rpal,unix,rpal", "transports to run, in order")
 	flag.Parse()
 	if *serveFlag != "" {
 		serve(*serveFlag, flag.Arg(0))
@@ -170,13 +191,17 @@ func main() {
 	defer os.RemoveAll(dir)
 	name := fmt.Sprintf("grpcecho-%d", os.Getpid())
 	fmt.Printf("gRPC unary echo, %d-byte messages, %d calls each, one at a time\n", *size, *n)
-	fmt.Printf("%-6s %10s %10s %10s %14s\n", "", "p50", "p99", "mean", "CPU/request")
-	for _, tr := range []string{"unix", "rpal", "unix", "rpal"} {
+	fmt.Printf("%-6s %10s %10s %10s %14s %s\n", "", "p50", "p99", "mean", "CPU/request", "client rings, sleeps per call")
+	for _, tr := range strings.Split(*order, ",") {
 		addr := name
 		if tr == "unix" {
 			addr = dir + "/grpc.sock"
 		}
 		r := bench(tr, addr, *n, *size)
-		fmt.Printf("%-6s %10v %10v %10v %14v\n", tr, r.p50, r.p99, r.mean, r.cpuPerReq)
+		counts := "-"
+		if r.info != nil {
+			counts = fmt.Sprintf("%.2f, %.2f", float64(r.info.Wakeups)/float64(*n), float64(r.info.Sleeps)/float64(*n))
+		}
+		fmt.Printf("%-6s %10v %10v %10v %14v %s\n", tr, r.p50, r.p99, r.mean, r.cpuPerReq, counts)
 	}
 }

@@ -1,0 +1,195 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// Freed small blocks are kept unmerged and reused; the cache is merged
+// before an allocation fails, and a block freed twice is refused.
+func TestAllocatorCache(t *testing.T) {
+	const size = 1 << 20
+	a := newAllocator(pageSize, size)
+	var offs []uint64
+	for i := 0; i < 3*cacheDepth; i++ {
+		off, ok := a.get(uint64(64 << (i % cacheOrders)))
+		if !ok {
+			t.Fatalf("get %d failed", i)
+		}
+		offs = append(offs, off)
+	}
+	for _, off := range offs {
+		if !a.put(off) {
+			t.Fatalf("put %#x refused", off)
+		}
+	}
+	if a.put(offs[0]) {
+		t.Fatal("a block freed twice was accepted (it sits in the cache)")
+	}
+	if used, n := a.stats(); used != 0 || n != 0 {
+		t.Fatalf("after freeing everything: %d bytes in %d blocks used", used, n)
+	}
+	// The cached block comes back first.
+	last := offs[len(offs)-1]
+	if off, _ := a.get(64 << ((len(offs) - 1) % cacheOrders)); off != last {
+		t.Fatalf("got %#x, want the cached %#x", off, last)
+	}
+	a.put(last)
+	// Half the arena needs every cached block merged back.
+	off, ok := a.get(size / 2)
+	if !ok || off != size/2 {
+		t.Fatalf("half the arena: %#x %v (the cache was not flushed?)", off, ok)
+	}
+	a.put(off)
+}
+
+func TestSpinnerAdapts(t *testing.T) {
+	const ceiling = 100 * time.Microsecond
+	var s spinner
+	s.init(ceiling)
+	// Long waits: the budget falls to its floor, not to zero.
+	for i := 0; i < 40; i++ {
+		s.slept(time.Millisecond)
+	}
+	if s.cur != ceiling/16 {
+		t.Fatalf("after long waits the budget is %v, want %v", s.cur, ceiling/16)
+	}
+	// One short spin restores it; an occasional long wait among short
+	// ones does not take it away.
+	s.hit(2 * time.Microsecond)
+	if s.cur != ceiling {
+		t.Fatalf("after a hit the budget is %v", s.cur)
+	}
+	for i := 0; i < 40; i++ {
+		s.hit(10 * time.Microsecond)
+	}
+	s.slept(time.Millisecond)
+	if s.cur != ceiling {
+		t.Fatalf("one long wait among short ones cut the budget to %v", s.cur)
+	}
+	// Waits that sleep but end within the ceiling keep it.
+	s.init(ceiling)
+	for i := 0; i < 40; i++ {
+		s.slept(80 * time.Microsecond)
+	}
+	if s.cur != ceiling {
+		t.Fatalf("waits within the ceiling cut the budget to %v", s.cur)
+	}
+}
+
+// A reader spinning with a long budget still honours a deadline and Close
+// at once.
+func TestLongSpinDeadlineAndClose(t *testing.T) {
+	c1, _, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c := c1.(*Stream).Conn()
+	c.rxMu.Lock()
+	c.rxSpin.init(10 * time.Second)
+	c.rxMu.Unlock()
+	c1.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
+	t0 := time.Now()
+	_, err = c1.Read(make([]byte, 8))
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("want deadline exceeded, got %v", err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Fatalf("the deadline ended a 10 s spin after %v", d)
+	}
+	c1.SetReadDeadline(time.Time{})
+	errc := make(chan error, 1)
+	go func() { _, err := c1.Read(make([]byte, 8)); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	c1.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read on a closed conn: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Close did not end a 10 s spin")
+	}
+}
+
+// Writes of every length around the slot limit arrive intact and in order,
+// from a writer and a reader racing each other.
+func TestStreamSlotsAndBuffers(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	var want bytes.Buffer
+	var lens []int
+	for n := 1; n <= slotsMax+2*InlineMax; n += 7 {
+		lens = append(lens, n)
+	}
+	lens = append(lens, 4096, slotsMax, slotsMax+1, 1)
+	for i, n := range lens {
+		b := make([]byte, n)
+		fill(b, int64(i))
+		want.Write(b)
+	}
+	go func() {
+		seed := 0
+		for _, n := range lens {
+			b := make([]byte, n)
+			fill(b, int64(seed))
+			seed++
+			if _, err := c2.Write(b); err != nil {
+				return
+			}
+		}
+		c2.(*Stream).CloseWrite()
+	}()
+	got, err := io.ReadAll(c1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want.Bytes()) {
+		t.Fatalf("stream of %d writes: got %d bytes, want %d, or they differ", len(lens), len(got), want.Len())
+	}
+	if info := c2.(*Stream).Conn().Info(); info.BufsOutstanding != 0 {
+		t.Fatalf("%d buffers still held by the reader", info.BufsOutstanding)
+	}
+}
+
+// A process pinned to one CPU publishes it as its hints, and a waiter does
+// not spin for a peer thread on its own CPU.
+func TestPinnedCPUHint(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	if cpu := pinnedCPU(); a.cpu != cpu {
+		t.Fatalf("conn hint %d, pinnedCPU() %d", a.cpu, cpu)
+	}
+	if got := atomic.LoadUint32((*uint32)(unsafe.Add(a.me, bTxCPU))); got != a.cpu {
+		t.Fatalf("published tx_cpu %d, want %d", got, a.cpu)
+	}
+	// Pretend both sides are pinned to CPU 3: no spinning.
+	a.cpu = 3
+	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 3)
+	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bRxCPU)), 3)
+	if d := a.spinBudget(waitRX, &a.rxSpin); d != 0 {
+		t.Fatalf("budget %v for a peer on our CPU", d)
+	}
+	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 2)
+	if d := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.cur || d == 0 {
+		t.Fatalf("budget %v for a peer on another CPU, want %v", d, a.rxSpin.cur)
+	}
+	a.cpu = noCPU
+}
