@@ -201,5 +201,6 @@ int report_json(const struct report *r, FILE *f);
 int report_plot(const struct report *r, const char *path);
 
 int cmd_bench(int argc, char **argv);
+int cmd_run(int argc, char **argv);	/* cmd_run.c: `rpal run` */
 
 #endif

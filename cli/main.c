@@ -13,10 +13,10 @@ static void usage(FILE *f)
 "  bench     measure cross-process messaging: rpal against Unix socket + epoll,\n"
 "            pipe, eventfd, futex and a shared-memory spin floor\n"
 "            (rpal bench --help lists every option)\n"
+"  run       hosted mode: run several programs in this one process, their\n"
+"            rpal connections upgraded to RPAL calls (rpal run --help)\n"
 "  version   print the version\n"
-"  help      this text\n"
-"\n"
-"Not yet available: run (hosted mode, issue 4).\n");
+"  help      this text\n");
 }
 
 int main(int argc, char **argv)
@@ -27,6 +27,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(argv[1], "bench"))
 		return cmd_bench(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "run"))
+		return cmd_run(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		printf("rpal 0.1\n");
 		return 0;

@@ -88,6 +88,27 @@ const char *hosted_path(const hosted_prog *p);
 int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
+ * Launcher (launch.c, host.c)
+ * ------------------------------------------------------------------------------------------- */
+
+struct rpal_host;
+
+/* Load, start and wait for "PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]..." (argv[0..argc)), printing
+ * each one's exit status on stderr as "<me>: [i] path exited with status N" (unless quiet; a failure
+ * inside an RPAL call is always reported).  host: NULL to only load, else every program's librpal
+ * joins it (RPAL_HOST).  Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error. */
+int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet);
+
+/* The process's host block for RPAL calls: reserves the rpal region (base, slot size and count as
+ * librpal's configuration says) and installs the SIGSYS and fault handlers.  NULL with a message. */
+struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, uint32_t nr_slots,
+                                     char *err, size_t errlen);
+/* Register a program (in launch order); its index, or -1 when the block is full. */
+int hosted_host_add(struct rpal_host *h, const char *name);
+/* The environment for program prog: hosted_clean_environ() plus RPAL_HOST. */
+char **hosted_host_environ(struct rpal_host *h, int prog);
+
+/* ---------------------------------------------------------------------------------------------
  * User-mode context switch (switch_x86_64.S, ctx.c)
  * ------------------------------------------------------------------------------------------- */
 
@@ -118,6 +139,15 @@ void hosted_switch_prctl(hosted_ctx *from, hosted_ctx *to);
 
 /* The current fs base (reads %fs:0, the TCB self pointer of the x86-64 TLS ABI). */
 uintptr_t hosted_get_fs(void);
+
+/* For the lazy switch.  hosted_ctx_jump_wrfs: resume to (fs by wrfsbase) without saving anything
+ * (leaves a signal handler for a borrow point).  hosted_lazy_resume: save the current context in
+ * save, then resume the context captured in the signal frame whose ucontext is at uc, on this
+ * thread, by rt_sigreturn; a later switch to save returns from the call.  Both live in the code
+ * range that Syscall User Dispatch lets through (hosted_sud_allowed_start/end). */
+void hosted_ctx_jump_wrfs(hosted_ctx *to) __attribute__((noreturn));
+void hosted_lazy_resume(hosted_ctx *save, void *uc);
+extern char hosted_sud_allowed_start[], hosted_sud_allowed_end[];
 
 /* ---------------------------------------------------------------------------------------------
  * Lazy switch prototype (lazy.c): a coroutine owned by thread R, borrowed by sender threads S.

@@ -77,9 +77,6 @@ struct hosted_lazy_co {
     size_t stack_size;
 };
 
-extern char hosted_sud_allowed_start[], hosted_sud_allowed_end[];
-void hosted_ctx_jump_wrfs(hosted_ctx *to) __attribute__((noreturn));
-void hosted_lazy_resume(hosted_ctx *save, void *uc);
 
 static inline uintptr_t rdgsbase(void) {
     uintptr_t v;

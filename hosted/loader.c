@@ -393,6 +393,45 @@ static void *need(hosted_prog *p, const char *name, char *err, size_t errlen) {
     return s;
 }
 
+/* A PIE that reads libc data such as stdout directly carries copy relocations (R_X86_64_COPY):
+ * the executable holds the variable and libc binds to that copy.  In the main namespace ld.so
+ * fills the copy from libc's original; loaded by dlmopen, the lookup finds the executable's own
+ * (still zero) copy first, so stdout would stay NULL.  Redo each copy from the first later object
+ * of the namespace that defines the symbol. */
+static void fix_copy_relocs(hosted_prog *p) {
+    struct link_map *exe = p->exe_map;
+    ElfW(Addr) base = exe->l_addr;
+    const ElfW(Rela) *rela = NULL;
+    const ElfW(Sym) *symtab = NULL;
+    const char *strtab = NULL;
+    size_t relasz = 0;
+#define DYN_PTR(v) ((v) < base ? (v) + base : (v)) /* ld.so may have relocated it in place */
+    for (const ElfW(Dyn) *d = exe->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_RELA) rela = (const ElfW(Rela) *)DYN_PTR(d->d_un.d_ptr);
+        else if (d->d_tag == DT_RELASZ) relasz = d->d_un.d_val;
+        else if (d->d_tag == DT_SYMTAB) symtab = (const ElfW(Sym) *)DYN_PTR(d->d_un.d_ptr);
+        else if (d->d_tag == DT_STRTAB) strtab = (const char *)DYN_PTR(d->d_un.d_ptr);
+    }
+#undef DYN_PTR
+    if (!rela || !symtab || !strtab) return;
+    for (size_t i = 0; i < relasz / sizeof *rela; i++) {
+        if (ELF64_R_TYPE(rela[i].r_info) != R_X86_64_COPY) continue;
+        const ElfW(Sym) *sym = &symtab[ELF64_R_SYM(rela[i].r_info)];
+        const char *name = strtab + sym->st_name;
+        void *copy = (void *)(base + rela[i].r_offset);
+        for (struct link_map *m = exe->l_next; m; m = m->l_next) {
+            void *h = dlmopen(p->lmid, m->l_name, RTLD_LAZY | RTLD_NOLOAD);
+            if (!h) continue;
+            void *orig = dlsym(h, name);
+            dlclose(h);
+            if (orig && orig != copy) {
+                memcpy(copy, orig, sym->st_size);
+                break;
+            }
+        }
+    }
+}
+
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen) {
     if (!host_pid) host_pid = getpid();
@@ -467,6 +506,7 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
         !(p->ns_cxa_atexit = (cxa_atexit_fn)need(p, "__cxa_atexit", err, errlen)))
         goto fail;
 
+    fix_copy_relocs(p);
     char ***env = dlsym(p->handle, "environ");
     if (env) *env = p->envp;
     char **pin = dlsym(p->handle, "program_invocation_name");

@@ -33,42 +33,7 @@ int main(int argc, char **argv) {
         return 2;
     }
 
-    int nprog = 0;
-    static hosted_prog *progs[HOSTED_NNS];
-    char err[1024];
-    while (i < argc) {
-        int start = i;
-        while (i < argc && strcmp(argv[i], ":::") != 0) i++;
-        int n = i - start;
-        if (i < argc) i++; /* skip ::: */
-        if (n == 0) {
-            fprintf(stderr, "rpal-run: empty program between ::: separators\n");
-            return 2;
-        }
-        if (nprog == HOSTED_NNS - 1) {
-            fprintf(stderr, "rpal-run: at most %d programs per process (glibc's namespace limit)\n",
-                    HOSTED_NNS - 1);
-            return 2;
-        }
-        hosted_prog *p = hosted_load(argv[start], n, argv + start, NULL, err, sizeof err);
-        if (!p) {
-            fprintf(stderr, "rpal-run: %s\n", err);
-            return 2;
-        }
-        progs[nprog++] = p;
-    }
-    for (int k = 0; k < nprog; k++)
-        if (hosted_start(progs[k], err, sizeof err) < 0) {
-            fprintf(stderr, "rpal-run: %s\n", err);
-            return 2;
-        }
-    int failed = 0;
-    for (int k = 0; k < nprog; k++) {
-        int st = hosted_wait(progs[k]);
-        if (st != 0) failed = 1;
-        if (!quiet) fprintf(stderr, "rpal-run: [%d] %s exited with status %d\n", k,
-                            hosted_path(progs[k]), st);
-    }
+    int failed = hosted_launch("rpal-run", argc - i, argv + i, NULL, quiet);
     /* Every program has run its exit handlers; end without running the namespaces' destructors a
      * second time (the host's exit would run them through _dl_fini). */
     fflush(NULL);

@@ -68,7 +68,17 @@ struct rpal_config {
 	unsigned handshake_ms;    /* bound on each handshake step */
 	char runtime_dir[108];    /* sockets and locks; "" = $RPAL_RUNTIME_DIR,
 	                             $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid> */
+	unsigned protect_peers;   /* RPAL_PROTECT_*; RPAL_PROTECT_PEERS */
 };
+
+/*
+ * protect_peers: keep peer arenas unreadable outside windows with memory
+ * protection keys (x86 PKU), one key per peer while keys last.  Off by
+ * default; see rpal_peer_window_open() and rpal(7).
+ */
+#define RPAL_PROTECT_OFF     0u   /* every thread may read peer arenas at any time */
+#define RPAL_PROTECT_AUTO    1u   /* protect where the CPU and kernel have PKU */
+#define RPAL_PROTECT_REQUIRE 2u   /* protect, or rpal_init() fails with -ENOTSUP */
 
 /*
  * Who may connect.  A peer is accepted if allow_same_uid is set and its uid
@@ -113,7 +123,9 @@ void rpal_config_default(struct rpal_config *cfg);
  * field or RPAL_* variable, named by rpal_strerror), -EEXIST (something is
  * already mapped in the region), -EBUSY (no free slot), -EPERM (the runtime
  * directory is another user's or writable by anyone), -ENOTDIR,
- * -ENAMETOOLONG, -ENOMEM, or the errno of a failed system call.
+ * -ENAMETOOLONG, -ENOMEM, -ENOTSUP or -ENOSPC (RPAL_PROTECT_REQUIRE without
+ * PKU, or with every protection key taken), or the errno of a failed
+ * system call.
  */
 int rpal_init(const struct rpal_config *cfg);
 
@@ -273,9 +285,54 @@ int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int tim
  * can tell.  Calls nest; each thread has its own windows.  A fault outside
  * any window behaves as without rpal (the previous handler, or death by the
  * signal).  fn must not take locks, allocate or otherwise leave state
- * behind that a fault would abandon.  -EINVAL if fn is NULL.
+ * behind that a fault would abandon.  -EINVAL if fn is NULL.  With
+ * protect_peers on, fn also runs with the window of every peer open, and
+ * the caller's windows are as they were when the call returns (a fault
+ * included).
  */
 int rpal_access_safely(int (*fn)(void *arg), void *arg);
+
+/*
+ * Peer windows (protect_peers on): outside a window, this thread faults
+ * (SIGSEGV, si_code SEGV_PKUERR) on any read of a peer's arena, zero-copy
+ * messages from rpal_recv_msg() included.  rpal's own calls open what they
+ * need.  rpal_peer_window_open() lets this thread read fd's peer's arena
+ * (only that peer's, and those that share its key once keys run out) and
+ * returns a cookie >= 0; rpal_peer_window_close() puts this thread's
+ * windows back as they were before that open.  Pairs nest and must close
+ * in reverse order on the thread that opened them.  With protection off,
+ * or for a peer without a key, open returns 0 and close does nothing.
+ * Errors: -ENOTCONN (fd is not a connection).  Not a security boundary:
+ * code in this process can always open a window (WRPKRU is unprivileged);
+ * it catches stray reads, such as of a message after its release.
+ */
+long rpal_peer_window_open(int fd);
+void rpal_peer_window_close(long cookie);
+
+/* ---- hosted mode ---- */
+
+/*
+ * Under `rpal run` several programs share one process.  A connection whose
+ * peer is another program of the same process upgrades itself: a message to
+ * a receiver parked in rpal_epoll_wait() is delivered by switching into it
+ * on the sender's thread (the RPAL call).  These counters tell, per program,
+ * how much of its code ran on other programs' threads.
+ */
+struct rpal_prog_stat {
+	char name[64];              /* the program's path */
+	uint64_t calls;             /* RPAL calls into it */
+	uint64_t call_cycles;       /* TSC cycles it ran on other programs' threads */
+	uint64_t handoffs;          /* syscalls in calls, handed to its own thread */
+	int failed_signal;          /* a fault inside a call marked it failed; 0 none */
+	int self;                   /* 1 for the calling program */
+};
+
+/*
+ * Fill out[0..max) with one entry per program of this process's `rpal run`,
+ * in launch order.  Returns the number of programs (which may exceed max),
+ * 0 when the caller is not hosted, or -errno from rpal_init().
+ */
+int rpal_hosted_stat(struct rpal_prog_stat *out, unsigned max);
 
 /* ------------------------------------------------------------ diagnostics */
 

@@ -66,6 +66,7 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 	env_uint("RPAL_RING_ENTRIES", &cfg->ring_entries);
 	env_uint("RPAL_SPIN_US", &cfg->spin_us);
 	env_uint("RPAL_HANDSHAKE_MS", &cfg->handshake_ms);
+	env_uint("RPAL_PROTECT_PEERS", &cfg->protect_peers);
 	dir = getenv("RPAL_RUNTIME_DIR");
 	if (dir && strlen(dir) < sizeof(cfg->runtime_dir))
 		strcpy(cfg->runtime_dir, dir);
@@ -99,6 +100,9 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000", c->handshake_ms);
 	if (memchr(c->runtime_dir, 0, sizeof(c->runtime_dir)) == NULL)
 		return rpal_fail(EINVAL, "config: runtime_dir is not NUL-terminated");
+	if (c->protect_peers > RPAL_PROTECT_REQUIRE)
+		return rpal_fail(EINVAL, "config: protect_peers %u must be 0 (off), 1 (where the CPU has PKU) "
+				 "or 2 (required)", c->protect_peers);
 	return 0;
 }
 

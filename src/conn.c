@@ -93,14 +93,27 @@ static int init_locked(const struct rpal_config *cfg)
 		rpal_g.cfg = *cfg;
 	else
 		rpal_config_default(&rpal_g.cfg);
+	/* Under `rpal run`: the launcher's region, shared by all programs. */
+	ret = host_setup(&rpal_g.cfg);
+	if (ret)
+		return ret;
 	ret = rpal_config_check(&rpal_g.cfg);
 	if (ret)
 		return ret;
-	ret = region_setup();
+	ret = mpk_setup(rpal_g.cfg.protect_peers);
 	if (ret)
 		return ret;
+	ret = region_setup();
+	if (ret) {
+		mpk_teardown();
+		return ret;
+	}
 	if (!atfork_done) {
 		pthread_atfork(NULL, NULL, atfork_child);
+		/* A hosted program's exit does not end the process: hang up
+		 * its connections then, as a process exit would. */
+		if (host_active())
+			atexit(rpal_fini);
 		atfork_done = true;
 	}
 	rpal_g.inited = true;
@@ -142,6 +155,28 @@ static void close_all(void)
 		for (i = 0; i < OBJ_CHUNK; i++)
 			if (atomic_load(&chunk[i]))
 				rpal_close(top * OBJ_CHUNK + i);
+	}
+}
+
+/*
+ * Hosted mode: this program failed inside an RPAL call and its thread is
+ * about to end.  Hang up every connection so that peers see it at once;
+ * nothing else is touched (the failed code may have left locks held).
+ */
+void conn_hangup_all(void)
+{
+	int top, i;
+
+	for (top = 0; top < OBJ_TOP; top++) {
+		void *_Atomic *chunk = atomic_load(&obj_top[top]);
+		if (!chunk)
+			continue;
+		for (i = 0; i < OBJ_CHUNK; i++) {
+			int *obj = atomic_load(&chunk[i]);
+			if (obj && (*obj == OBJ_CONN || *obj == OBJ_LISTENER))
+				shutdown(*obj == OBJ_CONN ? ((struct rpal_conn *)obj)->fd
+							  : ((struct rpal_listener *)obj)->sock, SHUT_RDWR);
+		}
 	}
 }
 
@@ -309,6 +344,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		       const struct ucred *uc, int memfd, struct rpal_conn **out, char *why, size_t whylen)
 {
 	struct rpal_conn *c = calloc(1, sizeof(*c));
+	uint64_t w;
 	int ret;
 
 	if (!c)
@@ -323,7 +359,10 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		return ret;
 	}
 	c->pb = (const struct rpal_block *)(uintptr_t)h->block;
+	c->pkru_bits = c->peer->pkru_bits;
+	w = mpk_open(c->pkru_bits);
 	ret = block_check(c->pb, h, c->peer->base, c->peer->size, why, whylen);
+	mpk_close(w);
 	if (ret)
 		goto fail;
 	ret = bufset_init(&c->out, h->ack_entries);
@@ -364,6 +403,8 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
 	pthread_mutex_init(&c->out_lock, NULL);
 	c->peer_pid = uc->pid;
+	c->local = host_active() && uc->pid == getpid();
+	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
@@ -468,6 +509,15 @@ int conn_poll_peer(struct rpal_conn *c)
 
 	if (conn_dead(c))
 		return 1;
+	if (unlikely(c->local)) {
+		/* Same process: no poll() (a syscall would end an RPAL call we
+		 * may be running in); a program that ends closes its connections
+		 * (rpal_fini at exit), one that fails in a call is marked so. */
+		if (!host_prog_failed(c->peer_prog))
+			return 0;
+		conn_mark_dead(c, false);
+		return 1;
+	}
 	if (poll(pfd, 2, 0) > 0 &&
 	    ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN))) {
 		conn_mark_dead(c, pfd[1].revents & POLLIN);
@@ -892,7 +942,7 @@ static void conn_close(struct rpal_conn *c)
 	st = load_relaxed(&c->me->state);
 	store_release(&c->me->state, st | RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
 	if (!conn_dead(c)) {
-		notify_peer_rx(c);
+		notify_peer_rx_nocall(c);
 		acks_drain(c);
 		/* It may still be reading our block and our buffers: keep them
 		 * until it closes too, on a private copy of the socket. */
@@ -959,6 +1009,7 @@ RPAL_EXPORT int rpal_close(int fd)
 		return close(fd) < 0 ? -errno : 0;
 	switch (*obj) {
 	case OBJ_CONN:
+		MPK_REENTER((struct rpal_conn *)obj, rpal_close(fd));
 		conn_close((struct rpal_conn *)obj);
 		return 0;
 	case OBJ_LISTENER:
@@ -981,10 +1032,11 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_shutdown(fd, how));
 	c->shut_wr = true;
 	store_release(&c->me->state, load_relaxed(&c->me->state) | RPAL_STATE_SHUT_WR);
 	if (!conn_dead(c))
-		notify_peer_rx(c);
+		notify_peer_rx_nocall(c);
 	return 0;
 }
 
@@ -998,6 +1050,7 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_conn_info(fd, info));
 	acks_drain(c);
 	conn_poll_peer(c);
 	memset(info, 0, sizeof(*info));

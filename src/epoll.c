@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rpal_host.h"
 
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
 #define FUTEX_SLEEP_MAX   126u     /* connections a futex_waitv sleep covers (+ kick, watch) */
@@ -56,6 +57,9 @@ struct rpal_ep {
 	unsigned rr;            /* round-robin start among connections */
 	unsigned since_kernel;  /* calls since ordinary descriptors were polled */
 	struct rpal_spin spin;
+	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
+	bool parking;           /* the waiter is in park_wait() */
+	pthread_t park_owner;   /* the thread that parks here; 0: none yet */
 };
 
 #define IN_BITS  (EPOLLIN | EPOLLRPALIN)
@@ -92,6 +96,8 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 	ev.data.u64 = TAG_USER;
 	if (ep->fd < 0 || ep->top < 0 || ep->kick < 0 || epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->fd, &ev) < 0)
 		goto fail;
+	/* Hosted mode: local senders switch into a waiter parked here. */
+	ep->rcv = call_rcv_create(ep->top);
 	ev.events = EPOLLIN | EPOLLET;  /* private to us: edges, never read */
 	ev.data.u64 = TAG_KICK;
 	if (epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->kick, &ev) < 0)
@@ -165,6 +171,8 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 		}
 	}
 	internal_ctl(ep, EPOLL_CTL_DEL, r);
+	if (r->c->local)
+		store_release(&r->c->me->hosted_rcv, 0);
 	if (r->sleeping)
 		wait_end(r->c, r->sleeping);
 	r->c->reg = NULL;
@@ -216,6 +224,8 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		}
 		ep->regs[ep->nregs++] = r;
 		c->reg = r;
+		if (ep->rcv && c->local)
+			store_release(&c->me->hosted_rcv, (uintptr_t)ep->rcv);
 		break;
 	case EPOLL_CTL_MOD:
 		if (!r || r->ep != ep)
@@ -395,8 +405,10 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	if (timeout)
 		pthread_mutex_unlock(&ep->lock);
 	n = epoll_wait(ep->top, kev, 32, timeout);
-	if (timeout)
+	if (timeout) {
 		pthread_mutex_lock(&ep->lock);
+		mpk_all_sync();         /* a connection added meanwhile may have a new key */
+	}
 	if (n < 0)
 		return -errno;          /* EINTR too: rpal_epoll_wait() reports it, as epoll_wait() does */
 	for (i = 0; i < n; i++) {
@@ -422,7 +434,8 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	return n < 0 ? (errno == EINTR ? 0 : -errno) : n;
 }
 
-static void sleep_begin(struct rpal_ep *ep, bool futex)
+/* parked: local peers call in instead of waking us (call.c). */
+static void sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 {
 	unsigned i;
 
@@ -430,7 +443,7 @@ static void sleep_begin(struct rpal_ep *ep, bool futex)
 		struct rpal_ep_reg *r = ep->regs[i];
 		uint32_t bits = 0;
 
-		if (r->disabled || conn_dead(r->c) || conn_err(r->c))
+		if (r->disabled || conn_dead(r->c) || conn_err(r->c) || (parked && r->c->local))
 			continue;
 		if (r->events & IN_BITS)
 			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : 0);
@@ -482,7 +495,7 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 			continue;
 		wv[nw++] = fwv(&c->pb->wake_seq, load_acquire(&c->pb->wake_seq), true);
 	}
-	sleep_begin(ep, true);
+	sleep_begin(ep, true, false);
 	r = scan(ep, events, max);      /* the re-check after W0 */
 	if (r) {
 		sleep_end(ep);
@@ -493,6 +506,7 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	pthread_mutex_unlock(&ep->lock);
 	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
 	pthread_mutex_lock(&ep->lock);
+	mpk_all_sync();
 	sleep_end(ep);
 	if (r < 0 && errno == EINTR)
 		return -EINTR;
@@ -505,23 +519,72 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	return 0;
 }
 
+/*
+ * Hosted mode: nothing is ready, so park (call.c).  A local sender runs us on
+ * its thread; our own thread resumes us for descriptors, other processes'
+ * messages, the deadline or a signal.  Lock held (dropped while parked).
+ */
+static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+{
+	int n, why;
+
+	ep->parking = true;
+	for (;;) {
+		sleep_begin(ep, false, true);
+		n = scan(ep, events, max);
+		if (n) {
+			sleep_end(ep);
+			break;
+		}
+		pthread_mutex_unlock(&ep->lock);
+		why = call_park(ep->rcv, deadline);
+		pthread_mutex_lock(&ep->lock);
+		mpk_all_sync();         /* maybe a borrower's thread, or a new key */
+		sleep_end(ep);
+		n = 0;
+		/* On a borrower's thread a syscall would hand us back to our
+		 * own: its idle loop watches the descriptors meanwhile. */
+		if (why != RESUME_CALL && !call_borrowed(ep->rcv)) {
+			n = kernel_wait(ep, events, max, 0);
+			if (n < 0)
+				break;
+		}
+		n += scan(ep, events + n, max - n);
+		if (n)
+			break;
+		if (why == RESUME_EINTR) {
+			n = -EINTR;
+			break;
+		}
+		if (deadline != UINT64_MAX && now_ns() >= deadline)
+			break;
+	}
+	ep->parking = false;
+	return n;
+}
+
 static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout)
 {
 	uint64_t t0 = 0, deadline = UINT64_MAX, budget;
+	/* Only one thread parks in a set; others wait as in connected mode.
+	 * pthread_self() is the parked thread's also on a borrower's thread. */
+	bool mine = ep->rcv && (!ep->park_owner || pthread_equal(ep->park_owner, pthread_self()));
+	bool borrowed = mine && call_borrowed(ep->rcv);
 	int n, k;
 	unsigned i;
 
 	/* Every RPAL_EPOLL_FAIR calls the kernel goes first, so ordinary
-	 * descriptors get room even when maxevents is 1. */
+	 * descriptors get room even when maxevents is 1.  Not on a borrower's
+	 * thread: there our own thread watches them (park_wait). */
 	n = 0;
-	if (++ep->since_kernel >= RPAL_EPOLL_FAIR) {
+	if (!borrowed && ++ep->since_kernel >= RPAL_EPOLL_FAIR) {
 		ep->since_kernel = 0;
 		n = kernel_wait(ep, events, max, 0);
 		if (n < 0)
 			return n;
 	}
 	n += scan(ep, events + n, max - n);
-	if (n == 0 && ep->since_kernel) {
+	if (n == 0 && ep->since_kernel && !borrowed) {
 		ep->since_kernel = 0;
 		k = kernel_wait(ep, events, max, 0);
 		if (k < 0)
@@ -534,6 +597,10 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	t0 = now_ns();
 	if (timeout > 0)
 		deadline = t0 + (uint64_t)timeout * 1000000;
+	if (mine && !ep->parking) {
+		ep->park_owner = pthread_self();
+		return park_wait(ep, events, max, deadline);
+	}
 	budget = ep->spin.cur_ns;
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours
@@ -554,6 +621,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */
 			pthread_mutex_unlock(&ep->lock);
 			pthread_mutex_lock(&ep->lock);
+			mpk_all_sync();
 		}
 		n = scan(ep, events, max);
 		if (!n && !(i % SPIN_KERNEL_POLL)) {
@@ -589,7 +657,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			for (i = 0; i < ep->nregs; i++)
 				if (ep->regs[i]->c->bell_dirty)
 					doorbell_drain(ep->regs[i]->c);
-			sleep_begin(ep, false);
+			sleep_begin(ep, false, false);
 			n = scan(ep, events, max);
 			if (n) {
 				sleep_end(ep);
@@ -611,6 +679,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	struct rpal_ep *ep = ep_get(epfd);
+	uint64_t keys;
 	int n;
 
 	if (!ep)
@@ -620,7 +689,9 @@ RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxeve
 		return -1;
 	}
 	pthread_mutex_lock(&ep->lock);
+	keys = mpk_all_begin();         /* protect_peers: every peer readable in here */
 	n = ep_wait(ep, events, maxevents, timeout);
+	mpk_all_end(keys);
 	pthread_mutex_unlock(&ep->lock);
 	if (n < 0) {
 		errno = -n;
@@ -636,6 +707,8 @@ void epoll_destroy(void *obj)
 	pthread_mutex_lock(&ep->lock);
 	while (ep->nregs)
 		reg_remove(ep, ep->regs[0]);
+	if (ep->rcv)
+		call_rcv_retire(ep->rcv);
 	pthread_mutex_unlock(&ep->lock);
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(ep->fd);

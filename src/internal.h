@@ -15,6 +15,7 @@
  *   epoll.c      rpal_epoll_*
  *   watch.c      the watcher thread: hang-ups and deaths wake futex sleepers
  *   safety.c     rpal_access_safely: recovery points for faults on peer memory
+ *   mpk.c        protection keys: peer arenas unreadable outside windows
  */
 #ifndef RPAL_INTERNAL_H
 #define RPAL_INTERNAL_H
@@ -95,6 +96,8 @@ struct rpal_peer {
 	size_t size;
 	int refs;           /* connections using this mapping */
 	int dead;           /* pidfd or hang-up said so */
+	int pkey;           /* protection key of the mapping, if pkru_bits */
+	uint32_t pkru_bits; /* its PKRU access-disable bit; 0: not protected */
 };
 
 /* ---------------------------------------------------- outstanding set */
@@ -125,6 +128,7 @@ struct rpal_ep_reg;
 struct rpal_conn {
 	enum rpal_kind kind;
 	int fd;                       /* the Unix socket: the user's handle */
+	uint32_t pkru_bits;           /* = peer->pkru_bits, next to what conn_get reads */
 
 	/* My side: in my arena. */
 	struct rpal_block *me;
@@ -182,6 +186,8 @@ struct rpal_conn {
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
 	struct rpal_spin rx_spin, tx_spin;
 
+	bool local;                   /* hosted mode: the peer shares our process */
+	int peer_prog;                /* hosted mode: its program index, else -1 */
 	pid_t peer_pid;
 	uid_t peer_uid;
 	gid_t peer_gid;
@@ -301,7 +307,8 @@ int ack_push(struct rpal_conn *c, uint64_t addr);
 
 /* notify.c */
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
-void notify_peer_rx(struct rpal_conn *c);        /* after publishing */
+int notify_peer_rx(struct rpal_conn *c);         /* after publishing; <0: receiver failed */
+void notify_peer_rx_nocall(struct rpal_conn *c); /* the same, never running a hosted receiver */
 void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
@@ -332,6 +339,107 @@ static inline struct futex_waitv fwv(const _Atomic uint32_t *word, uint32_t val,
 	return (struct futex_waitv){ .val = val, .uaddr = (uintptr_t)word,
 				     .flags = FUTEX_32 | (shared ? 0 : FUTEX_PRIVATE_FLAG) };
 }
+
+/* ------------------------------------------------------ protection keys
+ * mpk.c.  With protect_peers on, each peer arena carries a protection key
+ * whose access every thread's PKRU denies, except inside a window.  Every
+ * call that reads a peer arena opens its window first; with protection off
+ * that costs one well-predicted branch on a field of the connection. */
+extern _Atomic bool mpk_on;
+extern _Atomic uint32_t mpk_all_bits;   /* the bits of every key we hold */
+int mpk_setup(unsigned mode);
+void mpk_teardown(void);
+int mpk_peer_attach(struct rpal_peer *p);
+void mpk_peer_detach(struct rpal_peer *p);
+uint64_t mpk_all_begin(void);
+
+/* rdpkru and wrpkru by their encodings: no -mpku needed.  Only called once
+ * a key exists, which proves the CPU and the kernel have PKU.  The memory
+ * clobber keeps the compiler from moving peer accesses across a write; the
+ * CPU does not run them early either (WRPKRU never executes transiently). */
+static inline uint32_t pkru_read(void)
+{
+	uint32_t eax, edx;
+
+	__asm__ __volatile__(".byte 0x0f,0x01,0xee" : "=a"(eax), "=d"(edx) : "c"(0));
+	return eax;
+}
+
+static inline void pkru_write(uint32_t v)
+{
+	__asm__ __volatile__(".byte 0x0f,0x01,0xef" : : "a"(v), "c"(0), "d"(0) : "memory");
+}
+
+/*
+ * Open the window of the keys whose access-disable bits are in bits.
+ * Returns 0 when nothing had to change (no key, or already open: windows
+ * nest), else a cookie with which mpk_close() puts PKRU back as it was.
+ */
+static inline uint64_t mpk_open(uint32_t bits)
+{
+	uint32_t old;
+
+	if (likely(!bits))
+		return 0;
+	old = pkru_read();
+	if (!(old & bits))
+		return 0;
+	pkru_write(old & ~bits);
+	return (1ull << 32) | old;
+}
+
+static inline void mpk_close(uint64_t cookie)
+{
+	if (cookie)
+		pkru_write((uint32_t)cookie);
+}
+
+/* The end of what mpk_all_begin() opened: a write only if PKRU changed. */
+static inline void mpk_all_end(uint64_t cookie)
+{
+	if (cookie && pkru_read() != (uint32_t)cookie)
+		pkru_write((uint32_t)cookie);
+}
+
+/* rpal_epoll_wait: a connection added while ep->lock was dropped may have a
+ * key opened after mpk_all_begin(); call after retaking the lock. */
+static inline void mpk_all_sync(void)
+{
+	if (unlikely(load_relaxed(&mpk_on)))
+		mpk_open(load_relaxed(&mpk_all_bits));
+}
+
+/*
+ * First thing in a public call on connection c, after conn_get(): if c's
+ * peer is behind a key that this thread has shut, run call (the same public
+ * call again, which then finds the window open) inside a window and return
+ * its result.  Off, one well-predicted branch; on, the window opens once
+ * per call, not per access: two PKRU writes (about 70 cycles) and reads.
+ */
+#define MPK_REENTER(c, call) do {						\
+	uint32_t mpk_b_ = (c)->pkru_bits, mpk_o_;				\
+	if (unlikely(mpk_b_) && ((mpk_o_ = pkru_read()) & mpk_b_)) {		\
+		__typeof__(call) mpk_r_;					\
+		pkru_write(mpk_o_ & ~mpk_b_);					\
+		mpk_r_ = (call);						\
+		pkru_write(mpk_o_);						\
+		return mpk_r_;							\
+	}									\
+} while (0)
+
+/* call.c: hosted mode (hosted/rpal_host.h) */
+struct rpal_host_rcv;
+int host_setup(struct rpal_config *cfg);
+bool host_active(void);
+void host_slot_claimed(unsigned slot);
+int host_prog_of_slot(unsigned slot);
+bool host_prog_failed(int prog);
+int call_deliver(struct rpal_conn *c, bool may_call);
+struct rpal_host_rcv *call_rcv_create(int top);
+void call_rcv_retire(struct rpal_host_rcv *r);
+bool call_borrowed(const struct rpal_host_rcv *r);
+int call_park(struct rpal_host_rcv *r, uint64_t deadline);
+void conn_hangup_all(void);
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);

@@ -101,9 +101,13 @@ RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_send(fd, buf, len, flags));
 	ret = send_one(c, buf, len, flags);
-	if (ret >= 0 && !(flags & RPAL_MORE))
-		notify_peer_rx(c);
+	if (ret >= 0 && !(flags & RPAL_MORE)) {
+		int e = notify_peer_rx(c);
+		if (e)
+			ret = e;        /* hosted: the receiver failed in the call */
+	}
 	cpu_note(&c->me->tx_cpu);
 	return ret;
 }
@@ -117,6 +121,7 @@ RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, in
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_send_batch(fd, msgs, n, flags));
 	for (i = 0; i < n; i++) {
 		/* Only the first may wait; later ones stop at a full ring. */
 		ssize_t ret = send_one(c, msgs[i].iov_base, msgs[i].iov_len, i ? flags | RPAL_NONBLOCK : flags);
@@ -126,8 +131,11 @@ RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, in
 			break;
 		}
 	}
-	if (!(flags & RPAL_MORE))
-		notify_peer_rx(c);
+	if (!(flags & RPAL_MORE)) {
+		int e = notify_peer_rx(c);
+		if (e)
+			return e;
+	}
 	return (int)i;
 }
 
@@ -139,8 +147,9 @@ RPAL_EXPORT int rpal_flush(int fd)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_flush(fd));
 	if (!conn_dead(c))
-		notify_peer_rx(c);
+		return notify_peer_rx(c);
 	return 0;
 }
 
@@ -168,6 +177,7 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_send_buf(fd, buf, len, flags));
 	if (len == 0 || len > UINT32_MAX)
 		return rpal_fail(EINVAL, "rpal_send_buf: length %zu out of range", len);
 	/* Validate before waiting: a bad pointer fails at once. */
@@ -184,7 +194,7 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 	}
 	publish_buf(c, buf, len);
 	if (!(flags & RPAL_MORE))
-		notify_peer_rx(c);
+		return notify_peer_rx(c);
 	return 0;
 }
 
@@ -224,6 +234,7 @@ RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_recv(fd, buf, len, flags));
 	for (;;) {
 		bool eof;
 
@@ -265,6 +276,7 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_recv_msg(fd, msgs, n, flags));
 	if (n == 0)
 		return rpal_fail(EINVAL, "rpal_recv_msg: n is 0");
 	for (;;) {
@@ -314,6 +326,7 @@ RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	MPK_REENTER(c, rpal_msg_release(fd, msgs, n));
 	for (i = 0; i < n; i++) {
 		uint64_t tok = msgs[i].token;
 

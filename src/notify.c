@@ -81,18 +81,37 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	(*count)++;
 }
 
-/* After publishing: wake the consumer if it advertised sleep. */
-void notify_peer_rx(struct rpal_conn *c)
+/* After publishing: wake the consumer if it advertised sleep; in hosted
+ * mode, first try to run it here (call.c) if may_call. */
+static int notify_rx(struct rpal_conn *c, bool may_call)
 {
 	uint64_t w;
+	int ret;
 
 	c->published = c->tail;
 	if (unlikely(conn_dead(c)) && !c->peer->base)
-		return;         /* its mapping is retired: nobody to wake */
+		return 0;       /* its mapping is retired: nobody to wake */
+	if (unlikely(c->local)) {
+		ret = call_deliver(c, may_call);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
 	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
 		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, &c->last_rung_rx, &c->tx_wakeups);
+	return 0;
+}
+
+int notify_peer_rx(struct rpal_conn *c)
+{
+	return notify_rx(c, true);
+}
+
+/* For callers that hold locks a receiver run here could need (close). */
+void notify_peer_rx_nocall(struct rpal_conn *c)
+{
+	notify_rx(c, false);
 }
 
 /* Empty my doorbell before advertising a new sleep. */

@@ -173,6 +173,23 @@ int region_setup(void)
 	if (ret)
 		return ret;
 
+	if (host_active()) {
+		/* `rpal run` reserved it for all its programs (host_setup()). */
+		rpal_g.region = (uintptr_t)rpal_g.cfg.region_base;
+		rpal_g.region_size = size;
+		ret = slot_claim();
+		if (!ret)
+			ret = arena_create();
+		if (ret) {
+			if (rpal_g.slot_lockfd >= 0)
+				close(rpal_g.slot_lockfd);
+			rpal_g.slot_lockfd = -1;
+			rpal_g.region = 0;
+			return ret;
+		}
+		host_slot_claimed(rpal_g.slot);
+		return 0;
+	}
 	p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
 		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 	if (p == MAP_FAILED)
@@ -216,12 +233,15 @@ void region_teardown(void)
 	if (rpal_g.memfd >= 0)
 		close(rpal_g.memfd);
 	rpal_g.memfd = -1;
-	if (rpal_g.region)
+	if (rpal_g.region && host_active())
+		reserve_again(slot_base(rpal_g.slot), rpal_g.cfg.arena_size);  /* the rest is the launcher's */
+	else if (rpal_g.region)
 		munmap((void *)rpal_g.region, rpal_g.region_size);
 	rpal_g.region = 0;
 	if (rpal_g.slot_lockfd >= 0)
 		close(rpal_g.slot_lockfd);
 	rpal_g.slot_lockfd = -1;
+	mpk_teardown();
 }
 
 /*
@@ -284,6 +304,16 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	p->base = base;
 	p->size = h->arena_size;
 	p->refs = 1;
+	if (pid != getpid()) {
+		/* Unreadable outside windows from here on (protect_peers). */
+		int ret = mpk_peer_attach(p);
+
+		if (ret) {
+			reserve_again(base, h->arena_size);
+			free(p);
+			return ret;
+		}
+	}
 	p->next = rpal_g.peers;
 	rpal_g.peers = p;
 	*out = p;
@@ -305,6 +335,7 @@ void peer_put(struct rpal_peer *p)
 	}
 	if (p->base && p->pid != getpid())
 		reserve_again(p->base, p->size);
+	mpk_peer_detach(p);
 	free(p);
 }
 

@@ -202,6 +202,7 @@ static const char *code_name(int sig, int code)
 		switch (code) {
 		case SEGV_MAPERR: return "address not mapped";
 		case SEGV_ACCERR: return "access not permitted";
+		case SEGV_PKUERR: return "protection key denies access: outside a window";
 		default: return "invalid access";
 		}
 	}
@@ -215,6 +216,7 @@ static const char *code_name(int sig, int code)
 RPAL_EXPORT int rpal_access_safely(int (*fn)(void *arg), void *arg)
 {
 	struct rpal_recovery w;
+	uint64_t keys;
 
 	if (!fn)
 		return rpal_fail(EINVAL, "rpal_access_safely: fn is NULL");
@@ -224,6 +226,9 @@ RPAL_EXPORT int rpal_access_safely(int (*fn)(void *arg), void *arg)
 
 	w.prev = cur_window;
 	w.signo = 0;
+	/* protect_peers: fn may read every peer.  Set before sigsetjmp and
+	 * never changed after, so it is intact after the jump too. */
+	keys = mpk_all_begin();
 	/* Savemask 0: no system call on the fast path; the handler restores
 	 * the mask itself (see the top of the file). */
 	if (sigsetjmp(w.jb, 0) == 0) {
@@ -234,9 +239,13 @@ RPAL_EXPORT int rpal_access_safely(int (*fn)(void *arg), void *arg)
 		ret = fn(arg);
 		atomic_signal_fence(memory_order_seq_cst);
 		cur_window = w.prev;
+		mpk_all_end(keys);
 		return ret;
 	}
-	/* Back from the handler: it already popped the window.  w was not
+	/* Back from the handler, which ran with the kernel's default PKRU
+	 * and left it so: put the caller's back. */
+	mpk_all_end(keys);
+	/* The handler already popped the window.  w was not
 	 * modified between sigsetjmp and the jump except by the handler
 	 * (through memory), so reading it here is well defined. */
 	return rpal_fail(EFAULT, "rpal_access_safely: %s at %p (%s) inside fn",

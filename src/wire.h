@@ -88,7 +88,12 @@ struct rpal_block {
 	 * spin waiting for a thread that shares its CPU. */
 	_Atomic uint32_t tx_cpu;
 	_Atomic uint32_t rx_cpu;
-	uint8_t pad0[RPAL_GUARD - 44];
+	uint32_t reserved0;      /* 0 */
+	/* Hosted mode only: the address of my receiver's call record when the
+	 * peer lives in my process (see hosted/rpal_host.h); 0 otherwise.  A
+	 * peer in another process never reads it. */
+	_Atomic uint64_t hosted_rcv;
+	uint8_t pad0[RPAL_GUARD - 56];
 
 	/* Producer side of my data ring. */
 	_Atomic uint64_t tail;   /* messages published; slot seq is authoritative */

@@ -76,7 +76,10 @@ int main(void)
 		fill(out, sizes[k], 100 + k);
 		t_ok(rpal_send_buf(fd, b, sizes[k], 0));
 		t_check(t_ok(rpal_recv_msg(fd, &m, 1, 0)) == 1, "one message");
+		/* In a window: echo_mpk runs this with protect_peers on. */
+		long w = t_ok(rpal_peer_window_open(fd));
 		t_check(m.len == sizes[k] && memcmp(m.data, out, sizes[k]) == 0, "zero-copy echo of %zu differs", sizes[k]);
+		rpal_peer_window_close(w);
 		if (sizes[k] > RPAL_INLINE_MAX)
 			t_check(m.flags & RPAL_MSG_BUF, "large message not by pointer");
 		t_ok(rpal_msg_release(fd, &m, 1));

@@ -1,0 +1,222 @@
+/* host.c: the launcher's side of the RPAL call (protocol in rpal_host.h).
+ *
+ * The launcher owns what must exist once per process: the reserved region that every program's
+ * librpal carves its slot from, the per-program counters, and the signal handlers that make a
+ * borrowed receiver safe to run on a sender's thread:
+ *  - SIGSYS (Syscall User Dispatch): a syscall made by the receiver while borrowed.  The frame on
+ *    the receiver's stack captures it; the handler jumps back to the sender's call point, and the
+ *    sender hands the receiver (and that frame) to the receiver's own thread, which makes the
+ *    syscall (librpal call.c, hosted_lazy_resume).
+ *  - SIGSEGV, SIGBUS, SIGFPE, SIGILL: a fault in the receiver while borrowed.  The receiving program
+ *    is marked failed and the sender's call returns an error.  Outside calls the signal does what
+ *    it would have done without us (the previous handler, or the default action).
+ * The handlers run with the receiver's fs base: no TLS, no libc calls that could use it.  They
+ * find the sender's record through the gs base, which librpal points at it. */
+#include "hosted.h"
+#include "rpal_host.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
+#define PR_SYS_DISPATCH_ON 1
+#endif
+#ifndef SYS_USER_DISPATCH
+#define SYS_USER_DISPATCH 2
+#endif
+#ifndef MAP_FIXED_NOREPLACE
+#define MAP_FIXED_NOREPLACE 0x100000
+#endif
+
+static struct rpal_host *the_host;
+static const int fault_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
+static struct sigaction old_fault[4], old_sys;
+
+/* The sender running a borrowed receiver on this thread, or NULL. */
+static struct rpal_host_sender *current_call(void) {
+    if (!the_host || !the_host->fsgsbase) return NULL;
+    struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
+    if (!s || s->magic != RPAL_SENDER_MAGIC || !s->cur) return NULL;
+    return s;
+}
+
+/* Give a signal we do not handle to whoever had it before us. */
+static void chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc) {
+    if (old->sa_flags & SA_SIGINFO) {
+        if (old->sa_sigaction) {
+            old->sa_sigaction(sig, si, uc);
+            return;
+        }
+    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
+        old->sa_handler(sig);
+        return;
+    }
+    /* Default action: restore it; returning re-raises a fault (or the kernel's SIGSYS). */
+    signal(sig, SIG_DFL);
+    if (sig == SIGSYS || sig == SIGFPE) raise(sig);
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
+    struct rpal_host_sender *s = current_call();
+    ucontext_t *uc = ucv;
+    if (!s || si->si_code != SYS_USER_DISPATCH) {
+        chain(&old_sys, sig, si, ucv);
+        return;
+    }
+    s->selector = SUD_ALLOW;
+    uc->uc_mcontext.gregs[REG_RIP] -= 2; /* re-execute the syscall (rax is its number again) */
+    if (si->si_syscall == SYS_rt_sigreturn) {
+        /* A signal handler returned during the call (glibc's restorer is outside the allowed
+         * range): let it through here, on this thread; the rest of the call keeps its syscalls. */
+        return;
+    }
+    struct rpal_host_rcv *r = s->cur;
+    memcpy(&uc->uc_sigmask, &r->sigmask, sizeof r->sigmask); /* 8 bytes: the kernel's sigset */
+    uc->uc_stack = r->altstack;
+    r->uc = uc;
+    r->trapped = 1;
+    hosted_ctx_jump_wrfs((hosted_ctx *)&s->ctx);
+}
+
+/* Async-signal-safe: "rpal run: signal N at pc 0x... (address 0x...), outside any RPAL call". */
+static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
+    char buf[160], *p = buf;
+    const char *parts[] = { "rpal run: signal ", NULL, " at pc 0x", NULL, " (address 0x", NULL,
+                            "), outside any RPAL call: the process ends\n" };
+    char num[3][20];
+    uint64_t vals[3] = { (uint64_t)sig, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
+                         (uint64_t)(uintptr_t)si->si_addr };
+    for (int k = 0; k < 3; k++) {
+        char *q = num[k] + sizeof num[k];
+        unsigned base = k ? 16 : 10;
+        *--q = 0;
+        do *--q = "0123456789abcdef"[vals[k] % base]; while ((vals[k] /= base) && q > num[k]);
+        parts[2 * k + 1] = q;
+    }
+    for (unsigned k = 0; k < sizeof parts / sizeof parts[0]; k++)
+        for (const char *c = parts[k]; *c && p < buf + sizeof buf; c++) *p++ = *c;
+    ssize_t w = write(2, buf, (size_t)(p - buf));
+    (void)w;
+}
+
+static void on_fault(int sig, siginfo_t *si, void *ucv) {
+    struct rpal_host_sender *s = current_call();
+    if (!s) {
+        report_fault(sig, si, ucv);
+        if (getenv("RPAL_DEBUG_FAULT")) {
+            Dl_info di;
+            void *pc = (void *)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
+            if (dladdr(pc, &di))
+                fprintf(stderr, "  in %s (%s+%#lx)\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
+                        (unsigned long)((char *)pc - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
+            uint64_t *fp = (uint64_t *)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RSP];
+            for (int k = 0; k < 400; k++) {
+                if (dladdr((void *)fp[k], &di) && di.dli_fname && strstr(di.dli_fname, "lib") )
+                    fprintf(stderr, "  stack %s %s+%#lx\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
+                        (unsigned long)((char *)fp[k] - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
+            }
+        }
+        for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
+            if (fault_sigs[i] == sig) chain(&old_fault[i], sig, si, ucv);
+        return;
+    }
+    s->selector = SUD_ALLOW;
+    struct rpal_host_rcv *r = s->cur;
+    struct rpal_host_prog *p = &the_host->progs[r->prog];
+    atomic_store(&p->fault_addr, (uint64_t)(uintptr_t)si->si_addr);
+    atomic_store(&p->failed, sig);
+    r->fault_sig = sig;
+    hosted_ctx_jump_wrfs((hosted_ctx *)&s->ctx);
+}
+
+/* 1 if Syscall User Dispatch can be armed on this kernel. */
+static int sud_works(void) {
+    static volatile unsigned char sel = 0;
+    if (prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, 0, 0, &sel) < 0) return 0;
+    prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+    return 1;
+}
+
+struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, uint32_t nr_slots,
+                                     char *err, size_t errlen) {
+    size_t size = (size_t)slot_size * nr_slots;
+    struct rpal_host *h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    void *p = mmap((void *)(uintptr_t)region_base, size, PROT_NONE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+    if (p == MAP_FAILED || (uintptr_t)p != region_base) {
+        snprintf(err, errlen, "cannot reserve the rpal region (%zu bytes at %#llx): %s; set RPAL_REGION_BASE",
+                 size, (unsigned long long)region_base, p == MAP_FAILED ? strerror(errno) : "taken");
+        if (p != MAP_FAILED) munmap(p, size);
+        free(h);
+        return NULL;
+    }
+    madvise(p, size, MADV_DONTFORK);
+    h->magic = RPAL_HOST_MAGIC;
+    h->version = RPAL_HOST_VERSION;
+    h->size = sizeof *h;
+    h->region_base = region_base;
+    h->slot_size = slot_size;
+    h->nr_slots = nr_slots;
+    h->fsgsbase = hosted_have_fsgsbase();
+    h->sud_start = (uintptr_t)hosted_sud_allowed_start;
+    h->sud_len = (uintptr_t)(hosted_sud_allowed_end - hosted_sud_allowed_start);
+    for (int i = 0; i < RPAL_HOST_MAX_PROGS; i++) atomic_store(&h->progs[i].slot, -1);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sigemptyset(&sa.sa_mask);
+    /* SA_NODEFER: the handlers leave by a jump, which must not leave the signal blocked. */
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sa.sa_sigaction = on_fault;
+    for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
+        sigaction(fault_sigs[i], &sa, &old_fault[i]);
+    if (h->fsgsbase && sud_works()) {
+        sa.sa_sigaction = on_sigsys;
+        if (sigaction(SIGSYS, &sa, &old_sys) == 0) h->sud = 1;
+    }
+    the_host = h;
+    return h;
+}
+
+int hosted_host_add(struct rpal_host *h, const char *name) {
+    if (h->nprogs >= RPAL_HOST_MAX_PROGS) return -1;
+    int i = (int)h->nprogs++;
+    snprintf(h->progs[i].name, sizeof h->progs[i].name, "%s", name);
+    return i;
+}
+
+char **hosted_host_environ(struct rpal_host *h, int prog) {
+    char **base = hosted_clean_environ();
+    size_t n = 0;
+    while (base[n]) n++;
+    char **v = calloc(n + 2, sizeof *v);
+    char *mine = malloc(128);
+    if (!v || !mine) {
+        free(v);
+        free(mine);
+        return NULL;
+    }
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(base[i], RPAL_HOST_ENV "=", sizeof RPAL_HOST_ENV)) v[k++] = base[i];
+    snprintf(mine, 128, "%s=%d:%llx:%d", RPAL_HOST_ENV, (int)getpid(),
+             (unsigned long long)(uintptr_t)h, prog);
+    v[k++] = mine;
+    v[k] = NULL;
+    return v;
+}

@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * rpal_host.h - what a hosted-mode launcher shares with every copy of librpal
+ * in its process.  Private to librpal and the launcher.
+ *
+ * Under `rpal run` each program lives in its own linker namespace with its own
+ * copy of librpal.  The copies find the launcher's struct rpal_host through
+ * the environment variable RPAL_HOST ("<pid>:<address>:<program index>"); the
+ * pid check keeps a forked or exec'd child from trusting the address.
+ *
+ * The RPAL call.  A receiver that waits in rpal_epoll_wait() with nothing
+ * pending parks its context in its struct rpal_host_rcv and its own thread
+ * goes to an idle loop on a private stack.  A sender whose peer is in the same
+ * process claims a parked receiver with one CAS (PARKED -> BORROWED) and
+ * switches into it in user mode; when the receiver waits again with nothing
+ * pending, it switches back.  Whoever regains control of a receiver publishes
+ * PARKED, only after its registers are saved, so no receiver ever runs on two
+ * threads at once.  Syscalls made by a borrowed receiver trap through Syscall
+ * User Dispatch (the launcher's SIGSYS handler) and are handed back to the
+ * receiver's own thread; faults in it end the call with an error.
+ *
+ * Every field here is read by code of several librpal copies and of the
+ * launcher: change the layout only together with RPAL_HOST_VERSION.
+ */
+#ifndef RPAL_HOST_H
+#define RPAL_HOST_H
+
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
+#define RPAL_HOST_VERSION   1u
+#define RPAL_HOST_ENV       "RPAL_HOST"
+#define RPAL_HOST_MAX_PROGS 16
+#define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
+#define RPAL_SENDER_MAGIC   0x444e45534c415052ull  /* "RPALSEND" */
+
+/* A suspended context, as switch_x86_64.S lays it out (= hosted_ctx). */
+struct rpal_host_ctx {
+	void *sp;
+	uintptr_t fs;
+};
+
+/* Per program: written by librpal copies, read by anyone (rpal_hosted_stat). */
+struct rpal_host_prog {
+	_Atomic uint64_t calls;       /* RPAL calls into this program */
+	_Atomic uint64_t call_tsc;    /* TSC cycles its code ran on other programs' threads */
+	_Atomic uint64_t handoffs;    /* syscalls in calls, handed to its own thread */
+	_Atomic int32_t failed;       /* signal of a fault inside an RPAL call; 0 none */
+	_Atomic int32_t slot;         /* its librpal's slot; -1 before rpal_init */
+	_Atomic uint64_t fault_addr;
+	char name[64];
+};
+
+struct rpal_host {
+	uint64_t magic;               /* RPAL_HOST_MAGIC */
+	uint32_t version;             /* RPAL_HOST_VERSION */
+	uint32_t size;                /* sizeof(struct rpal_host) */
+	uint64_t region_base;         /* reserved by the launcher for all copies */
+	uint64_t slot_size;
+	uint32_t nr_slots;
+	uint32_t nprogs;
+	uint32_t fsgsbase;            /* user mode may write the fs/gs base */
+	uint32_t sud;                 /* Syscall User Dispatch works; SIGSYS handler installed */
+	uintptr_t sud_start, sud_len; /* code SUD always lets through (the launcher's) */
+	struct rpal_host_prog progs[RPAL_HOST_MAX_PROGS];
+};
+
+/* Receiver states (low bits of rpal_host_rcv.state) and flags. */
+enum {
+	RCV_OWNER    = 0,   /* its own thread has it (running, or about to park) */
+	RCV_PARKED   = 1,   /* parked: a sender may claim it */
+	RCV_BORROWED = 2,   /* running on a sender's thread */
+	RCV_HANDOFF  = 3,   /* trapped on a syscall while borrowed: its thread resumes it */
+	RCV_DEAD     = 4,   /* faulted inside a call: never runs again */
+	RCV_MASK     = 7,
+	RCV_PENDING  = 8,   /* a message came while it could not be claimed: rescan */
+	RCV_WANT     = 16,  /* its own thread wants it back (descriptors, timeout, signal) */
+};
+
+/* Why a parked receiver resumed (rpal_host_rcv.reason). */
+enum { RESUME_CALL = 0, RESUME_RESCAN = 1, RESUME_KERNEL = 2, RESUME_TIMEOUT = 3, RESUME_EINTR = 4 };
+
+struct rpal_host_sender;
+
+/* One per rpal epoll set that parks; in the receiving program's heap. */
+struct rpal_host_rcv {
+	uint64_t magic;               /* RPAL_RCV_MAGIC */
+	_Atomic uint32_t state;       /* RCV_* | flags */
+	uint32_t prog;                /* owner program index */
+	struct rpal_host_ctx ctx;     /* the parked receiver (fs = its thread's TCB) */
+	struct rpal_host_ctx idle;    /* its own thread's idle loop */
+	struct rpal_host_sender *sender; /* borrower, NULL unless BORROWED */
+	void *uc;                     /* ucontext of the SIGSYS frame of a hand-off */
+	int32_t trapped;              /* set by the SIGSYS handler */
+	int32_t fault_sig;            /* set by the fault handler */
+	uint64_t sigmask;             /* its thread's signal mask (kernel sigset) */
+	stack_t altstack;             /* its thread's sigaltstack */
+	int32_t kick_fd;              /* eventfd its idle loop polls */
+	int32_t reason;               /* RESUME_* */
+	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
+};
+
+/* One per thread that makes RPAL calls; found through the gs base. */
+struct rpal_host_sender {
+	uint64_t magic;               /* RPAL_SENDER_MAGIC */
+	volatile uint8_t selector;    /* this thread's SUD selector byte */
+	uint8_t sud;                  /* SUD armed on this thread */
+	uintptr_t owner_fs;           /* its thread's TCB: a new thread inherits the gs base */
+	struct rpal_host_ctx ctx;     /* where a call returns to */
+	struct rpal_host_rcv *cur;    /* the receiver being run, NULL outside calls */
+};
+
+#define SUD_ALLOW 0
+#define SUD_BLOCK 1
+
+static inline uintptr_t rpal_rdgsbase(void)
+{
+	uintptr_t v;
+	__asm__ __volatile__("rdgsbase %0" : "=r"(v));
+	return v;
+}
+
+static inline void rpal_wrgsbase(uintptr_t v)
+{
+	__asm__ __volatile__("wrgsbase %0" : : "r"(v) : "memory");
+}
+
+#endif /* RPAL_HOST_H */

@@ -1,0 +1,271 @@
+/* prog_rpc.c: an ordinary rpal program (connected-mode source) that the hosted tests run under
+ * `rpal run`, and that also runs as a plain process.
+ *
+ *   prog_rpc server SERVICE              serve until a client sends QUIT
+ *   prog_rpc client SERVICE THREADS N    THREADS connections x N checksummed round trips, then
+ *                                        the probes below, then QUIT
+ *   prog_rpc crasher SERVICE             ask the server to fault inside its handler; check that
+ *                                        our send fails with ECONNRESET and that we go on
+ *
+ * The server answers on the connection the request came on.  Probes: GETTID (the handler's
+ * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
+ * write end it reports; the client checks its own send returned at once, then writes the pipe). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <rpal.h>
+
+enum { OP_ECHO = 1, OP_GETTID, OP_BLOCK, OP_CRASH, OP_QUIT };
+
+struct req {
+    uint32_t op, seq;
+    uint64_t sum;     /* of data[] */
+    uint8_t data[48];
+};
+struct rep {
+    uint32_t op, seq;
+    uint64_t sum;
+    int64_t a, b;     /* probe results */
+};
+
+static uint64_t checksum(const uint8_t *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static long now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ------------------------------------------------------------------ server */
+
+static int server(const char *service) {
+    pid_t main_tid = (pid_t)syscall(SYS_gettid);
+    struct epoll_event ev, evs[16];
+    int lfd = rpal_listen(service, NULL), ep, quit = 0, open = 0;
+    long served = 0, bad = 0;
+
+    if (lfd < 0) {
+        fprintf(stderr, "server: listen %s: %s\n", service, rpal_strerror(lfd));
+        return 1;
+    }
+    ep = rpal_epoll_create(0);
+    ev.events = EPOLLIN;
+    ev.data.fd = lfd;
+    rpal_epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+    printf("server: ready\n");
+    fflush(stdout);
+    while (!quit || open > 0) {
+        int n = rpal_epoll_wait(ep, evs, 16, -1);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            perror("server: rpal_epoll_wait");
+            return 1;
+        }
+        for (int i = 0; i < n; i++) {
+            int fd = evs[i].data.fd;
+            if (fd == lfd) {
+                int c = rpal_accept(lfd, RPAL_NONBLOCK);
+                if (c < 0) continue;
+                ev.events = EPOLLIN | EPOLLRDHUP;
+                ev.data.fd = c;
+                rpal_epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+                open++;
+                continue;
+            }
+            for (;;) {
+                struct req q;
+                struct rep r = { 0 };
+                ssize_t len = rpal_recv(fd, &q, sizeof q, RPAL_NONBLOCK);
+                if (len == -EAGAIN) break;
+                if (len <= 0) {
+                    rpal_close(fd);
+                    open--;
+                    break;
+                }
+                r.op = q.op;
+                r.seq = q.seq;
+                switch (q.op) {
+                case OP_ECHO:
+                    if (len != sizeof q || checksum(q.data, sizeof q.data) != q.sum) bad++;
+                    r.sum = q.sum;
+                    served++;
+                    break;
+                case OP_GETTID:
+                    r.a = (int64_t)syscall(SYS_gettid);
+                    r.b = main_tid;
+                    break;
+                case OP_BLOCK: {
+                    int p[2];
+                    char c;
+                    if (pipe(p) < 0) return 1;
+                    r.a = p[1];
+                    /* Tell the client which fd to write, then block on our end. */
+                    rpal_send(fd, &r, sizeof r, 0);
+                    r.b = read(p[0], &c, 1);
+                    close(p[0]);
+                    close(p[1]);
+                    r.a = (int64_t)syscall(SYS_gettid) == main_tid;
+                    break;
+                }
+                case OP_CRASH:
+                    *(volatile int *)(uintptr_t)q.sum = 1; /* q.sum = 0: a null write */
+                    break;
+                case OP_QUIT:
+                    quit = 1;
+                    break;
+                }
+                rpal_send(fd, &r, sizeof r, 0);
+            }
+        }
+    }
+    printf("server: served %ld, bad %ld\n", served, bad);
+    return bad ? 1 : 0;
+}
+
+/* ------------------------------------------------------------------ client */
+
+struct worker {
+    const char *service;
+    long n, errors;
+    pthread_t th;
+};
+
+static int roundtrip(int fd, struct req *q, struct rep *r) {
+    ssize_t s = rpal_send(fd, q, sizeof *q, 0);
+    if (s != (ssize_t)sizeof *q) {
+        fprintf(stderr, "client: send: %s\n", rpal_strerror((int)s));
+        return -1;
+    }
+    ssize_t len = rpal_recv(fd, r, sizeof *r, 0);
+    if (len != (ssize_t)sizeof *r) {
+        fprintf(stderr, "client: recv: %s\n", rpal_strerror((int)len));
+        return -1;
+    }
+    return 0;
+}
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    int fd = rpal_connect(w->service, NULL, 0);
+    if (fd < 0) {
+        fprintf(stderr, "client: connect: %s\n", rpal_strerror(fd));
+        w->errors++;
+        return NULL;
+    }
+    unsigned seed = (unsigned)(uintptr_t)w;
+    for (long i = 0; i < w->n; i++) {
+        struct req q = { .op = OP_ECHO, .seq = (uint32_t)i };
+        struct rep r;
+        for (size_t k = 0; k < sizeof q.data; k++) q.data[k] = (uint8_t)rand_r(&seed);
+        q.sum = checksum(q.data, sizeof q.data);
+        if (roundtrip(fd, &q, &r) || r.op != OP_ECHO || r.seq != q.seq || r.sum != q.sum) {
+            w->errors++;
+            if (w->errors > 10) break;
+        }
+    }
+    rpal_close(fd);
+    return NULL;
+}
+
+static int connect_retry(const char *service) {
+    for (int i = 0; i < 500; i++) {
+        int fd = rpal_connect(service, NULL, 0);
+        if (fd >= 0 || (fd != -ENOENT && fd != -ECONNREFUSED)) return fd;
+        usleep(10000); /* the server is still starting */
+    }
+    return -ENOENT;
+}
+
+static int client(const char *service, int threads, long n) {
+    struct worker w[64];
+    struct rep r;
+    long errors = 0;
+    int fd = connect_retry(service);
+    if (fd < 0) {
+        fprintf(stderr, "client: connect %s: %s\n", service, rpal_strerror(fd));
+        return 1;
+    }
+    if (threads > 64) threads = 64;
+    long t0 = now_ms();
+    for (int i = 0; i < threads; i++) {
+        w[i] = (struct worker){ .service = service, .n = n };
+        pthread_create(&w[i].th, NULL, work, &w[i]);
+    }
+    for (int i = 0; i < threads; i++) {
+        pthread_join(w[i].th, NULL);
+        errors += w[i].errors;
+    }
+    printf("client: %ld round trips in %ld ms, %ld errors\n", threads * n, now_ms() - t0, errors);
+
+    /* Probes on the first connection. */
+    struct req q = { .op = OP_GETTID };
+    if (roundtrip(fd, &q, &r)) return 1;
+    printf("client: gettid in handler %s the server's thread\n", r.a == r.b ? "is" : "is NOT");
+    if (r.a != r.b) errors++;
+
+    q.op = OP_BLOCK;
+    long t = now_ms();
+    ssize_t s = rpal_send(fd, &q, sizeof q, 0);
+    long sent_ms = now_ms() - t;
+    if (s != (ssize_t)sizeof q || rpal_recv(fd, &r, sizeof r, 0) != (ssize_t)sizeof r) return 1;
+    printf("client: send returned in %ld ms while the handler blocks in read()\n", sent_ms);
+    if (sent_ms > 500) errors++;
+    usleep(50000); /* the handler stays blocked meanwhile */
+    if (write((int)r.a, "x", 1) != 1) errors++;
+    if (rpal_recv(fd, &r, sizeof r, 0) != (ssize_t)sizeof r || r.b != 1 || r.a != 1) {
+        printf("client: the blocked read did not complete on the server's thread\n");
+        errors++;
+    } else {
+        printf("client: the blocked read completed on the server's thread\n");
+    }
+
+    struct rpal_prog_stat st[16];
+    int np = rpal_hosted_stat(st, 16);
+    for (int i = 0; i < np && i < 16; i++)
+        printf("client: stat [%d] %s calls=%llu cycles=%llu handoffs=%llu\n", i, st[i].name,
+               (unsigned long long)st[i].calls, (unsigned long long)st[i].call_cycles,
+               (unsigned long long)st[i].handoffs);
+
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    return errors ? 1 : 0;
+}
+
+static int crasher(const char *service) {
+    int fd = connect_retry(service);
+    if (fd < 0) return 1;
+    struct req q = { .op = OP_ECHO };
+    struct rep r;
+    q.sum = checksum(q.data, sizeof q.data);
+    if (roundtrip(fd, &q, &r)) return 1;
+    q = (struct req){ .op = OP_CRASH, .sum = 0 };
+    ssize_t s = rpal_send(fd, &q, sizeof q, 0);
+    printf("crasher: send of CRASH returned %zd (%s)\n", s, s < 0 ? rpal_strerror((int)s) : "ok");
+    ssize_t len = rpal_recv(fd, &r, sizeof r, 0);
+    printf("crasher: then recv returned %zd\n", len);
+    rpal_close(fd);
+    /* We go on: a fresh connection attempt fails cleanly, no hang. */
+    int fd2 = rpal_connect(service, NULL, 0);
+    printf("crasher: reconnect returned %s\n", fd2 < 0 ? "an error" : "a connection");
+    if (fd2 >= 0) rpal_close(fd2);
+    return s == -ECONNRESET && len <= 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "server")) return server(argv[2]);
+    if (argc >= 5 && !strcmp(argv[1], "client")) return client(argv[2], atoi(argv[3]), atol(argv[4]));
+    if (argc >= 3 && !strcmp(argv[1], "crasher")) return crasher(argv[2]);
+    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N]\n");
+    return 2;
+}

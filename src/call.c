@@ -1,0 +1,507 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * call.c - hosted mode: the RPAL call between programs that `rpal run` put in
+ * one address space (protocol in hosted/rpal_host.h).
+ *
+ * Each hosted program has its own copy of this library.  A copy finds the
+ * launcher's struct rpal_host through RPAL_HOST, uses the region the launcher
+ * reserved, and treats a peer with its own pid as local: its arena is already
+ * mapped, and messages to it may be delivered by switching into it.
+ *
+ * Sender (notify_peer_rx -> call_deliver): after publishing in the ring as in
+ * connected mode, claim the peer's parked receiver with one CAS and switch
+ * into it; the ring stays the source of truth, so a receiver that cannot be
+ * claimed just gets RCV_PENDING and rescans before it parks again.
+ *
+ * Receiver (rpal_epoll_wait -> call_park): with nothing pending, save the
+ * context and switch to the borrower (which publishes PARKED) or, on the own
+ * thread, to the idle loop, which publishes PARKED and sleeps on the set's
+ * descriptors and a kick eventfd until a descriptor, a timeout, a hand-off
+ * of a trapped syscall, or a fault needs it.
+ *
+ * Code that may run on a sender's thread with the receiver's fs base uses no
+ * thread-local state of its own (the TLS would be the receiver thread's).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <poll.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include "internal.h"
+#include "hosted.h"
+#include "rpal_host.h"
+
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_ON 1
+#endif
+
+#define IDLE_STACK (256u << 10)   /* signal handlers of the waiting thread run here */
+
+struct rcv_priv {
+	struct rpal_host_rcv pub;     /* first: what other copies see */
+	int top;                      /* the set's private epoll (descriptors to watch) */
+	void *stack;
+	bool idle_made;
+};
+
+static struct rpal_host *host;
+static unsigned host_prog;
+
+/* ------------------------------------------------------------ raw syscalls
+ * No errno: the idle loop runs on a thread whose TLS a borrower may use. */
+static long raw3(long nr, long a, long b, long c)
+{
+	long ret;
+
+	__asm__ __volatile__("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c)
+			     : "rcx", "r11", "memory");
+	return ret;
+}
+
+static void kick(struct rpal_host_rcv *r)
+{
+	uint64_t one = 1;
+
+	raw3(SYS_write, r->kick_fd, (long)&one, sizeof(one));
+}
+
+/* ------------------------------------------------------------ set-up */
+
+/* At rpal_init: are we a program of `rpal run`?  Then use its region. */
+int host_setup(struct rpal_config *cfg)
+{
+	const char *env = getenv(RPAL_HOST_ENV);
+	unsigned long long addr = 0;
+	unsigned prog = 0;
+	long pid = 0;
+	struct rpal_host *h;
+
+	if (!env || !*env)
+		return 0;
+	if (sscanf(env, "%ld:%llx:%u", &pid, &addr, &prog) != 3)
+		return rpal_fail(EINVAL, "%s=\"%s\" is not <pid>:<address>:<program>", RPAL_HOST_ENV, env);
+	if (pid != getpid())
+		return 0;       /* inherited by a child of a hosted program: not ours */
+	h = (struct rpal_host *)(uintptr_t)addr;
+	if (!h || h->magic != RPAL_HOST_MAGIC || h->version != RPAL_HOST_VERSION ||
+	    h->size != sizeof(*h) || prog >= h->nprogs || prog >= RPAL_HOST_MAX_PROGS)
+		return rpal_fail(EPROTO, "%s: the launcher's block does not match this librpal (version %u)",
+				 RPAL_HOST_ENV, RPAL_HOST_VERSION);
+	cfg->region_base = h->region_base;
+	cfg->slot_size = h->slot_size;
+	cfg->nr_slots = h->nr_slots;
+	if (cfg->arena_size > cfg->slot_size)
+		cfg->arena_size = cfg->slot_size;
+	host = h;
+	host_prog = prog;
+	return 0;
+}
+
+bool host_active(void)
+{
+	return host != NULL;
+}
+
+void host_slot_claimed(unsigned slot)
+{
+	if (host)
+		atomic_store(&host->progs[host_prog].slot, (int32_t)slot);
+}
+
+int host_prog_of_slot(unsigned slot)
+{
+	unsigned i;
+
+	for (i = 0; host && i < host->nprogs; i++)
+		if (atomic_load(&host->progs[i].slot) == (int32_t)slot)
+			return (int)i;
+	return -1;
+}
+
+bool host_prog_failed(int prog)
+{
+	return host && prog >= 0 && atomic_load_explicit(&host->progs[prog].failed, memory_order_relaxed);
+}
+
+RPAL_EXPORT int rpal_hosted_stat(struct rpal_prog_stat *out, unsigned max)
+{
+	unsigned i;
+	int ret = rpal_ensure_init();
+
+	if (ret)
+		return ret;
+	if (!host)
+		return 0;
+	for (i = 0; i < host->nprogs && i < max; i++) {
+		struct rpal_host_prog *p = &host->progs[i];
+
+		memset(&out[i], 0, sizeof(out[i]));
+		snprintf(out[i].name, sizeof(out[i].name), "%s", p->name);
+		out[i].calls = atomic_load(&p->calls);
+		out[i].call_cycles = atomic_load(&p->call_tsc);
+		out[i].handoffs = atomic_load(&p->handoffs);
+		out[i].failed_signal = atomic_load(&p->failed);
+		out[i].self = i == host_prog;
+	}
+	return (int)host->nprogs;
+}
+
+/* ------------------------------------------------------------ sender */
+
+static inline uintptr_t rdfsbase(void)
+{
+	uintptr_t v;
+
+	__asm__ __volatile__("rdfsbase %0" : "=r"(v));
+	return v;
+}
+
+/* This thread's record, made on its first call.  A thread inherits its
+ * creator's gs base, so the record names the thread (its TCB) it belongs to. */
+static struct rpal_host_sender *sender_get(void)
+{
+	struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
+	uintptr_t fs = rdfsbase();
+
+	if (s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs)
+		return s;
+	s = calloc(1, sizeof(*s));      /* lives as long as the thread; never freed */
+	if (!s)
+		return NULL;
+	s->magic = RPAL_SENDER_MAGIC;
+	s->owner_fs = fs;
+	s->selector = SUD_ALLOW;
+	if (host->sud && prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, host->sud_start,
+			       host->sud_len, &s->selector) == 0)
+		s->sud = 1;
+	rpal_wrgsbase((uintptr_t)s);
+	return s;
+}
+
+/* Run r on this thread until it parks, traps or faults; then give it back. */
+static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s)
+{
+	struct rpal_host_prog *prog = &host->progs[r->prog];
+	uint64_t t0 = __rdtsc();
+	uint32_t st;
+	bool wake = false;
+
+	s->cur = r;
+	for (;;) {
+		r->sender = s;
+		r->reason = RESUME_CALL;
+		if (s->sud)
+			s->selector = SUD_BLOCK;
+		hosted_switch_wrfs((hosted_ctx *)&s->ctx, (hosted_ctx *)&r->ctx);
+		s->selector = SUD_ALLOW;
+		if (unlikely(r->fault_sig | r->trapped))
+			break;
+		/* It parked: publish that, unless a message or its own thread
+		 * is waiting for it. */
+		r->sender = NULL;
+		st = load_relaxed(&r->state);
+		for (;;) {
+			uint32_t want;
+
+			if (st & RCV_WANT)
+				want = RCV_OWNER | (st & RCV_PENDING);
+			else if (st & RCV_PENDING)
+				want = RCV_BORROWED;
+			else
+				want = RCV_PARKED;
+			if (atomic_compare_exchange_weak(&r->state, &st, want)) {
+				st = want;
+				break;
+			}
+		}
+		if (st == RCV_BORROWED)
+			continue;               /* rescan on this thread */
+		/* Its own thread sleeps with the deadline of an earlier wait:
+		 * let it read this one. */
+		wake = st != RCV_PARKED || r->deadline_ns != UINT64_MAX;
+		break;
+	}
+	s->cur = NULL;
+	atomic_fetch_add_explicit(&prog->call_tsc, __rdtsc() - t0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&prog->calls, 1, memory_order_relaxed);
+	if (unlikely(r->fault_sig)) {
+		int sig = r->fault_sig;
+
+		r->sender = NULL;
+		atomic_store(&r->state, RCV_DEAD);
+		kick(r);
+		conn_mark_dead(c, false);
+		return rpal_fail(ECONNRESET, "the receiving program (%s) faulted with signal %d in an RPAL call; "
+				 "it is marked failed", prog->name, sig);
+	}
+	if (unlikely(r->trapped)) {
+		/* It made a syscall: its own thread resumes it from the frame. */
+		r->trapped = 0;
+		r->sender = NULL;
+		st = load_relaxed(&r->state);
+		while (!atomic_compare_exchange_weak(&r->state, &st, RCV_HANDOFF | (st & RCV_PENDING)))
+			;
+		atomic_fetch_add_explicit(&prog->handoffs, 1, memory_order_relaxed);
+		wake = true;
+	}
+	if (wake)
+		kick(r);
+	return 1;
+}
+
+/*
+ * After publishing to a local peer.  1: the receiver ran (or will rescan
+ * without a wake-up); 0: use the connected-mode wake-up check too; <0: the
+ * receiving program failed.
+ */
+int call_deliver(struct rpal_conn *c, bool may_call)
+{
+	struct rpal_host_rcv *r = (struct rpal_host_rcv *)(uintptr_t)load_acquire(&c->pb->hosted_rcv);
+	struct rpal_host_sender *s;
+	bool nested;
+	uint32_t st;
+
+	if (!r || !host->fsgsbase)
+		return 0;
+	s = (struct rpal_host_sender *)rpal_rdgsbase();
+	/* Inside a call already: no second borrow on this thread. */
+	nested = !may_call || (s && s->magic == RPAL_SENDER_MAGIC && s->cur);
+	st = load_relaxed(&r->state);
+	for (;;) {
+		switch (st & RCV_MASK) {
+		case RCV_DEAD:
+			conn_mark_dead(c, false);
+			return rpal_fail(ECONNRESET, "the receiving program failed in an RPAL call");
+		case RCV_PARKED:
+			if (!nested && !(st & RCV_PENDING)) {
+				if (!atomic_compare_exchange_weak(&r->state, &st, RCV_BORROWED))
+					continue;
+				s = sender_get();
+				if (likely(s))
+					return do_call(c, r, s);
+				st = RCV_BORROWED;      /* no memory: let its thread run it */
+				if (atomic_compare_exchange_strong(&r->state, &st, RCV_PARKED | RCV_PENDING))
+					kick(r);
+				return 0;
+			}
+			if (st & RCV_PENDING)
+				return 0;
+			if (atomic_compare_exchange_weak(&r->state, &st, st | RCV_PENDING)) {
+				kick(r);        /* parked, and we may not borrow: wake its thread */
+				return 0;
+			}
+			continue;
+		default:
+			/* Running somewhere: it rescans before it parks again. */
+			if ((st & RCV_PENDING) || atomic_compare_exchange_weak(&r->state, &st, st | RCV_PENDING))
+				return 0;
+		}
+	}
+}
+
+/* ------------------------------------------------------------ receiver */
+
+struct rpal_host_rcv *call_rcv_create(int top)
+{
+	struct rcv_priv *p;
+	sigset_t mask;
+
+	if (!host || !host->fsgsbase)
+		return NULL;
+	p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	p->stack = mmap(NULL, IDLE_STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+	p->pub.kick_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (p->stack == MAP_FAILED || p->pub.kick_fd < 0) {
+		if (p->stack != MAP_FAILED)
+			munmap(p->stack, IDLE_STACK);
+		if (p->pub.kick_fd >= 0)
+			close(p->pub.kick_fd);
+		free(p);
+		return NULL;
+	}
+	p->top = top;
+	p->pub.magic = RPAL_RCV_MAGIC;
+	p->pub.prog = host_prog;
+	p->pub.state = RCV_OWNER;
+	/* What the thread that waits runs with; a hand-off's frame gets it. */
+	pthread_sigmask(SIG_SETMASK, NULL, &mask);
+	memcpy(&p->pub.sigmask, &mask, sizeof(p->pub.sigmask));
+	sigaltstack(NULL, &p->pub.altstack);
+	return &p->pub;
+}
+
+/*
+ * The set is going away; its connections no longer name r.  r itself stays
+ * (a sender may still hold its address) but never parks again.
+ */
+void call_rcv_retire(struct rpal_host_rcv *r)
+{
+	atomic_store(&r->state, RCV_DEAD);
+}
+
+bool call_borrowed(const struct rpal_host_rcv *r)
+{
+	return r->sender != NULL;
+}
+
+/* The program failed in a call: hang up its connections, end its thread. */
+static void __attribute__((noreturn)) idle_dead(struct rpal_host_rcv *r)
+{
+	conn_hangup_all();
+	_exit(128 + (host->progs[r->prog].failed ? host->progs[r->prog].failed : SIGSEGV));
+}
+
+/* Sleep until a kick or a signal; with watch, also a descriptor of the set
+ * or the deadline. */
+static int idle_sleep(struct rcv_priv *p, bool watch)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = p->pub.kick_fd, .events = POLLIN },
+		{ .fd = p->top, .events = POLLIN },
+	};
+	uint64_t buf, now, dl = p->pub.deadline_ns;
+	struct timespec ts, *tsp = NULL;
+	long n;
+
+	if (watch && dl != UINT64_MAX) {
+		now = now_ns();
+		if (now >= dl)
+			return RESUME_TIMEOUT;
+		ts.tv_sec = (time_t)((dl - now) / 1000000000u);
+		ts.tv_nsec = (long)((dl - now) % 1000000000u);
+		tsp = &ts;
+	}
+	n = raw3(SYS_ppoll, (long)pfd, watch ? 2 : 1, (long)tsp);
+	if (pfd[0].revents)
+		raw3(SYS_read, p->pub.kick_fd, (long)&buf, sizeof(buf));
+	if (n == -EINTR)
+		return RESUME_EINTR;
+	if (n == 0)
+		return RESUME_TIMEOUT;
+	if (n > 0 && watch && pfd[1].revents)
+		return RESUME_KERNEL;
+	return -1;      /* a kick: look at the state again */
+}
+
+/*
+ * On the own thread, holding r (OWNER): sleep until r must run here.
+ * Returns the reason, with r held; hand-offs are resumed inside.
+ */
+static int idle_wait(struct rcv_priv *p)
+{
+	struct rpal_host_rcv *r = &p->pub;
+	int want = -1;          /* a reason we found while r was borrowed */
+	uint32_t st = load_relaxed(&r->state);
+
+	/* Publish PARKED, unless something is due already. */
+	for (;;) {
+		if ((st & RCV_MASK) == RCV_DEAD)
+			idle_dead(r);
+		if (st & RCV_PENDING) {
+			if (atomic_compare_exchange_weak(&r->state, &st, RCV_OWNER))
+				return RESUME_RESCAN;
+			continue;
+		}
+		if (atomic_compare_exchange_weak(&r->state, &st, RCV_PARKED))
+			break;
+	}
+	for (;;) {
+		int why;
+
+		st = load_acquire(&r->state);
+		switch (st & RCV_MASK) {
+		case RCV_DEAD:
+			idle_dead(r);
+		case RCV_OWNER:         /* a borrower gave it back (WANT) */
+			atomic_store(&r->state, RCV_OWNER);
+			return want >= 0 ? want : RESUME_RESCAN;
+		case RCV_HANDOFF:
+			if (!atomic_compare_exchange_strong(&r->state, &st, RCV_OWNER | (st & RCV_PENDING)))
+				continue;
+			/* The syscall runs here, then the receiver until it
+			 * parks again (call_park switches back to r->idle). */
+			hosted_lazy_resume((hosted_ctx *)&r->idle, r->uc);
+			st = load_relaxed(&r->state);
+			for (;;) {
+				if ((st & RCV_MASK) == RCV_DEAD)
+					idle_dead(r);
+				if (st & RCV_PENDING) {
+					if (atomic_compare_exchange_weak(&r->state, &st, RCV_OWNER))
+						return RESUME_RESCAN;
+					continue;
+				}
+				if (atomic_compare_exchange_weak(&r->state, &st, RCV_PARKED))
+					break;
+			}
+			continue;
+		case RCV_PARKED:
+			if (st & RCV_PENDING) {
+				if (atomic_compare_exchange_strong(&r->state, &st, RCV_OWNER))
+					return RESUME_RESCAN;
+				continue;
+			}
+			if (want < 0) {
+				why = idle_sleep(p, true);
+				if (why < 0)
+					continue;
+				want = why;
+			}
+			if (atomic_compare_exchange_strong(&r->state, &st, RCV_OWNER))
+				return want;
+			continue;
+		default:                /* BORROWED: ask for it back when needed */
+			if (want >= 0 && !(st & RCV_WANT)) {
+				if (!atomic_compare_exchange_strong(&r->state, &st, st | RCV_WANT))
+					continue;
+			}
+			why = idle_sleep(p, want < 0);
+			if (why >= 0 && want < 0)
+				want = why;
+		}
+	}
+}
+
+static void idle_main(void *arg)
+{
+	struct rcv_priv *p = arg;
+
+	for (;;) {
+		p->pub.reason = idle_wait(p);
+		hosted_switch((hosted_ctx *)&p->pub.idle, (hosted_ctx *)&p->pub.ctx);
+	}
+}
+
+/*
+ * Park the receiver; returns RESUME_* when something resumes it, on this
+ * thread or on a borrower's.  deadline: CLOCK_MONOTONIC ns or UINT64_MAX.
+ */
+int call_park(struct rpal_host_rcv *r, uint64_t deadline)
+{
+	struct rcv_priv *p = (struct rcv_priv *)r;
+	struct rpal_host_sender *s = r->sender;
+
+	r->deadline_ns = deadline;
+	if (s) {
+		/* Borrowed: back to the sender, which publishes PARKED. */
+		hosted_switch_wrfs((hosted_ctx *)&r->ctx, (hosted_ctx *)&s->ctx);
+		return r->reason;
+	}
+	if (!p->idle_made) {
+		hosted_ctx_make((hosted_ctx *)&r->idle, p->stack, IDLE_STACK, idle_main, p);
+		p->idle_made = true;
+	}
+	r->ctx.fs = rdfsbase();         /* what a borrower loads: our TCB */
+	hosted_switch((hosted_ctx *)&r->ctx, (hosted_ctx *)&r->idle);
+	return r->reason;
+}
