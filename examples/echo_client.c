@@ -5,8 +5,10 @@
  *
  *   ./echo_client [service [message...]]
  */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include <rpal.h>
 
 int main(int argc, char **argv)
@@ -16,6 +18,10 @@ int main(int argc, char **argv)
 	int fd, count = argc > 2 ? argc - 2 : 1000;
 
 	fd = rpal_connect(service, NULL, 0);                    /* socket+connect */
+	for (int tries = 0; (fd == -ENOENT || fd == -ECONNREFUSED) && tries < 200; tries++) {
+		usleep(10000);                  /* started with the server: let it listen */
+		fd = rpal_connect(service, NULL, 0);
+	}
 	if (fd < 0) {
 		fprintf(stderr, "connect %s: %s\n", service, rpal_strerror(fd));
 		return 1;
@@ -27,8 +33,9 @@ int main(int argc, char **argv)
 		else
 			snprintf(msg, sizeof(msg), "message %d", i);
 		size_t len = strlen(m);
-		if (rpal_send(fd, m, len, 0) < 0) {                 /* write() */
-			fprintf(stderr, "send: %s\n", rpal_strerror((int)len));
+		ssize_t s = rpal_send(fd, m, len, 0);               /* write() */
+		if (s < 0) {
+			fprintf(stderr, "send: %s\n", rpal_strerror((int)s));
 			return 1;
 		}
 		ssize_t n = rpal_recv(fd, reply, sizeof(reply), 0); /* read() */

@@ -10,6 +10,7 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
     static hosted_prog *progs[HOSTED_NNS];
@@ -55,8 +56,20 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             fprintf(stderr, "%s: %s\n", me, err);
             return 2;
         }
-    int failed = 0;
-    for (int k = 0; k < nprog; k++) {
+    /* Report each program as it finishes, in whatever order (a server may outlive its clients). */
+    int failed = 0, left = nprog;
+    char reported[HOSTED_NNS] = { 0 };
+    while (left > 0) {
+        int k;
+        for (k = 0; k < nprog && (reported[k] || !hosted_done(progs[k])); k++)
+            ;
+        if (k == nprog) {
+            struct timespec ts = { 0, 5 * 1000 * 1000 };
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        reported[k] = 1;
+        left--;
         int st = hosted_wait(progs[k]);
         int sig = host ? atomic_load(&host->progs[k].failed) : 0;
         if (st != 0) failed = 1;

@@ -12,6 +12,7 @@
  * write end it reports; the client checks its own send returned at once, then writes the pipe). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,9 @@ static long now_ms(void) {
 }
 
 /* ------------------------------------------------------------------ server */
+
+static atomic_int in_handler;
+static long twice;
 
 static int server(const char *service) {
     pid_t main_tid = (pid_t)syscall(SYS_gettid);
@@ -92,6 +96,9 @@ static int server(const char *service) {
                     open--;
                     break;
                 }
+                /* The server is one thread of control: two threads running it at once would
+                 * find the flag set. */
+                if (atomic_exchange(&in_handler, 1)) twice++;
                 r.op = q.op;
                 r.seq = q.seq;
                 switch (q.op) {
@@ -124,12 +131,13 @@ static int server(const char *service) {
                     quit = 1;
                     break;
                 }
+                atomic_store(&in_handler, 0);
                 rpal_send(fd, &r, sizeof r, 0);
             }
         }
     }
-    printf("server: served %ld, bad %ld\n", served, bad);
-    return bad ? 1 : 0;
+    printf("server: served %ld, bad %ld, run twice at once %ld\n", served, bad, twice);
+    return bad || twice ? 1 : 0;
 }
 
 /* ------------------------------------------------------------------ client */
