@@ -12,7 +12,8 @@
 
 const char *const placement_name[PL_NR] = { "same-core", "split", "unpinned" };
 const char *const suite_name[SU_NR] = { "latency", "throughput", "large", "cpu" };
-const char *const metric_name[M_NR] = { "oneway", "rtt", "throughput", "cpu_per_msg" };
+const char *const metric_name[M_NR] = { "oneway", "rtt", "throughput", "cpu_per_msg", "call_rtt",
+					 "switch_pair" };
 static const size_t large_sizes[] = { 4096, 65536, 1048576 };
 
 const char *wait_name(int wait)

@@ -97,6 +97,11 @@ struct run_shared {
 	uint64_t wakeups[2], sleeps[2];		/* [role] wake-up syscalls made, sleeps taken */
 	uint64_t *oneway;			/* count: server */
 	uint64_t *rtt;				/* count: client (or per batch) */
+	unsigned nextra;			/* latency metrics beyond oneway and rtt: */
+	struct {
+		int metric;			/* enum metric */
+		struct stats st;		/* cycles */
+	} extra[2];
 };
 
 enum { ROLE_SERVER, ROLE_CLIENT };
@@ -147,8 +152,12 @@ int bt_fail(struct bt_ctx *c, int err, const char *fmt, ...)
 /* Spin politely: pause, and after a while yield so a peer on this CPU runs. */
 void bt_relax(unsigned *spins);
 
+/* run.c's server and client loops, for a transport that runs them elsewhere. */
+int bt_serve(const struct transport *t, struct bt_ctx *c);
+int bt_drive(const struct transport *t, struct bt_ctx *c);
+
 /* Results, one per metric of a run. */
-enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_NR };
+enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_CALL_RTT, M_SWITCH_PAIR, M_NR };
 extern const char *const metric_name[M_NR];
 
 #define CDF_POINTS 201			/* quantiles kept for --plot */
@@ -176,7 +185,7 @@ struct result {
 struct run_out {
 	int ok;
 	char err[300];
-	struct result res[2];
+	struct result res[4];
 	unsigned nres;
 };
 

@@ -121,7 +121,7 @@ static uint64_t warm(const struct run_spec *s)
 	return s->warmup;
 }
 
-static int serve(const struct transport *t, struct bt_ctx *c)
+int bt_serve(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
 	struct run_shared *sh = c->sh;
@@ -179,7 +179,7 @@ static int serve(const struct transport *t, struct bt_ctx *c)
 	return 0;
 }
 
-static int drive(const struct transport *t, struct bt_ctx *c)
+int bt_drive(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
 	struct run_shared *sh = c->sh;
@@ -264,9 +264,9 @@ static int child(const struct transport *t, struct bt_ctx *c, int cpu)
 		atomic_store_explicit(&c->sh->server_ready, 1, memory_order_release);
 		if (t->accept && (ret = t->accept(c)) < 0)
 			goto out;
-		ret = serve(t, c);
+		ret = bt_serve(t, c);
 	} else {
-		ret = drive(t, c);
+		ret = bt_drive(t, c);
 	}
 out:
 	t->close(c);
@@ -474,6 +474,12 @@ static void collect(const struct run_spec *s, struct run_shared *sh, double hz, 
 	for (unsigned i = 0; i < CDF_POINTS; i++)
 		r[1].cdf[i] = stats_rank(sh->rtt, n, (uint32_t)(cdf_quantile(i) * 100000.0 + 0.5));
 	out->nres = 2;
+	/* Computed by the transport (rpal-hosted: call round trip, switch pair). */
+	for (unsigned k = 0; k < sh->nextra && k < 2; k++) {
+		fill_result(&r[2 + k], s, (enum metric)sh->extra[k].metric);
+		r[2 + k].st = sh->extra[k].st;
+		out->nres++;
+	}
 }
 
 void run_one(const struct bench_opts *o, const struct run_spec *s, double hz, struct run_out *out)

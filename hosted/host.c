@@ -15,6 +15,7 @@
 #include "hosted.h"
 #include "rpal_host.h"
 
+#include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
@@ -173,6 +174,8 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     h->slot_size = slot_size;
     h->nr_slots = nr_slots;
     h->fsgsbase = hosted_have_fsgsbase();
+    unsigned a, b, c, d;
+    h->pku = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4)); /* OSPKE */
     h->sud_start = (uintptr_t)hosted_sud_allowed_start;
     h->sud_len = (uintptr_t)(hosted_sud_allowed_end - hosted_sud_allowed_start);
     for (int i = 0; i < RPAL_HOST_MAX_PROGS; i++) atomic_store(&h->progs[i].slot, -1);

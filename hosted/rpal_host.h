@@ -63,6 +63,8 @@ struct rpal_host {
 	uint32_t nprogs;
 	uint32_t fsgsbase;            /* user mode may write the fs/gs base */
 	uint32_t sud;                 /* Syscall User Dispatch works; SIGSYS handler installed */
+	uint32_t pku;                 /* PKRU exists (OSPKE): a call keeps the sender's */
+	uint32_t reserved;
 	uintptr_t sud_start, sud_len; /* code SUD always lets through (the launcher's) */
 	struct rpal_host_prog progs[RPAL_HOST_MAX_PROGS];
 };

@@ -6,6 +6,7 @@ command -v cmake >/dev/null || need+=(cmake)
 command -v ninja >/dev/null || need+=(ninja-build)
 command -v gcc   >/dev/null || need+=(gcc)
 command -v make  >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo

@@ -192,6 +192,9 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 {
 	struct rpal_host_prog *prog = &host->progs[r->prog];
 	uint64_t t0 = __rdtsc();
+	/* The receiver may open protection-key windows of its own program
+	 * (protect_peers): they must not stay open on this thread. */
+	uint32_t pkru = host->pku ? pkru_read() : 0;
 	uint32_t st;
 	bool wake = false;
 
@@ -231,6 +234,8 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		break;
 	}
 	s->cur = NULL;
+	if (host->pku && pkru_read() != pkru)
+		pkru_write(pkru);
 	atomic_fetch_add_explicit(&prog->call_tsc, __rdtsc() - t0, memory_order_relaxed);
 	atomic_fetch_add_explicit(&prog->calls, 1, memory_order_relaxed);
 	if (unlikely(r->fault_sig)) {
