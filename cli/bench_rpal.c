@@ -246,14 +246,24 @@ const struct transport tr_rpal_connected = {
 	.teardown = rp_teardown,
 };
 
-static const char *hosted_unavailable(void)
+/*
+ * rpal-hosted (tr_hosted.c, bench_hosted.c) runs this transport inside two
+ * programs of one `rpal run`: both name the service the relay chose, and
+ * time rpal_send itself for the call round trip.
+ */
+int rp_hosted_setup(struct bt_ctx *c, const char *service)
 {
-	return "hosted mode not built yet (issue 4)";
+	struct rp *p;
+	int ret = rp_setup(c);
+
+	if (ret < 0)
+		return ret;
+	p = c->priv;
+	snprintf(p->service, sizeof(p->service), "%s", service);
+	return 0;
 }
 
-const struct transport tr_rpal_hosted = {
-	.name = "rpal-hosted",
-	.what = "librpal hosted mode: both programs in one address space (`rpal run`)",
-	.unavailable = hosted_unavailable,
-	.flags = TF_WAIT,
-};
+int rp_hosted_fd(struct bt_ctx *c)
+{
+	return ((struct rp *)c->priv)->fd;
+}

@@ -192,6 +192,35 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 	}
 }
 
+/*
+ * rpal-hosted's extra rows: the RPAL call round trip (rpal_send into a
+ * parked receiver that reads the message and parks again, no echo) and its
+ * floor, a bare pair of user-mode switches with wrfsbase; then their ratio.
+ */
+static void hosted_note(const struct report *r, FILE *f, int pl)
+{
+	const struct result *call = NULL, *sw = NULL;
+
+	section(r, f, pl, SU_LATENCY, M_CALL_RTT,
+		"RPAL call round trip: rpal_send into a parked receiver that reads and parks again (no echo)");
+	section(r, f, pl, SU_LATENCY, M_SWITCH_PAIR,
+		"bare switch pair: hosted_switch_wrfs there and back (the call's floor)");
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+
+		if ((int)x->placement != pl || x->suite != SU_LATENCY)
+			continue;
+		if (x->metric == M_CALL_RTT)
+			call = x;
+		else if (x->metric == M_SWITCH_PAIR)
+			sw = x;
+	}
+	if (call && sw && sw->st.p50)
+		fprintf(f, "  %s: call round trip p50 = %.2fx the switch pair's p50; the server's code "
+			"runs on the client's thread\n", transports[call->transport]->name,
+			(double)call->st.p50 / (double)sw->st.p50);
+}
+
 void report_table(const struct report *r, FILE *f)
 {
 	const struct bench_opts *o = r->o;
@@ -211,6 +240,7 @@ void report_table(const struct report *r, FILE *f)
 		counts_note(r, f, pl, SU_LATENCY, M_ONEWAY);
 		snprintf(t, sizeof(t), "round trip, client send -> echo checked, %zu B", o->size);
 		section(r, f, pl, SU_LATENCY, M_RTT, t);
+		hosted_note(r, f, pl);
 		snprintf(t, sizeof(t), "throughput, %zu B in batches of %u, one echo per batch",
 			 o->size, o->batch);
 		section(r, f, pl, SU_THROUGHPUT, M_THROUGHPUT, t);
@@ -288,7 +318,7 @@ int report_json(const struct report *r, FILE *f)
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
 		const char *w = wait_name(x->wait);
-		int lat = x->metric == M_ONEWAY || x->metric == M_RTT;
+		int lat = x->metric != M_THROUGHPUT && x->metric != M_CPU;
 
 		fprintf(f, "%s\n    {\"transport\": \"%s\", \"placement\": \"%s\", \"wait\": ", first ? "" : ",",
 			transports[x->transport]->name, placement_name[x->placement]);
