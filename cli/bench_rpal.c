@@ -22,6 +22,7 @@ struct rp {
 	int readable;			/* server: the last rpal_epoll_wait said so */
 	unsigned char *priv_tx, *priv_rx;
 	struct rpal_msg msg;		/* zero copy: the message held */
+	int hosted;			/* rpal-hosted: rpal_fini is the program's, at exit */
 };
 
 static int rp_setup(struct bt_ctx *c)
@@ -221,7 +222,8 @@ static void rp_close(struct bt_ctx *c)
 		rpal_close(p->fd);
 	if (p->lfd >= 0)
 		rpal_close(p->lfd);
-	rpal_fini();
+	if (!p->hosted)
+		rpal_fini();
 	free(p->priv_tx);
 	free(p->priv_rx);
 }
@@ -260,6 +262,7 @@ int rp_hosted_setup(struct bt_ctx *c, const char *service)
 		return ret;
 	p = c->priv;
 	snprintf(p->service, sizeof(p->service), "%s", service);
+	p->hosted = 1;
 	return 0;
 }
 

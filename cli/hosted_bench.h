@@ -29,6 +29,7 @@ struct hb_file {
 	uint32_t narrays;			/* sample arrays: 2, or HB_NR in the latency suite */
 	uint64_t count, warmup;			/* messages as run.c counts them */
 	uint64_t calls;				/* client: RPAL calls seen in the timed call loop */
+	_Atomic uint32_t done, closed;		/* programs past their loops, their rpal_close */
 	struct run_spec spec;
 	char service[64];
 	struct run_shared sh;			/* oneway and rtt point into the server's mapping */
@@ -41,7 +42,8 @@ static inline uint64_t *hb_samples(struct hb_file *f, unsigned array)
 	return (uint64_t *)((char *)f + HB_HEAD) + (size_t)array * f->count;
 }
 
-/* bench_rpal.c: the rpal-connected transport under a given service name. */
+/* bench_rpal.c: the rpal-connected transport under a given service name;
+ * its close leaves rpal_fini to the program's exit. */
 extern const struct transport tr_rpal_connected;
 int rp_hosted_setup(struct bt_ctx *c, const char *service);
 int rp_hosted_fd(struct bt_ctx *c);

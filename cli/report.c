@@ -215,10 +215,13 @@ static void hosted_note(const struct report *r, FILE *f, int pl)
 		else if (x->metric == M_SWITCH_PAIR)
 			sw = x;
 	}
-	if (call && sw && sw->st.p50)
-		fprintf(f, "  %s: call round trip p50 = %.2fx the switch pair's p50; the server's code "
-			"runs on the client's thread\n", transports[call->transport]->name,
-			(double)call->st.p50 / (double)sw->st.p50);
+	if (!call || !sw || !sw->st.p50)
+		return;
+	fprintf(f, "  %s: call round trip p50 = %.2fx the switch pair's p50\n",
+		transports[call->transport]->name, (double)call->st.p50 / (double)sw->st.p50);
+	fprintf(f, "  %s: one process; the server program's main thread is pinned as the server, the\n"
+		"    client's as the client; in RPAL calls the server's code runs on the client's thread\n",
+		transports[call->transport]->name);
 }
 
 void report_table(const struct report *r, FILE *f)

@@ -67,6 +67,17 @@ static long raw3(long nr, long a, long b, long c)
 	return ret;
 }
 
+static long raw5(long nr, long a, long b, long c, long d, long e)
+{
+	register long r10 __asm__("r10") = d;
+	register long r8 __asm__("r8") = e;
+	long ret;
+
+	__asm__ __volatile__("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8)
+			     : "rcx", "r11", "memory");
+	return ret;
+}
+
 static void kick(struct rpal_host_rcv *r)
 {
 	uint64_t one = 1;
@@ -387,7 +398,7 @@ static int idle_sleep(struct rcv_priv *p, bool watch)
 		ts.tv_nsec = (long)((dl - now) % 1000000000u);
 		tsp = &ts;
 	}
-	n = raw3(SYS_ppoll, (long)pfd, watch ? 2 : 1, (long)tsp);
+	n = raw5(SYS_ppoll, (long)pfd, watch ? 2 : 1, (long)tsp, 0, 8);   /* no mask change */
 	if (pfd[0].revents)
 		raw3(SYS_read, p->pub.kick_fd, (long)&buf, sizeof(buf));
 	if (n == -EINTR)

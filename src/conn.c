@@ -377,7 +377,9 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		goto fail;
 	}
 	fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
-	/* Hang-up or death wakes futex sleepers through the watcher thread. */
+	/* Hang-up or death wakes futex sleepers through the watcher thread;
+	 * a bump from here on makes a sleeper poll this peer (conn_wait). */
+	c->watch_seen = load_acquire(&watch_seq);
 	ret = watch_add(sock, EPOLLRDHUP);
 	if (!ret)
 		ret = watch_add(c->pidfd, EPOLLIN);
@@ -538,6 +540,9 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 		return true;
 	if (!(flags & RPAL_NONBLOCK))
 		return false;
+	/* A local peer is checked without a syscall: no need to ration it. */
+	if (c->local)
+		return conn_poll_peer(c);
 	now = now_ns();
 	if (now - c->last_peer_poll < 1000000)
 		return false;

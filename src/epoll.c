@@ -60,6 +60,7 @@ struct rpal_ep {
 	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
 	bool parking;           /* the waiter is in park_wait() */
 	pthread_t park_owner;   /* the thread that parks here; 0: none yet */
+	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
 };
 
 #define IN_BITS  (EPOLLIN | EPOLLRPALIN)
@@ -364,21 +365,25 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 /* Collect ready connections, starting from the round-robin point.  Lock held. */
 static int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
 {
-	unsigned n = ep->nregs, i, start = ep->rr;
+	unsigned n = ep->nregs, i, start = ep->rr, k;
 	int got = 0;
 
-	for (i = 0; i < n && got < max; i++) {
-		struct rpal_ep_reg *r = ep->regs[(start + i) % n];
+	/* No division per call: rr < n unless registrations went away. */
+	if (start >= n)
+		start = 0;
+	for (i = 0, k = start; i < n && got < max; i++) {
+		struct rpal_ep_reg *r = ep->regs[k];
 		uint32_t ev = reg_events(r);
 
+		if (++k == n)
+			k = 0;
 		if (ev) {
 			out[got].events = ev;
 			out[got].data = r->data;
 			got++;
 		}
 	}
-	if (n)
-		ep->rr = (start + i) % n;
+	ep->rr = k;
 	return got;
 }
 
@@ -434,9 +439,11 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	return n < 0 ? (errno == EINTR ? 0 : -errno) : n;
 }
 
-/* parked: local peers call in instead of waking us (call.c). */
-static void sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
+/* parked: local peers call in instead of waking us (call.c).  Returns
+ * whether it advertised a sleep anywhere. */
+static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 {
+	bool any = false;
 	unsigned i;
 
 	for (i = 0; i < ep->nregs; i++) {
@@ -452,8 +459,10 @@ static void sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 		if (bits) {
 			wait_begin(r->c, bits);
 			r->sleeping = bits;
+			any = true;
 		}
 	}
+	return any;
 }
 
 static void sleep_end(struct rpal_ep *ep)
@@ -486,6 +495,15 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	struct timespec ts;
 	unsigned i, nw = 0;
 	long r;
+
+	/* A bump before our sample may be a death we have not harvested:
+	 * the futex would not return for it. */
+	if (wseq != ep->watch_seen) {
+		ep->watch_seen = wseq;
+		r = kernel_wait(ep, events, max, 0);
+		if (r)
+			return (int)r;
+	}
 
 	wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
 	wv[nw++] = fwv(&watch_seq, wseq, false);
@@ -530,9 +548,14 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 
 	ep->parking = true;
 	for (;;) {
-		sleep_begin(ep, false, true);
-		n = scan(ep, events, max);
-		if (n) {
+		/*
+		 * Each pass follows a scan (ep_wait's, or the last pass's).  The
+		 * re-check pairs with a sleep advertised to other processes;
+		 * a local sender that publishes meanwhile makes us rescan
+		 * before we park (RCV_PENDING), so with none advertised there
+		 * is nothing to re-check.
+		 */
+		if (sleep_begin(ep, false, true) && (n = scan(ep, events, max)) != 0) {
 			sleep_end(ep);
 			break;
 		}
@@ -594,13 +617,17 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	if (n || timeout == 0)
 		return n;
 
-	t0 = now_ns();
-	if (timeout > 0)
+	/* A parked waiter reads the clock only for a deadline. */
+	if (timeout > 0) {
+		t0 = now_ns();
 		deadline = t0 + (uint64_t)timeout * 1000000;
+	}
 	if (mine && !ep->parking) {
 		ep->park_owner = pthread_self();
 		return park_wait(ep, events, max, deadline);
 	}
+	if (!t0)
+		t0 = now_ns();
 	budget = ep->spin.cur_ns;
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours

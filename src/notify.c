@@ -245,6 +245,12 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		uint32_t bits = futex ? bit | fbit : bit;
 		uint32_t seq = load_acquire(&c->pb->wake_seq), wseq = load_acquire(&watch_seq);
 
+		/* A bump we have not looked at may be this peer's death, and
+		 * it came before our sample: the futex would not return. */
+		if (futex && wseq != c->watch_seen) {
+			c->watch_seen = wseq;
+			conn_poll_peer(c);
+		}
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);

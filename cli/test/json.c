@@ -5,7 +5,8 @@
  *     messages: the issue's schema, field by field, and ordered percentiles.
  *   json.c RPAL smoke: every available transport, every suite, tiny counts,
  *     --plot too: exit 0, no errors, each transport has every metric (rpal
- *     with both waits), unavailable ones are listed with a reason.
+ *     with both waits; rpal-hosted also call_rtt and switch_pair),
+ *     unavailable ones are listed with a reason.
  * It checks shape and logic only: never how fast anything was.
  */
 #include <stdio.h>
@@ -50,7 +51,8 @@ static int in(const char *s, const char *const *set)
 static void check_result(const struct jval *r, size_t i)
 {
 	static const char *const pl[] = { "same-core", "split", "unpinned", NULL };
-	static const char *const metric[] = { "oneway", "rtt", "throughput", "cpu_per_msg", NULL };
+	static const char *const metric[] = { "oneway", "rtt", "throughput", "cpu_per_msg", "call_rtt",
+					      "switch_pair", NULL };
 	static const char *const wait[] = { "spin", "sleep", NULL };
 	static const char *const num[] = { "count", "mean", "p50", "p99", "p999", "max", NULL };
 	const struct jval *w = json_get(r, "wait");
@@ -61,11 +63,12 @@ static void check_result(const struct jval *r, size_t i)
 	CHECK(in(str(r, "placement"), pl), "results[%zu].placement is not one of the three", i);
 	CHECK(is(w, J_NULL) || (is(w, J_STR) && in(w->str, wait)),
 	      "results[%zu].wait is not spin, sleep or null", i);
-	CHECK(in(m, metric), "results[%zu].metric is not oneway/rtt/throughput/cpu_per_msg", i);
+	CHECK(in(m, metric), "results[%zu].metric is not oneway/rtt/throughput/cpu_per_msg/call_rtt/"
+	      "switch_pair", i);
 	CHECK(str(r, "unit"), "results[%zu].unit is not a string", i);
 	for (int k = 0; num[k]; k++)
 		CHECK(is(json_get(r, num[k]), J_NUM), "results[%zu].%s is not a number", i, num[k]);
-	if (m && (!strcmp(m, "oneway") || !strcmp(m, "rtt"))) {
+	if (m && strcmp(m, "throughput") && strcmp(m, "cpu_per_msg")) {
 		double p50 = json_get(r, "p50")->num, p99 = json_get(r, "p99")->num,
 		       p999 = json_get(r, "p999")->num, max = json_get(r, "max")->num;
 
@@ -217,7 +220,8 @@ static int smoke(char *rpal)
 				printf("json: %s: not available (listed)\n", name);
 				continue;
 			}
-			rpal_t = !strncmp(name, "rpal", 4);
+			/* rpal-hosted parks instead of spinning or sleeping: no --wait. */
+			rpal_t = !strncmp(name, "rpal", 4) && strcmp(name, "rpal-hosted");
 			for (int m = 0; m < 4; m++) {
 				if (rpal_t) {
 					CHECK(has(d, name, "spin", metrics[m]), "%s spin: no %s", name, metrics[m]);
@@ -226,7 +230,12 @@ static int smoke(char *rpal)
 					CHECK(has(d, name, NULL, metrics[m]), "%s: no %s", name, metrics[m]);
 				}
 			}
-			printf("json: %s: checked oneway, rtt, throughput, cpu_per_msg\n", name);
+			if (!strcmp(name, "rpal-hosted")) {
+				CHECK(has(d, name, NULL, "call_rtt"), "%s: no call_rtt", name);
+				CHECK(has(d, name, NULL, "switch_pair"), "%s: no switch_pair", name);
+			}
+			printf("json: %s: checked oneway, rtt, throughput, cpu_per_msg%s\n", name,
+			       strcmp(name, "rpal-hosted") ? "" : ", call_rtt, switch_pair");
 		}
 	}
 	f = fopen(svg, "r");

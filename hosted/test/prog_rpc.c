@@ -22,24 +22,7 @@
 #include <unistd.h>
 #include <rpal.h>
 
-enum { OP_ECHO = 1, OP_GETTID, OP_BLOCK, OP_CRASH, OP_QUIT };
-
-struct req {
-    uint32_t op, seq;
-    uint64_t sum;     /* of data[] */
-    uint8_t data[48];
-};
-struct rep {
-    uint32_t op, seq;
-    uint64_t sum;
-    int64_t a, b;     /* probe results */
-};
-
-static uint64_t checksum(const uint8_t *p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
+#include "rpc_proto.h"
 
 static long now_ms(void) {
     struct timespec ts;
