@@ -110,13 +110,13 @@ static int calls_drive(struct hb_file *f, struct bt_ctx *c, uint64_t *out)
 	size_t size = c->spec->size;
 	unsigned char *b = calloc(1, size);
 	int fd = rp_hosted_fd(c);
-	uint64_t seq = 0, before;
+	uint64_t seq = 0, misses = 0, before;
 	struct msg_hdr h = { 0, 0, (uint32_t)size };
 	ssize_t n;
 
 	if (!b)
 		return bt_fail(c, ENOMEM, "client: out of memory");
-	for (uint64_t tries = 0;; tries++) {
+	for (;;) {
 		h.seq = (uint32_t)seq++;
 		memcpy(b, &h, sizeof(h));
 		before = server_calls();
@@ -129,9 +129,9 @@ static int calls_drive(struct hb_file *f, struct bt_ctx *c, uint64_t *out)
 				break;
 			continue;
 		}
-		if (tries >= SYNC_MAX)
-			return bt_fail(c, EPROTO, "client: %llu sends to the waiting server, none an RPAL "
-				       "call", (unsigned long long)tries);
+		if (++misses > SYNC_MAX)
+			return bt_fail(c, EPROTO, "client: %llu sends to the waiting server were not RPAL "
+				       "calls", (unsigned long long)misses);
 		usleep(20);	/* let the server's thread reach its wait */
 	}
 	before = server_calls();
@@ -185,9 +185,9 @@ static void barrier(_Atomic uint32_t *n)
 }
 
 /*
- * A hosted program's rpal_fini (at its exit) takes its arena away from the
- * whole process, and closing a connection still reads the peer's block: so
- * both close, then both may end.
+ * Closing a connection still reads the peer's block, and a program's
+ * rpal_fini (at its exit) may take its arena away: both close, then both
+ * may end.
  */
 static int finish(struct hb_file *f, const struct transport *t, struct bt_ctx *c, int ret)
 {

@@ -219,7 +219,7 @@ static void hosted_note(const struct report *r, FILE *f, int pl)
 		return;
 	fprintf(f, "  %s: call round trip p50 = %.2fx the switch pair's p50\n",
 		transports[call->transport]->name, (double)call->st.p50 / (double)sw->st.p50);
-	fprintf(f, "  %s: one process; the server program's main thread is pinned as the server, the\n"
+	fprintf(f, "  %s: one process; the server program's main thread is placed as the server, the\n"
 		"    client's as the client; in RPAL calls the server's code runs on the client's thread\n",
 		transports[call->transport]->name);
 }

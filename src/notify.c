@@ -17,6 +17,7 @@
  */
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -61,13 +62,31 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 	 * again where a wake-up costs more than the ceiling (cross-core). */
 }
 
+/*
+ * One byte into the peer's doorbell pipe.  A peer that died has closed the
+ * read end: the write fails with EPIPE and raises SIGPIPE, which would kill
+ * an application that does not ignore it.  So SIGPIPE is blocked on this
+ * thread around the write, and the one we raised is taken back.
+ */
+static void doorbell_write(int fd)
+{
+	char b = 0;
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+	struct timespec zero = { 0, 0 };
+	sigset_t pipe_set, old;
+
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
+	if (pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE))
+		sigtimedwait(&pipe_set, NULL, &zero);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+}
+
 /* Ring once per sleep of the peer.  EAGAIN means the pipe is full: the
  * peer has unread bytes, hence an edge, and will wake anyway. */
 static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint64_t *last, uint64_t *count)
 {
-	char b = 0;
-	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
-
 	if (w == *last)
 		return;
 	*last = w;
@@ -77,7 +96,7 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 		atomic_fetch_add(&c->me->wake_seq, 1);
 		syscall(SYS_futex, (uint32_t *)&c->me->wake_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	} else
-		(void)!pwritev2(c->peer_doorbell, &iov, 1, -1, RWF_NOWAIT);
+		doorbell_write(c->peer_doorbell);
 	(*count)++;
 }
 

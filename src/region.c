@@ -221,9 +221,14 @@ int region_setup(void)
 
 void region_teardown(void)
 {
+	bool hosted = host_active();
+
 	while (rpal_g.peers) {
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;
+		/* Hosted: the region outlives us; give back what we mapped. */
+		if (hosted && p->base && p->pid != getpid())
+			reserve_again(p->base, p->size);
 		free(p);
 	}
 	if (rpal_g.alloc)
@@ -233,12 +238,16 @@ void region_teardown(void)
 	if (rpal_g.memfd >= 0)
 		close(rpal_g.memfd);
 	rpal_g.memfd = -1;
-	if (rpal_g.region && host_active())
-		reserve_again(slot_base(rpal_g.slot), rpal_g.cfg.arena_size);  /* the rest is the launcher's */
-	else if (rpal_g.region)
+	/*
+	 * Hosted: programs of this process that were our peers read our arena
+	 * through our own mapping, maybe still (a program that ends before its
+	 * peers).  Keep it, and the slot, for the life of the process: at most
+	 * one slot per program.  Otherwise the region goes with us.
+	 */
+	if (rpal_g.region && !hosted)
 		munmap((void *)rpal_g.region, rpal_g.region_size);
 	rpal_g.region = 0;
-	if (rpal_g.slot_lockfd >= 0)
+	if (rpal_g.slot_lockfd >= 0 && !hosted)
 		close(rpal_g.slot_lockfd);
 	rpal_g.slot_lockfd = -1;
 	mpk_teardown();

@@ -238,8 +238,15 @@ static int crasher(const char *service) {
     if (fd < 0) return 1;
     struct req q = { .op = OP_ECHO };
     struct rep r;
+    struct rpal_prog_stat st[2];
+    uint64_t calls0;
     q.sum = checksum(q.data, sizeof q.data);
-    if (roundtrip(fd, &q, &r)) return 1;
+    /* Until an echo went by RPAL call: the server is parked then, and the crash happens inside a
+     * call (a fault on the server's own thread would end the whole process, by design). */
+    do {
+        calls0 = rpal_hosted_stat(st, 2) > 0 ? st[0].calls : 0;
+        if (roundtrip(fd, &q, &r)) return 1;
+    } while (rpal_hosted_stat(st, 2) > 0 && st[0].calls == calls0);
     q = (struct req){ .op = OP_CRASH, .sum = 0 };
     ssize_t s = rpal_send(fd, &q, sizeof q, 0);
     printf("crasher: send of CRASH returned %zd (%s)\n", s, s < 0 ? rpal_strerror((int)s) : "ok");
