@@ -56,10 +56,12 @@ test: test-release test-asan test-tsan test-fuzz test-docs test-go
 # The soak run, not part of `make test`: SOAK_MESSAGES messages (default
 # 100,000,000) over 4 connections in both directions, every one checked,
 # resident memory sampled every ~10 s and required to stay flat; then
-# RPAL_KILL_ROUNDS (default 3,000) randomized kill -9 rounds.
+# RPAL_KILL_ROUNDS (default 3,000) randomized kill -9 rounds, then
+# RPAL_HOSTED_KILL_ROUNDS (default 1,000) kills of a hosted process mid-call.
 soak: build
 	@$(BUILD)/test/soak $(SOAK_MESSAGES)
 	@cd $(BUILD) && RPAL_KILL_ROUNDS=$${RPAL_KILL_ROUNDS:-3000} RPAL_RUNTIME_DIR=$$PWD/rt-soak-kill ./test/peer_death
+	@cd $(BUILD) && RPAL_RUNTIME_DIR=$$PWD/rt-soak-hkill ./hosted/hosted_test_kill $${RPAL_HOSTED_KILL_ROUNDS:-1000}
 
 clean:
 	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz
