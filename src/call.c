@@ -414,24 +414,33 @@ static int idle_sleep(struct rcv_priv *p, bool watch)
  * On the own thread, holding r (OWNER): sleep until r must run here.
  * Returns the reason, with r held; hand-offs are resumed inside.
  */
-static int idle_wait(struct rcv_priv *p)
+/* Holding r (OWNER): publish PARKED, unless a message came meanwhile; then
+ * keep it and return true (it must scan again). */
+static bool park_unless_pending(struct rpal_host_rcv *r)
 {
-	struct rpal_host_rcv *r = &p->pub;
-	int want = -1;          /* a reason we found while r was borrowed */
 	uint32_t st = load_relaxed(&r->state);
 
-	/* Publish PARKED, unless something is due already. */
 	for (;;) {
 		if ((st & RCV_MASK) == RCV_DEAD)
 			idle_dead(r);
 		if (st & RCV_PENDING) {
 			if (atomic_compare_exchange_weak(&r->state, &st, RCV_OWNER))
-				return RESUME_RESCAN;
+				return true;
 			continue;
 		}
 		if (atomic_compare_exchange_weak(&r->state, &st, RCV_PARKED))
-			break;
+			return false;
 	}
+}
+
+static int idle_wait(struct rcv_priv *p)
+{
+	struct rpal_host_rcv *r = &p->pub;
+	int want = -1;          /* a reason we found while r was borrowed */
+	uint32_t st;
+
+	if (park_unless_pending(r))
+		return RESUME_RESCAN;
 	for (;;) {
 		int why;
 
@@ -448,18 +457,8 @@ static int idle_wait(struct rcv_priv *p)
 			/* The syscall runs here, then the receiver until it
 			 * parks again (call_park switches back to r->idle). */
 			hosted_lazy_resume((hosted_ctx *)&r->idle, r->uc);
-			st = load_relaxed(&r->state);
-			for (;;) {
-				if ((st & RCV_MASK) == RCV_DEAD)
-					idle_dead(r);
-				if (st & RCV_PENDING) {
-					if (atomic_compare_exchange_weak(&r->state, &st, RCV_OWNER))
-						return RESUME_RESCAN;
-					continue;
-				}
-				if (atomic_compare_exchange_weak(&r->state, &st, RCV_PARKED))
-					break;
-			}
+			if (park_unless_pending(r))
+				return RESUME_RESCAN;
 			continue;
 		case RCV_PARKED:
 			if (st & RCV_PENDING) {

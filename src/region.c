@@ -175,34 +175,22 @@ int region_setup(void)
 
 	if (host_active()) {
 		/* `rpal run` reserved it for all its programs (host_setup()). */
-		rpal_g.region = (uintptr_t)rpal_g.cfg.region_base;
-		rpal_g.region_size = size;
-		ret = slot_claim();
-		if (!ret)
-			ret = arena_create();
-		if (ret) {
-			if (rpal_g.slot_lockfd >= 0)
-				close(rpal_g.slot_lockfd);
-			rpal_g.slot_lockfd = -1;
-			rpal_g.region = 0;
-			return ret;
+		p = (void *)(uintptr_t)rpal_g.cfg.region_base;
+	} else {
+		p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == MAP_FAILED)
+			return rpal_fail(errno == EEXIST ? EEXIST : errno,
+					 "cannot reserve %zu bytes at %#" PRIx64 " (something is mapped there; set RPAL_REGION_BASE)",
+					 size, rpal_g.cfg.region_base);
+		if ((uintptr_t)p != rpal_g.cfg.region_base) {   /* a kernel without NOREPLACE */
+			munmap(p, size);
+			return rpal_fail(EEXIST, "region %#" PRIx64 " is not free", rpal_g.cfg.region_base);
 		}
-		host_slot_claimed(rpal_g.slot);
-		return 0;
+		/* A forked child gets none of it: it cannot write our arena
+		 * and may rpal_init() afresh. */
+		madvise(p, size, MADV_DONTFORK);
 	}
-	p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
-	if (p == MAP_FAILED)
-		return rpal_fail(errno == EEXIST ? EEXIST : errno,
-				 "cannot reserve %zu bytes at %#" PRIx64 " (something is mapped there; set RPAL_REGION_BASE)",
-				 size, rpal_g.cfg.region_base);
-	if ((uintptr_t)p != rpal_g.cfg.region_base) {   /* a kernel without NOREPLACE */
-		munmap(p, size);
-		return rpal_fail(EEXIST, "region %#" PRIx64 " is not free", rpal_g.cfg.region_base);
-	}
-	/* A forked child gets none of it: it cannot write our arena and may
-	 * rpal_init() afresh. */
-	madvise(p, size, MADV_DONTFORK);
 	rpal_g.region = (uintptr_t)p;
 	rpal_g.region_size = size;
 
@@ -213,9 +201,12 @@ int region_setup(void)
 		if (rpal_g.slot_lockfd >= 0)
 			close(rpal_g.slot_lockfd);
 		rpal_g.slot_lockfd = -1;
-		munmap(p, size);
+		if (!host_active())
+			munmap(p, size);
 		rpal_g.region = 0;
+		return ret;
 	}
+	host_slot_claimed(rpal_g.slot);
 	return ret;
 }
 
