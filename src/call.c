@@ -117,6 +117,12 @@ int host_setup(struct rpal_config *cfg)
 	return 0;
 }
 
+/* In a forked child: the launcher's block is the parent's business. */
+void host_forget_child(void)
+{
+	host = NULL;
+}
+
 bool host_active(void)
 {
 	return host != NULL;

@@ -143,8 +143,8 @@ int rpal_ensure_init(void)
 	return ret;
 }
 
-/* Close every rpal object we know of. */
-static void close_all(void)
+/* Call fn for every object in the table: its descriptor and table slot. */
+static void obj_walk(void (*fn)(int fd, void *_Atomic *slot))
 {
 	int top, i;
 
@@ -154,8 +154,20 @@ static void close_all(void)
 			continue;
 		for (i = 0; i < OBJ_CHUNK; i++)
 			if (atomic_load(&chunk[i]))
-				rpal_close(top * OBJ_CHUNK + i);
+				fn(top * OBJ_CHUNK + i, &chunk[i]);
 	}
+}
+
+static void close_one(int fd, void *_Atomic *slot)
+{
+	(void)slot;
+	rpal_close(fd);
+}
+
+/* Close every rpal object we know of. */
+static void close_all(void)
+{
+	obj_walk(close_one);
 }
 
 /*
@@ -163,21 +175,17 @@ static void close_all(void)
  * about to end.  Hang up every connection so that peers see it at once;
  * nothing else is touched (the failed code may have left locks held).
  */
+static void hang_up_one(int fd, void *_Atomic *slot)
+{
+	int *obj = atomic_load(slot);
+
+	if (*obj == OBJ_CONN || *obj == OBJ_LISTENER)
+		shutdown(*obj == OBJ_CONN ? fd : ((struct rpal_listener *)obj)->sock, SHUT_RDWR);
+}
+
 void conn_hangup_all(void)
 {
-	int top, i;
-
-	for (top = 0; top < OBJ_TOP; top++) {
-		void *_Atomic *chunk = atomic_load(&obj_top[top]);
-		if (!chunk)
-			continue;
-		for (i = 0; i < OBJ_CHUNK; i++) {
-			int *obj = atomic_load(&chunk[i]);
-			if (obj && (*obj == OBJ_CONN || *obj == OBJ_LISTENER))
-				shutdown(*obj == OBJ_CONN ? ((struct rpal_conn *)obj)->fd
-							  : ((struct rpal_listener *)obj)->sock, SHUT_RDWR);
-		}
-	}
+	obj_walk(hang_up_one);
 }
 
 RPAL_EXPORT void rpal_fini(void)
@@ -200,45 +208,41 @@ RPAL_EXPORT void rpal_fini(void)
  * the child does not map), and let it rpal_init() afresh.  The slot lock's
  * open file description stays the parent's (closing our copy keeps it).
  */
+static void forget_one(int fd, void *_Atomic *slot)
+{
+	int *obj = atomic_load(slot);
+
+	atomic_store(slot, NULL);
+	if (*obj == OBJ_CONN) {
+		struct rpal_conn *c = (struct rpal_conn *)obj;
+		close(c->doorbell);
+		close(c->peer_doorbell);
+		close(c->pidfd);
+		bufset_free(&c->out);
+		free(c);
+	} else if (*obj == OBJ_LISTENER) {
+		struct rpal_listener *l = (struct rpal_listener *)obj;
+		close(l->sock);
+		if (l->lockfd >= 0)
+			close(l->lockfd);
+		for (unsigned k = 0; k < l->nr_pending; k++)
+			close(l->pending[k].fd);
+		free(l->uids);
+		free(l->gids);
+		free(l);
+	} else if (*obj == OBJ_EPOLL) {
+		epoll_forget_child(obj);
+	}
+	close(fd);
+}
+
 static void atfork_child(void)
 {
-	int top, i;
-
 	pthread_mutex_init(&rpal_g.lock, NULL);
 	pthread_mutex_init(&rpal_g.alloc_lock, NULL);
 	watch_forget_child();
-	for (top = 0; top < OBJ_TOP; top++) {
-		void *_Atomic *chunk = atomic_load(&obj_top[top]);
-		if (!chunk)
-			continue;
-		for (i = 0; i < OBJ_CHUNK; i++) {
-			int *obj = atomic_load(&chunk[i]);
-			if (!obj)
-				continue;
-			atomic_store(&chunk[i], NULL);
-			if (*obj == OBJ_CONN) {
-				struct rpal_conn *c = (struct rpal_conn *)obj;
-				close(c->doorbell);
-				close(c->peer_doorbell);
-				close(c->pidfd);
-				bufset_free(&c->out);
-				free(c);
-			} else if (*obj == OBJ_LISTENER) {
-				struct rpal_listener *l = (struct rpal_listener *)obj;
-				close(l->sock);
-				if (l->lockfd >= 0)
-					close(l->lockfd);
-				for (unsigned k = 0; k < l->nr_pending; k++)
-					close(l->pending[k].fd);
-				free(l->uids);
-				free(l->gids);
-				free(l);
-			} else if (*obj == OBJ_EPOLL) {
-				epoll_forget_child(obj);
-			}
-			close(top * OBJ_CHUNK + i);
-		}
-	}
+	host_forget_child();    /* not one of the launcher's programs any more */
+	obj_walk(forget_one);
 	while (rpal_g.lingering) {
 		struct rpal_linger *l = rpal_g.lingering;
 		rpal_g.lingering = l->next;

@@ -432,6 +432,7 @@ static inline void mpk_all_sync(void)
 struct rpal_host_rcv;
 int host_setup(struct rpal_config *cfg);
 bool host_active(void);
+void host_forget_child(void);
 void host_slot_claimed(unsigned slot);
 int host_prog_of_slot(unsigned slot);
 bool host_prog_failed(int prog);

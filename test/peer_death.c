@@ -10,6 +10,9 @@
 
 static int ep;
 
+/* Abstract names are global: two runs at once (peer_death, peer_death_mpk) must not meet. */
+static char srv_name[64];
+
 static void victim_client(void)
 {
 	static char big[5000];
@@ -111,6 +114,7 @@ int main(void)
 	double worst = 0;
 	pid_t spid;
 
+	snprintf(srv_name, sizeof(srv_name), "@death2-srv-%d", (int)getpid());
 	t_ok(rpal_init(NULL));
 	lfd = t_ok(rpal_listen("death", NULL));
 	ep = rpal_epoll_create(0);
@@ -173,7 +177,7 @@ int main(void)
 			rpal_close(l2);
 			rpal_fini();
 			t_ok(rpal_init(NULL));
-			int l = t_ok(rpal_listen("@death2-srv", NULL));
+			int l = t_ok(rpal_listen(srv_name, NULL));
 			(void)!write(p[1], "r", 1);
 			int fd = t_ok(rpal_accept(l, 0));
 			for (;;)
@@ -186,7 +190,7 @@ int main(void)
 		close(p[0]);
 		close(p[1]);
 		t_ok(rpal_stats(&st0));
-		int fd = t_ok(rpal_connect("@death2-srv", NULL, 0));
+		int fd = t_ok(rpal_connect(srv_name, NULL, 0));
 		struct rpal_msg held[8];
 		int nh = 0;
 		uint64_t kill_at = t_now_ns() + t_rand(&seed) % 10000000, killed = 0;
