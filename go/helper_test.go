@@ -3,11 +3,14 @@
 package rpal
 
 import (
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -76,4 +79,22 @@ func helperCmd(role, service string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "RPAL_GO_HELPER="+role, "RPAL_GO_SERVICE="+service)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd
+}
+
+// closeEndsRead checks that Close ends a Read blocked on c with net.ErrClosed
+// within a second; failMsg says what it means if it does not.
+func closeEndsRead(t *testing.T, c net.Conn, failMsg string) {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { _, err := c.Read(make([]byte, 8)); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	c.Close()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("read on a closed conn: %v", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal(failMsg)
+	}
 }

@@ -84,18 +84,7 @@ func TestStreamDeadlineAndClose(t *testing.T) {
 		t.Fatalf("after the deadline: %q %v", b, err)
 	}
 	// Close wakes a blocked Read with net.ErrClosed.
-	errc := make(chan error, 1)
-	go func() { _, err := c1.Read(b); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
-	c1.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("read on a closed conn: %v", err)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("Close did not wake the reader")
-	}
+	closeEndsRead(t, c1, "Close did not wake the reader")
 	// The peer reads end of stream.
 	c2.SetReadDeadline(time.Now().Add(2 * time.Second))
 	if _, err := c2.Read(b); err != io.EOF {

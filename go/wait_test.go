@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -108,18 +107,7 @@ func TestLongSpinDeadlineAndClose(t *testing.T) {
 		t.Fatalf("the deadline ended a 10 s spin after %v", d)
 	}
 	c1.SetReadDeadline(time.Time{})
-	errc := make(chan error, 1)
-	go func() { _, err := c1.Read(make([]byte, 8)); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
-	c1.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Fatalf("read on a closed conn: %v", err)
-		}
-	case <-time.After(time.Second):
-		t.Fatal("Close did not end a 10 s spin")
-	}
+	closeEndsRead(t, c1, "Close did not end a 10 s spin")
 }
 
 // Writes of every length around the slot limit arrive intact and in order,

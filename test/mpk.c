@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <sys/mman.h>
 
+#include "internal.h"      /* pkru_read, pkru_write */
 #include "helpers.h"
 
 #ifndef SEGV_PKUERR
@@ -25,19 +26,6 @@
 static const size_t sizes[] = { 1, 39, 40, 41, 100, 4096, 65536, 1 << 20 };
 
 /* ------------------------------------------------------------- probing */
-
-static inline uint32_t rdpkru(void)
-{
-	uint32_t eax, edx;
-
-	__asm__ __volatile__(".byte 0x0f,0x01,0xee" : "=a"(eax), "=d"(edx) : "c"(0));
-	return eax;
-}
-
-static inline void wrpkru(uint32_t v)
-{
-	__asm__ __volatile__(".byte 0x0f,0x01,0xef" : : "a"(v), "c"(0), "d"(0) : "memory");
-}
 
 static __thread sigjmp_buf probe_jb;
 static __thread volatile int probe_active, probe_code;
@@ -61,9 +49,9 @@ static int probe(const void *p)
 {
 	static __thread volatile uint32_t pkru;
 
-	pkru = rdpkru();
+	pkru = pkru_read();
 	if (sigsetjmp(probe_jb, 1)) {
-		wrpkru(pkru);
+		pkru_write(pkru);
 		return probe_code;
 	}
 	probe_active = 1;
