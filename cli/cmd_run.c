@@ -40,8 +40,11 @@ static void print_stat(const struct rpal_host *h)
 		"cycles in calls", "handoffs", "failed");
 	for (unsigned i = 0; i < h->nprogs; i++) {
 		const struct rpal_host_prog *p = &h->progs[i];
+		uint64_t calls, tsc;
+
+		rpal_host_prog_calls(p, &calls, &tsc);
 		fprintf(stderr, "rpal run: [%-2u] %-32s %12llu %16llu %10llu %d\n", i, p->name,
-			(unsigned long long)atomic_load(&p->calls), (unsigned long long)atomic_load(&p->call_tsc),
+			(unsigned long long)calls, (unsigned long long)tsc,
 			(unsigned long long)atomic_load(&p->handoffs), (int)atomic_load(&p->failed));
 	}
 }

@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   1u
+#define RPAL_HOST_VERSION   2u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
@@ -42,10 +42,13 @@ struct rpal_host_ctx {
 	uintptr_t fs;
 };
 
+struct rpal_host_rcv;
+
 /* Per program: written by librpal copies, read by anyone (rpal_hosted_stat). */
 struct rpal_host_prog {
-	_Atomic uint64_t calls;       /* RPAL calls into this program */
-	_Atomic uint64_t call_tsc;    /* TSC cycles its code ran on other programs' threads */
+	/* Its receivers, newest first; each counts the calls into it (a
+	 * receiver is never freed, so the list only grows). */
+	struct rpal_host_rcv *_Atomic rcvs;
 	_Atomic uint64_t handoffs;    /* syscalls in calls, handed to its own thread */
 	_Atomic int32_t failed;       /* signal of a fault inside an RPAL call; 0 none */
 	_Atomic int32_t slot;         /* its librpal's slot; -1 before rpal_init */
@@ -102,7 +105,28 @@ struct rpal_host_rcv {
 	int32_t kick_fd;              /* eventfd its idle loop polls */
 	int32_t reason;               /* RESUME_* */
 	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
+	/* Set by the sender before it switches in: the receiver's cookie of the
+	 * connection the call delivers on (rpal_block.hosted_cookie), 0 when
+	 * it must look at every connection.  A hint: the receiver checks it. */
+	uint64_t cookie;
+	/* Accounting, written only by whoever holds the receiver (so with
+	 * plain stores, before it gives the receiver up) and read by anyone. */
+	_Atomic uint64_t calls;       /* RPAL calls into it */
+	_Atomic uint64_t call_tsc;    /* TSC cycles it ran on other programs' threads */
+	struct rpal_host_rcv *next;   /* in its program's rcvs list; set before it is linked */
 };
+
+/* Calls into program p and the TSC cycles they ran, summed over its receivers. */
+static inline void rpal_host_prog_calls(const struct rpal_host_prog *p, uint64_t *calls, uint64_t *tsc)
+{
+	const struct rpal_host_rcv *r;
+
+	*calls = *tsc = 0;
+	for (r = atomic_load_explicit(&p->rcvs, memory_order_acquire); r; r = r->next) {
+		*calls += atomic_load_explicit(&r->calls, memory_order_relaxed);
+		*tsc += atomic_load_explicit(&r->call_tsc, memory_order_relaxed);
+	}
+}
 
 /* One per thread that makes RPAL calls; found through the gs base. */
 struct rpal_host_sender {

@@ -163,8 +163,7 @@ RPAL_EXPORT int rpal_hosted_stat(struct rpal_prog_stat *out, unsigned max)
 
 		memset(&out[i], 0, sizeof(out[i]));
 		snprintf(out[i].name, sizeof(out[i].name), "%s", p->name);
-		out[i].calls = atomic_load(&p->calls);
-		out[i].call_cycles = atomic_load(&p->call_tsc);
+		rpal_host_prog_calls(p, &out[i].calls, &out[i].call_cycles);
 		out[i].handoffs = atomic_load(&p->handoffs);
 		out[i].failed_signal = atomic_load(&p->failed);
 		out[i].self = i == host_prog;
@@ -183,13 +182,13 @@ static inline uintptr_t rdfsbase(void)
 }
 
 /* This thread's record, made on its first call.  A thread inherits its
- * creator's gs base, so the record names the thread (its TCB) it belongs to. */
-static struct rpal_host_sender *sender_get(void)
+ * creator's gs base, so the record names the thread (its TCB) it belongs to.
+ * s: what the gs base points at now. */
+static struct rpal_host_sender *sender_get(struct rpal_host_sender *s)
 {
-	struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
 	uintptr_t fs = rdfsbase();
 
-	if (s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs)
+	if (likely(s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs))
 		return s;
 	s = calloc(1, sizeof(*s));      /* lives as long as the thread; never freed */
 	if (!s)
@@ -204,18 +203,20 @@ static struct rpal_host_sender *sender_get(void)
 	return s;
 }
 
-/* Run r on this thread until it parks, traps or faults; then give it back. */
-static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s)
+/* Run r on this thread until it parks, traps or faults; then give it back.
+ * cookie: which of its connections the call is for (a hint, 0 none). */
+static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie)
 {
 	struct rpal_host_prog *prog = &host->progs[r->prog];
 	uint64_t t0 = __rdtsc();
 	/* The receiver may open protection-key windows of its own program
 	 * (protect_peers): they must not stay open on this thread. */
 	uint32_t pkru = host->pku ? pkru_read() : 0;
-	uint32_t st;
+	uint32_t st, want;
 	bool wake = false;
 
 	s->cur = r;
+	r->cookie = cookie;
 	for (;;) {
 		r->sender = s;
 		r->reason = RESUME_CALL;
@@ -226,57 +227,60 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		if (unlikely(r->fault_sig | r->trapped))
 			break;
 		/* It parked: publish that, unless a message or its own thread
-		 * is waiting for it. */
+		 * is waiting for it.  A rescan looks at every connection. */
 		r->sender = NULL;
+		r->cookie = 0;
 		st = load_relaxed(&r->state);
-		for (;;) {
-			uint32_t want;
-
+		do {
 			if (st & RCV_WANT)
 				want = RCV_OWNER | (st & RCV_PENDING);
 			else if (st & RCV_PENDING)
 				want = RCV_BORROWED;
 			else
 				want = RCV_PARKED;
-			if (atomic_compare_exchange_weak(&r->state, &st, want)) {
-				st = want;
-				break;
+			if (want != RCV_BORROWED) {
+				/* Count while we still hold it: whoever claims
+				 * it next sees the sums (the CAS releases). */
+				store_relaxed(&r->calls, load_relaxed(&r->calls) + 1);
+				store_relaxed(&r->call_tsc, load_relaxed(&r->call_tsc) + (__rdtsc() - t0));
 			}
-		}
-		if (st == RCV_BORROWED)
+		} while (!atomic_compare_exchange_weak(&r->state, &st, want));
+		if (want == RCV_BORROWED)
 			continue;               /* rescan on this thread */
 		/* Its own thread sleeps with the deadline of an earlier wait:
 		 * let it read this one. */
-		wake = st != RCV_PARKED || r->deadline_ns != UINT64_MAX;
+		wake = want != RCV_PARKED || r->deadline_ns != UINT64_MAX;
 		break;
 	}
 	s->cur = NULL;
 	if (host->pku && pkru_read() != pkru)
 		pkru_write(pkru);
-	atomic_fetch_add_explicit(&prog->call_tsc, __rdtsc() - t0, memory_order_relaxed);
-	atomic_fetch_add_explicit(&prog->calls, 1, memory_order_relaxed);
+	if (likely(!(r->fault_sig | r->trapped))) {
+		if (wake)
+			kick(r);
+		return 1;
+	}
+	/* It faulted or trapped: we still hold it. */
+	store_relaxed(&r->calls, load_relaxed(&r->calls) + 1);
+	store_relaxed(&r->call_tsc, load_relaxed(&r->call_tsc) + (__rdtsc() - t0));
+	r->sender = NULL;
+	r->cookie = 0;
 	if (unlikely(r->fault_sig)) {
 		int sig = r->fault_sig;
 
-		r->sender = NULL;
 		atomic_store(&r->state, RCV_DEAD);
 		kick(r);
 		conn_mark_dead(c, false);
 		return rpal_fail(ECONNRESET, "the receiving program (%s) faulted with signal %d in an RPAL call; "
 				 "it is marked failed", prog->name, sig);
 	}
-	if (unlikely(r->trapped)) {
-		/* It made a syscall: its own thread resumes it from the frame. */
-		r->trapped = 0;
-		r->sender = NULL;
-		st = load_relaxed(&r->state);
-		while (!atomic_compare_exchange_weak(&r->state, &st, RCV_HANDOFF | (st & RCV_PENDING)))
-			;
-		atomic_fetch_add_explicit(&prog->handoffs, 1, memory_order_relaxed);
-		wake = true;
-	}
-	if (wake)
-		kick(r);
+	/* It made a syscall: its own thread resumes it from the frame. */
+	r->trapped = 0;
+	st = load_relaxed(&r->state);
+	while (!atomic_compare_exchange_weak(&r->state, &st, RCV_HANDOFF | (st & RCV_PENDING)))
+		;
+	atomic_fetch_add_explicit(&prog->handoffs, 1, memory_order_relaxed);
+	kick(r);
 	return 1;
 }
 
@@ -288,6 +292,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 int call_deliver(struct rpal_conn *c, bool may_call)
 {
 	struct rpal_host_rcv *r = (struct rpal_host_rcv *)(uintptr_t)load_acquire(&c->pb->hosted_rcv);
+	uint64_t cookie = load_relaxed(&c->pb->hosted_cookie);
 	struct rpal_host_sender *s;
 	bool nested;
 	uint32_t st;
@@ -307,9 +312,9 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 			if (!nested && !(st & RCV_PENDING)) {
 				if (!atomic_compare_exchange_weak(&r->state, &st, RCV_BORROWED))
 					continue;
-				s = sender_get();
+				s = sender_get(s);
 				if (likely(s))
-					return do_call(c, r, s);
+					return do_call(c, r, s, cookie);
 				st = RCV_BORROWED;      /* no memory: let its thread run it */
 				if (atomic_compare_exchange_strong(&r->state, &st, RCV_PARKED | RCV_PENDING))
 					kick(r);
@@ -356,6 +361,10 @@ struct rpal_host_rcv *call_rcv_create(int top)
 	p->pub.magic = RPAL_RCV_MAGIC;
 	p->pub.prog = host_prog;
 	p->pub.state = RCV_OWNER;
+	/* Counted from now on (rpal_hosted_stat sums its program's list). */
+	p->pub.next = atomic_load(&host->progs[host_prog].rcvs);
+	while (!atomic_compare_exchange_weak(&host->progs[host_prog].rcvs, &p->pub.next, &p->pub))
+		;
 	/* What the thread that waits runs with; a hand-off's frame gets it. */
 	pthread_sigmask(SIG_SETMASK, NULL, &mask);
 	memcpy(&p->pub.sigmask, &mask, sizeof(p->pub.sigmask));
@@ -375,6 +384,16 @@ void call_rcv_retire(struct rpal_host_rcv *r)
 bool call_borrowed(const struct rpal_host_rcv *r)
 {
 	return r->sender != NULL;
+}
+
+/* Are we, c's consumer, running on its producer's thread, in a call that
+ * producer made on c?  Then the producer cannot be waiting for room.  Only
+ * our own block is read: the receiver record is never freed. */
+bool call_from_producer(const struct rpal_conn *c)
+{
+	const struct rpal_host_rcv *r = (const struct rpal_host_rcv *)(uintptr_t)load_relaxed(&c->me->hosted_rcv);
+
+	return r && r->sender && r->cookie && r->cookie == load_relaxed(&c->me->hosted_cookie);
 }
 
 /* The program failed in a call: hang up its connections, end its thread. */

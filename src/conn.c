@@ -825,7 +825,7 @@ RPAL_EXPORT int rpal_accept(int lfd, int flags)
 		if (last_err)
 			return last_err;
 		if (flags & RPAL_NONBLOCK)
-			return rpal_quiet(EAGAIN);
+			return -EAGAIN;
 		for (i = 0; i < l->nr_pending; i++)
 			if (l->pending[i].deadline_ns < next)
 				next = l->pending[i].deadline_ns;

@@ -19,7 +19,9 @@
 #include <string.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -59,7 +61,12 @@ struct rpal_ep {
 	struct rpal_spin spin;
 	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
 	bool parking;           /* the waiter is in park_wait() */
-	pthread_t park_owner;   /* the thread that parks here; 0: none yet */
+	_Atomic unsigned long park_owner; /* the thread (pthread_t) that parks here; 0: none yet */
+	/* Hosted mode: the park owner's rpal_epoll_wait() may go without
+	 * lock (see set_take); biased: membarrier makes that safe. */
+	bool biased;
+	_Atomic uint32_t owner_in; /* the owner is in rpal_epoll_wait() without lock */
+	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
 	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
 };
 
@@ -71,6 +78,73 @@ static struct rpal_ep *ep_get(int epfd)
 	struct rpal_ep *ep = obj_get(epfd);
 
 	return ep && ep->kind == OBJ_EPOLL ? ep : NULL;
+}
+
+/*
+ * Who may touch a set's registrations.  Normally whoever holds ep->lock.
+ * In hosted mode a call into a parked receiver should cost no lock
+ * operation, so the thread that parks in the set (the owner: the receiver,
+ * whichever thread it runs on) takes the set without the lock while nobody
+ * else needs it.  That is an asymmetric Dekker pair:
+ *
+ *   owner:  owner_in = 1;  compiler barrier;  if (others) fall back to lock
+ *   others: lock;  others++;  membarrier();  wait until !owner_in
+ *
+ * membarrier() runs a full barrier on every thread of the process, so
+ * either the owner sees others, or the other thread sees owner_in.  Others
+ * (rpal_epoll_ctl and rpal_close from another thread, a second waiter) pay
+ * a few microseconds; the owner pays a store and a load.  The owner is
+ * never in the set without lock for long: it leaves before it parks.
+ */
+static bool set_is_owner(struct rpal_ep *ep)
+{
+	unsigned long o = load_relaxed(&ep->park_owner);
+
+	return o && pthread_equal((pthread_t)o, pthread_self());
+}
+
+/* Take the set for the owner; true if without lock. */
+static bool owner_take(struct rpal_ep *ep)
+{
+	if (ep->biased) {
+		store_relaxed(&ep->owner_in, 1);
+		atomic_signal_fence(memory_order_seq_cst);      /* the others' membarrier orders it */
+		if (likely(!load_acquire(&ep->others)))
+			return true;
+		store_release(&ep->owner_in, 0);
+	}
+	pthread_mutex_lock(&ep->lock);
+	return false;
+}
+
+static void owner_give(struct rpal_ep *ep, bool fast)
+{
+	if (fast)
+		store_release(&ep->owner_in, 0);
+	else
+		pthread_mutex_unlock(&ep->lock);
+}
+
+/* Take the set for anyone else (under lock, with the owner out). */
+static bool other_take(struct rpal_ep *ep)
+{
+	bool counted = ep->biased && !set_is_owner(ep);
+
+	pthread_mutex_lock(&ep->lock);
+	if (counted) {
+		atomic_fetch_add(&ep->others, 1);
+		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+		while (load_acquire(&ep->owner_in))
+			sched_yield();
+	}
+	return counted;
+}
+
+static void other_give(struct rpal_ep *ep, bool counted)
+{
+	if (counted)
+		atomic_fetch_sub(&ep->others, 1);
+	pthread_mutex_unlock(&ep->lock);
 }
 
 RPAL_EXPORT int rpal_epoll_create(int flags)
@@ -99,6 +173,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 		goto fail;
 	/* Hosted mode: local senders switch into a waiter parked here. */
 	ep->rcv = call_rcv_create(ep->top);
+	ep->biased = ep->rcv && syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
 	ev.events = EPOLLIN | EPOLLET;  /* private to us: edges, never read */
 	ev.data.u64 = TAG_KICK;
 	if (epoll_ctl(ep->top, EPOLL_CTL_ADD, ep->kick, &ev) < 0)
@@ -172,8 +247,10 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 		}
 	}
 	internal_ctl(ep, EPOLL_CTL_DEL, r);
-	if (r->c->local)
+	if (r->c->local) {
 		store_release(&r->c->me->hosted_rcv, 0);
+		store_relaxed(&r->c->me->hosted_cookie, 0);
+	}
 	if (r->sleeping)
 		wait_end(r->c, r->sleeping);
 	r->c->reg = NULL;
@@ -190,10 +267,11 @@ static void ep_kick(struct rpal_ep *ep)
 
 static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epoll_event *ev)
 {
-	struct rpal_ep_reg *r = c->reg;
+	struct rpal_ep_reg *r;
+	bool counted = other_take(ep);
 	int ret = 0;
 
-	pthread_mutex_lock(&ep->lock);
+	r = c->reg;
 	switch (op) {
 	case EPOLL_CTL_ADD:
 		if (r) {
@@ -225,8 +303,10 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		}
 		ep->regs[ep->nregs++] = r;
 		c->reg = r;
-		if (ep->rcv && c->local)
+		if (ep->rcv && c->local) {
+			store_relaxed(&c->me->hosted_cookie, (uintptr_t)r);
 			store_release(&c->me->hosted_rcv, (uintptr_t)ep->rcv);
+		}
 		break;
 	case EPOLL_CTL_MOD:
 		if (!r || r->ep != ep)
@@ -243,7 +323,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 	default:
 		ret = -EINVAL;
 	}
-	pthread_mutex_unlock(&ep->lock);
+	other_give(ep, counted);
 	/* A thread asleep in rpal_epoll_wait() must look at the new state,
 	 * as epoll_ctl() wakes waiters for a descriptor that is ready. */
 	if (!ret && op != EPOLL_CTL_DEL)
@@ -289,13 +369,14 @@ void epoll_conn_gone(struct rpal_conn *c)
 {
 	struct rpal_ep_reg *r = c->reg;
 	struct rpal_ep *ep;
+	bool counted;
 
 	if (!r)
 		return;
 	ep = r->ep;
-	pthread_mutex_lock(&ep->lock);
+	counted = other_take(ep);
 	reg_remove(ep, r);
-	pthread_mutex_unlock(&ep->lock);
+	other_give(ep, counted);
 }
 
 /* ------------------------------------------------------------------ wait */
@@ -537,13 +618,28 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	return 0;
 }
 
+/* The registration a call's cookie names, if it is still one of ours.  The
+ * cookie is a hint: compared with each live registration, never followed. */
+static struct rpal_ep_reg *reg_of_cookie(struct rpal_ep *ep, uint64_t cookie)
+{
+	unsigned i;
+
+	for (i = 0; cookie && i < ep->nregs; i++)
+		if ((uintptr_t)ep->regs[i] == cookie)
+			return ep->regs[i];
+	return NULL;
+}
+
 /*
  * Hosted mode: nothing is ready, so park (call.c).  A local sender runs us on
  * its thread; our own thread resumes us for descriptors, other processes'
- * messages, the deadline or a signal.  Lock held (dropped while parked).
+ * messages, the deadline or a signal.  The set is held (*fast: without lock);
+ * given up while parked.
  */
-static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline, bool *fast)
 {
+	struct rpal_ep_reg *r;
+	bool slept;
 	int n, why;
 
 	ep->parking = true;
@@ -555,15 +651,30 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 		 * before we park (RCV_PENDING), so with none advertised there
 		 * is nothing to re-check.
 		 */
-		if (sleep_begin(ep, false, true) && (n = scan(ep, events, max)) != 0) {
+		slept = sleep_begin(ep, false, true);
+		if (slept && (n = scan(ep, events, max)) != 0) {
 			sleep_end(ep);
 			break;
 		}
-		pthread_mutex_unlock(&ep->lock);
+		owner_give(ep, *fast);
 		why = call_park(ep->rcv, deadline);
-		pthread_mutex_lock(&ep->lock);
+		*fast = owner_take(ep);
 		mpk_all_sync();         /* maybe a borrower's thread, or a new key */
-		sleep_end(ep);
+		if (slept)
+			sleep_end(ep);
+		/* A call names its connection: the event is there.  Others
+		 * wait for the next rpal_epoll_wait(), which scans them all
+		 * before it parks again. */
+		if (why == RESUME_CALL && (r = reg_of_cookie(ep, ep->rcv->cookie)) != NULL) {
+			uint32_t ev = reg_events(r);
+
+			if (ev) {
+				events[0].events = ev;
+				events[0].data = r->data;
+				n = 1;
+				break;
+			}
+		}
 		n = 0;
 		/* On a borrower's thread a syscall would hand us back to our
 		 * own: its idle loop watches the descriptors meanwhile. */
@@ -586,12 +697,12 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 	return n;
 }
 
-static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout)
+static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout, bool *fast)
 {
 	uint64_t t0 = 0, deadline = UINT64_MAX, budget;
 	/* Only one thread parks in a set; others wait as in connected mode.
 	 * pthread_self() is the parked thread's also on a borrower's thread. */
-	bool mine = ep->rcv && (!ep->park_owner || pthread_equal(ep->park_owner, pthread_self()));
+	bool mine = ep->rcv && (!load_relaxed(&ep->park_owner) || set_is_owner(ep));
 	bool borrowed = mine && call_borrowed(ep->rcv);
 	int n, k;
 	unsigned i;
@@ -623,8 +734,9 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		deadline = t0 + (uint64_t)timeout * 1000000;
 	}
 	if (mine && !ep->parking) {
-		ep->park_owner = pthread_self();
-		return park_wait(ep, events, max, deadline);
+		if (!load_relaxed(&ep->park_owner))
+			store_relaxed(&ep->park_owner, (unsigned long)pthread_self());
+		return park_wait(ep, events, max, deadline, fast);
 	}
 	if (!t0)
 		t0 = now_ns();
@@ -706,6 +818,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	struct rpal_ep *ep = ep_get(epfd);
+	bool owner, fast = false, counted = false;
 	uint64_t keys;
 	int n;
 
@@ -715,11 +828,18 @@ RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxeve
 		errno = EINVAL;
 		return -1;
 	}
-	pthread_mutex_lock(&ep->lock);
+	owner = set_is_owner(ep);
+	if (owner)
+		fast = owner_take(ep);
+	else
+		counted = other_take(ep);
 	keys = mpk_all_begin();         /* protect_peers: every peer readable in here */
-	n = ep_wait(ep, events, maxevents, timeout);
+	n = ep_wait(ep, events, maxevents, timeout, &fast);
 	mpk_all_end(keys);
-	pthread_mutex_unlock(&ep->lock);
+	if (owner)
+		owner_give(ep, fast);
+	else
+		other_give(ep, counted);
 	if (n < 0) {
 		errno = -n;
 		return -1;
@@ -730,13 +850,13 @@ RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxeve
 void epoll_destroy(void *obj)
 {
 	struct rpal_ep *ep = obj;
+	bool counted = other_take(ep);
 
-	pthread_mutex_lock(&ep->lock);
 	while (ep->nregs)
 		reg_remove(ep, ep->regs[0]);
 	if (ep->rcv)
 		call_rcv_retire(ep->rcv);
-	pthread_mutex_unlock(&ep->lock);
+	other_give(ep, counted);
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(ep->fd);
 	pthread_mutex_unlock(&rpal_g.lock);

@@ -22,18 +22,13 @@ int rpal_fail(int err, const char *fmt, ...)
 	return -err;
 }
 
-/* An expected, self-explanatory error (EAGAIN): no stale detail may stick to it. */
-int rpal_quiet(int err)
-{
-	last_err = 0;
-	return -err;
-}
-
 RPAL_EXPORT const char *rpal_strerror(int err)
 {
 	if (err < 0)
 		err = -err;
-	if (err && err == last_err && last_msg[0]) {
+	/* EAGAIN is expected and says it all: it never carries a detail, so
+	 * returning it needs no write here (a hot path of non-blocking calls). */
+	if (err && err != EAGAIN && err == last_err && last_msg[0]) {
 		snprintf(out_msg, sizeof(out_msg), "%s (%s)", last_msg, strerror(err));
 		return out_msg;
 	}

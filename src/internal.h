@@ -67,7 +67,6 @@ static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 /* ------------------------------------------------------------- errors */
 /* Record a detail for rpal_strerror(-err) on this thread; returns -err. */
 int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-int rpal_quiet(int err);
 
 /* ------------------------------------------------------------- config */
 int rpal_config_check(const struct rpal_config *cfg);
@@ -440,6 +439,7 @@ int call_deliver(struct rpal_conn *c, bool may_call);
 struct rpal_host_rcv *call_rcv_create(int top);
 void call_rcv_retire(struct rpal_host_rcv *r);
 bool call_borrowed(const struct rpal_host_rcv *r);
+bool call_from_producer(const struct rpal_conn *c);
 int call_park(struct rpal_host_rcv *r, uint64_t deadline);
 void conn_hangup_all(void);
 

@@ -206,8 +206,9 @@ static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 	*eof = false;
 	if (conn_err(c))
 		return -conn_err(c);
-	/* The consumer went idle: a producer stuck on a full ring must hear. */
-	if (c->rx_checked != c->rx_head)
+	/* The consumer went idle: a producer stuck on a full ring must hear
+	 * (not one that is calling us: it waits for us to park, not for room). */
+	if (c->rx_checked != c->rx_head && !(c->local && call_from_producer(c)))
 		notify_peer_tx(c, true);
 	if (peer_update(c) & RPAL_STATE_SHUT_WR) {
 		/* A3: state was stored after the last slot (R3); look once more. */
@@ -222,6 +223,10 @@ static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 			return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
 		return 0;
 	}
+	/* Not waiting: the ring was empty when we looked, which is all a poll
+	 * can say (and all the RFC server's read-until-EAGAIN loop needs). */
+	if (flags & RPAL_NONBLOCK)
+		return -EAGAIN;
 	return conn_wait(c, WANT_RX, flags);
 }
 

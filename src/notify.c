@@ -230,7 +230,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	if (wait_done(c, what))
 		return 0;
 	if (flags & RPAL_NONBLOCK)
-		return rpal_quiet(EAGAIN);
+		return -EAGAIN;
 
 	/* Spinning for a thread on our own CPU only keeps it from running. */
 	if (budget) {

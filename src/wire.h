@@ -93,7 +93,10 @@ struct rpal_block {
 	 * peer lives in my process (see hosted/rpal_host.h); 0 otherwise.  A
 	 * peer in another process never reads it. */
 	_Atomic uint64_t hosted_rcv;
-	uint8_t pad0[RPAL_GUARD - 56];
+	/* Hosted mode only, with hosted_rcv: what a call on this connection
+	 * tells my receiver, so it looks at this connection first. */
+	_Atomic uint64_t hosted_cookie;
+	uint8_t pad0[RPAL_GUARD - 64];
 
 	/* Producer side of my data ring. */
 	_Atomic uint64_t tail;   /* messages published; slot seq is authoritative */

@@ -1,7 +1,10 @@
 /* prog_rpc.c: an ordinary rpal program (connected-mode source) that the hosted tests run under
  * `rpal run`, and that also runs as a plain process.
  *
- *   prog_rpc server SERVICE              serve until a client sends QUIT
+ *   prog_rpc server SERVICE [meddle]     serve until a client sends QUIT; with meddle, a second
+ *                                        thread keeps re-arming the server's connections
+ *                                        (EPOLL_CTL_MOD) and polling its set (timeout 0) while
+ *                                        calls run, the set's other users (not its parked owner)
  *   prog_rpc client SERVICE THREADS N    THREADS connections x N checksummed round trips, then
  *                                        the probes below, then QUIT
  *   prog_rpc crasher SERVICE             ask the server to fault inside its handler; check that
@@ -35,7 +38,34 @@ static long now_ms(void) {
 static atomic_int in_handler;
 static long twice;
 
-static int server(const char *service) {
+/* meddle: the connections the server has open, and the set. */
+#define MEDDLE_MAX 64
+static atomic_int meddle_fds[MEDDLE_MAX], meddle_ep = -1, meddle_stop;
+static long meddle_mods, meddle_waits;
+
+static void *meddler(void *arg) {
+    (void)arg;
+    for (unsigned i = 0, k = 0; !atomic_load(&meddle_stop); i++) {
+        int fd = 0, ep = atomic_load(&meddle_ep);
+        for (int tries = 0; fd <= 0 && tries < MEDDLE_MAX; tries++)
+            fd = atomic_load(&meddle_fds[k++ % MEDDLE_MAX]);
+        struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.fd = fd }, evs[4];
+        /* Level-triggered: an event this thread takes stays due for the server's own wait. */
+        if (fd > 0 && ep >= 0 && rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0) meddle_mods++;
+        if (ep >= 0 && (i & 1) && rpal_epoll_wait(ep, evs, 4, 0) >= 0) meddle_waits++;
+        usleep(100);
+    }
+    return NULL;
+}
+
+static void meddle_note(int fd, int open) {
+    for (int i = 0; i < MEDDLE_MAX; i++) {
+        int want = open ? 0 : fd;
+        if (atomic_compare_exchange_strong(&meddle_fds[i], &want, open ? fd : 0)) return;
+    }
+}
+
+static int server(const char *service, int meddle) {
     pid_t main_tid = (pid_t)syscall(SYS_gettid);
     struct epoll_event ev, evs[16];
     int lfd = rpal_listen(service, NULL), ep, quit = 0, open = 0;
@@ -49,6 +79,11 @@ static int server(const char *service) {
     ev.events = EPOLLIN;
     ev.data.fd = lfd;
     rpal_epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev);
+    pthread_t med;
+    if (meddle) {
+        atomic_store(&meddle_ep, ep);
+        pthread_create(&med, NULL, meddler, NULL);
+    }
     printf("server: ready\n");
     fflush(stdout);
     while (!quit || open > 0) {
@@ -66,6 +101,7 @@ static int server(const char *service) {
                 ev.events = EPOLLIN | EPOLLRDHUP;
                 ev.data.fd = c;
                 rpal_epoll_ctl(ep, EPOLL_CTL_ADD, c, &ev);
+                if (meddle) meddle_note(c, 1);
                 open++;
                 continue;
             }
@@ -75,6 +111,7 @@ static int server(const char *service) {
                 ssize_t len = rpal_recv(fd, &q, sizeof q, RPAL_NONBLOCK);
                 if (len == -EAGAIN) break;
                 if (len <= 0) {
+                    if (meddle) meddle_note(fd, 0);
                     rpal_close(fd);
                     open--;
                     break;
@@ -118,6 +155,12 @@ static int server(const char *service) {
                 rpal_send(fd, &r, sizeof r, 0);
             }
         }
+    }
+    if (meddle) {
+        atomic_store(&meddle_stop, 1);
+        pthread_join(med, NULL);
+        printf("server: another thread re-armed connections %ld times and polled the set %ld times\n",
+               meddle_mods, meddle_waits);
     }
     printf("server: served %ld, bad %ld, run twice at once %ld\n", served, bad, twice);
     return bad || twice ? 1 : 0;
@@ -261,7 +304,8 @@ static int crasher(const char *service) {
 }
 
 int main(int argc, char **argv) {
-    if (argc >= 3 && !strcmp(argv[1], "server")) return server(argv[2]);
+    if (argc >= 3 && !strcmp(argv[1], "server"))
+        return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
     if (argc >= 5 && !strcmp(argv[1], "client")) return client(argv[2], atoi(argv[3]), atol(argv[4]));
     if (argc >= 3 && !strcmp(argv[1], "crasher")) return crasher(argv[2]);
     fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N]\n");

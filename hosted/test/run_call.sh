@@ -17,10 +17,10 @@ bad()  { echo "FAIL: $*"; fail=1; }
 if ! grep -qw fsgsbase /proc/cpuinfo; then echo "SKIP: no FSGSBASE"; exit 77; fi
 svc=call-$$
 
-# stress THREADS N MIN_CALLS: THREADS x N round trips, every message checksummed both ways.
+# stress THREADS N MIN_CALLS [meddle]: THREADS x N round trips, every message checksummed both ways.
 stress() {
-	local threads=$1 n=$2 min_calls=$3 total=$(($1 * $2))
-	out=$(timeout 120 "$RPAL" run --stat "$PROG" server "$svc-$threads" ::: "$PROG" client "$svc-$threads" "$threads" "$n" 2>&1)
+	local threads=$1 n=$2 min_calls=$3 meddle=${4:-} total=$(($1 * $2))
+	out=$(timeout 120 "$RPAL" run --stat "$PROG" server "$svc-$threads$meddle" $meddle ::: "$PROG" client "$svc-$threads$meddle" "$threads" "$n" 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  | /'
 	[ $rc -eq 0 ] && ok "rpal run exited 0" || bad "rpal run exited $rc"
@@ -41,6 +41,13 @@ stress() {
 # by syscalls that the lazy switch hands to the server's thread.
 stress 1 1000000 1000000
 stress 4 250000 10000
+# While calls run, another server thread re-arms the connections and polls the set: the parked
+# owner's lock-free path must give way to it (epoll.c, set_take) without losing a message.
+stress 2 100000 10000 meddle
+mods=$(echo "$out" | sed -n 's/^server: another thread re-armed connections \([0-9]*\) times and polled the set \([0-9]*\) times/\1 \2/p')
+[ "${mods%% *}" -gt 100 ] 2>/dev/null && [ "${mods##* }" -gt 100 ] 2>/dev/null &&
+	ok "another thread re-armed connections and polled the set (${mods% *} and ${mods#* } times) while calls ran" ||
+	bad "the meddling thread did not get in (${mods:-nothing})"
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-2" ::: "$PROG" crasher "$svc-2" 2>&1)
 rc=$?
