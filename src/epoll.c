@@ -738,8 +738,6 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			store_relaxed(&ep->park_owner, (unsigned long)pthread_self());
 		return park_wait(ep, events, max, deadline, fast);
 	}
-	if (!t0)
-		t0 = now_ns();
 	budget = ep->spin.cur_ns;
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours
@@ -755,6 +753,10 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		if (!other)
 			budget = 0;
 	}
+	/* The clock only for a spin (and how long it paid) or a deadline:
+	 * a sleep that needs neither costs no read of it. */
+	if (budget && !t0)
+		t0 = now_ns();
 	for (i = 1; budget && ep->nregs; i++) {
 		cpu_relax();
 		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */
@@ -784,7 +786,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 
 	/* An rpal-only set sleeps on futexes; any other, in epoll. */
 	for (;;) {
-		uint64_t now = now_ns();
+		uint64_t now = deadline == UINT64_MAX ? 0 : now_ns();
 		int left;
 
 		if (now >= deadline)
@@ -809,7 +811,8 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			return k;
 		n = k + scan(ep, events + k, max - k);
 		if (n) {
-			spin_update(&ep->spin, now_ns() - t0);
+			if (budget)
+				spin_update(&ep->spin, now_ns() - t0);
 			return n;
 		}
 	}
