@@ -41,6 +41,7 @@
 
 #ifndef PR_SET_SYSCALL_USER_DISPATCH
 #define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
 #define PR_SYS_DISPATCH_ON 1
 #endif
 
@@ -181,6 +182,29 @@ static inline uintptr_t rdfsbase(void)
 	return v;
 }
 
+static pthread_key_t sender_key;
+static pthread_once_t sender_once = PTHREAD_ONCE_INIT;
+static bool sender_key_ok;
+
+/* At the end of a thread that made calls: its record goes, and first the
+ * dispatch whose selector byte the kernel reads in it. */
+static void sender_free(void *p)
+{
+	struct rpal_host_sender *s = p;
+
+	if (s->sud)
+		prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+	if ((struct rpal_host_sender *)rpal_rdgsbase() == s)
+		rpal_wrgsbase(0);
+	s->magic = 0;
+	free(s);
+}
+
+static void sender_key_make(void)
+{
+	sender_key_ok = pthread_key_create(&sender_key, sender_free) == 0;
+}
+
 /* This thread's record, made on its first call.  A thread inherits its
  * creator's gs base, so the record names the thread (its TCB) it belongs to.
  * s: what the gs base points at now. */
@@ -190,9 +214,16 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s)
 
 	if (likely(s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs))
 		return s;
-	s = calloc(1, sizeof(*s));      /* lives as long as the thread; never freed */
+	pthread_once(&sender_once, sender_key_make);
+	if (!sender_key_ok)
+		return NULL;
+	s = calloc(1, sizeof(*s));      /* freed when the thread ends (sender_free) */
 	if (!s)
 		return NULL;
+	if (pthread_setspecific(sender_key, s)) {
+		free(s);
+		return NULL;
+	}
 	s->magic = RPAL_SENDER_MAGIC;
 	s->owner_fs = fs;
 	s->selector = SUD_ALLOW;

@@ -12,8 +12,10 @@
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
- * write end it reports; the client checks its own send returned at once, then writes the pipe). */
+ * write end it reports; the client checks its own send returned at once, then writes the pipe),
+ * and 200 short-lived threads that each make one call (the heap must not grow). */
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -220,6 +222,37 @@ static int connect_retry(const char *service) {
     return -ENOENT;
 }
 
+/* One echo round trip on the connection *arg, from a thread of its own. */
+static void *one_call(void *arg) {
+    struct req q = { .op = OP_ECHO };
+    struct rep r;
+    q.sum = checksum(q.data, sizeof q.data);
+    return (void *)(intptr_t)(roundtrip(*(int *)arg, &q, &r) || r.sum != q.sum);
+}
+
+/* Threads that each make a call and end: what they leave in the heap, and how many calls. */
+static long short_lived(int fd, int nthreads, uint64_t *calls) {
+    struct rpal_prog_stat st[2];
+    struct mallinfo2 m0;
+    long errors = 0;
+    uint64_t c0 = 0;
+    for (int i = 0; i < nthreads + 5; i++) {
+        pthread_t t;
+        void *ret;
+        if (i == 5) { /* after a warm-up: thread caches, TLS of this namespace */
+            m0 = mallinfo2();
+            c0 = rpal_hosted_stat(st, 2) > 0 ? st[0].calls : 0;
+        }
+        if (pthread_create(&t, NULL, one_call, &fd)) return -1;
+        pthread_join(t, &ret);
+        errors += ret != NULL;
+    }
+    *calls = (rpal_hosted_stat(st, 2) > 0 ? st[0].calls : 0) - c0;
+    printf("client: %d short-lived sender threads (%llu calls, %ld errors): heap grew by %ld bytes\n",
+           nthreads, (unsigned long long)*calls, errors, (long)(mallinfo2().uordblks - m0.uordblks));
+    return errors;
+}
+
 static int client(const char *service, int threads, long n) {
     struct worker w[64];
     struct rep r;
@@ -262,6 +295,9 @@ static int client(const char *service, int threads, long n) {
     } else {
         printf("client: the blocked read completed on the server's thread\n");
     }
+
+    uint64_t calls;
+    if (short_lived(fd, 200, &calls)) errors++;
 
     struct rpal_prog_stat st[16];
     int np = rpal_hosted_stat(st, 16);

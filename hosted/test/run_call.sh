@@ -3,7 +3,9 @@
 #  1. 1 client thread x 1,000,000 checksummed round trips, each an RPAL call (the server program's
 #     call counter says so), then 4 threads x 250,000 into one server;
 #     gettid() inside a handler run by a call is the server thread's; a handler blocked in read()
-#     does not block the sender (lazy switch);
+#     does not block the sender (lazy switch); 200 threads that each make a call and end leave
+#     nothing in the heap (their sender records go with them); calls run while another server
+#     thread re-arms the connections and polls the set;
 #  2. a fault inside a handler run by a call: the sender's send fails with ECONNRESET, the server
 #     is reported failed, the sender goes on and exits 0;
 #  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted.
@@ -26,12 +28,19 @@ stress() {
 	[ $rc -eq 0 ] && ok "rpal run exited 0" || bad "rpal run exited $rc"
 	echo "$out" | grep -q "client: $total round trips in .* 0 errors" && ok "$threads sender(s): $total round trips, 0 errors" ||
 		bad "round trips"
-	echo "$out" | grep -q "server: served $total, bad 0, run twice at once 0" && ok "server checked $total checksums, never ran on two threads at once" || bad "server checksums or concurrency"
+	# The stress, then 205 echoes from short-lived threads (5 of them a warm-up).
+	echo "$out" | grep -q "server: served $((total + 205)), bad 0, run twice at once 0" &&
+		ok "server checked $((total + 205)) checksums, never ran on two threads at once" || bad "server checksums or concurrency"
 	calls=$(echo "$out" | sed -n 's/^client: stat \[0\] .* calls=\([0-9]*\) .*/\1/p')
 	[ "${calls:-0}" -ge "$min_calls" ] && ok "$calls RPAL calls into the server (at least $min_calls)" ||
 		bad "only ${calls:-0} RPAL calls (wanted $min_calls): the call path was not used"
 	echo "$out" | grep -q "gettid in handler is the server's thread" && ok "gettid() in a call is the server thread's" ||
 		bad "gettid in a call"
+	grow=$(echo "$out" | sed -n 's/^client: 200 short-lived sender threads (\([0-9]*\) calls, 0 errors): heap grew by \(-*[0-9]*\) bytes/\1 \2/p')
+	# Each sender thread's record (40 bytes + malloc's 16) goes when the thread ends.
+	[ -n "$grow" ] && [ "${grow%% *}" -ge 100 ] && [ "${grow##* }" -lt 2000 ] &&
+		ok "200 threads that made calls and ended left ${grow##* } bytes in the heap (${grow%% *} calls)" ||
+		bad "short-lived sender threads: ${grow:-no report} (calls, bytes left)"
 	echo "$out" | grep -q "the blocked read completed on the server's thread" &&
 		echo "$out" | grep -q "send returned in [0-9] ms" && ok "a blocking read in a call does not block the sender" ||
 		bad "blocking read in a call"
