@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -219,6 +220,8 @@ static void forget_one(int fd, void *_Atomic *slot)
 		close(c->peer_doorbell);
 		close(c->pidfd);
 		bufset_free(&c->out);
+		if (c->wake_page)
+			munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
 		free(c);
 	} else if (*obj == OBJ_LISTENER) {
 		struct rpal_listener *l = (struct rpal_listener *)obj;
@@ -342,10 +345,38 @@ static int service_addr(const char *service, struct sockaddr_un *sa, socklen_t *
 
 /* ------------------------------------------------------------ connections */
 
+/* The wake page (RPAL_FEAT_WAKE_PAGE), mapped read-write; NULL on failure. */
+static struct rpal_wake_page *wake_page_map(int fd)
+{
+	void *p = mmap(NULL, RPAL_WAKE_PAGE_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+/* The accepting side makes it: sealed so that neither side can shrink it
+ * under the other's mapping.  NULL (no wake page) if the kernel says no. */
+static struct rpal_wake_page *wake_page_create(int *fd)
+{
+	struct rpal_wake_page *p;
+
+	*fd = memfd_create("rpal-wake", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (*fd < 0)
+		return NULL;
+	if (ftruncate(*fd, RPAL_WAKE_PAGE_SIZE) < 0 ||
+	    fcntl(*fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0 || !(p = wake_page_map(*fd))) {
+		close(*fd);
+		*fd = -1;
+		return NULL;
+	}
+	return p;
+}
+
 /* Build a connection from a checked hello; the caller holds rpal_g.lock.
- * On success takes ownership of sock, bell (ours), ring (theirs). */
+ * On success takes ownership of sock, bell (ours), ring (theirs) and the
+ * wake page, if any (side: 0 we connected, 1 we accepted). */
 static int conn_create(int sock, struct rpal_block *me, int bell, int ring, const struct rpal_hello *h,
-		       const struct ucred *uc, int memfd, struct rpal_conn **out, char *why, size_t whylen)
+		       const struct ucred *uc, int memfd, struct rpal_wake_page *page, int side,
+		       struct rpal_conn **out, char *why, size_t whylen)
 {
 	struct rpal_conn *c = calloc(1, sizeof(*c));
 	uint64_t w;
@@ -356,6 +387,10 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->kind = OBJ_CONN;
 	c->fd = sock;
 	c->pidfd = -1;
+	if (page) {
+		c->wake_mine = &page->word[side][0];
+		c->wake_peer = &page->word[!side][0];
+	}
 	ret = peer_map(memfd, h, uc->pid, &c->peer);
 	if (ret) {
 		snprintf(why, whylen, "%s", rpal_strerror(ret));
@@ -384,9 +419,9 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	/* Hang-up or death wakes futex sleepers through the watcher thread;
 	 * a bump from here on makes a sleeper poll this peer (conn_wait). */
 	c->watch_seen = load_acquire(&watch_seq);
-	ret = watch_add(sock, EPOLLRDHUP);
+	ret = watch_add_conn(sock, EPOLLRDHUP, page ? sock : -1);
 	if (!ret)
-		ret = watch_add(c->pidfd, EPOLLIN);
+		ret = watch_add_conn(c->pidfd, EPOLLIN, page ? sock : -1);
 	if (ret) {
 		watch_del(sock);
 		snprintf(why, whylen, "%s", rpal_strerror(ret));
@@ -415,6 +450,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->peer_gid = uc->gid;
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
 	spin_init(&c->tx_spin, rpal_g.cfg.spin_us);
+	c->wake_page = page;    /* the watcher finds it from here on (obj_set) */
 	ret = obj_set(sock, c);
 	if (ret)
 		goto fail;
@@ -533,8 +569,9 @@ int conn_poll_peer(struct rpal_conn *c)
 }
 
 /*
- * A non-blocking caller that keeps finding nothing never sleeps in poll(),
- * so look for a hang-up ourselves, at most once a millisecond.
+ * A non-blocking caller that keeps finding nothing never sleeps where a
+ * hang-up shows, so look for one ourselves: when the watcher thread has seen
+ * an event since we last looked, and once a second regardless.
  */
 bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 {
@@ -547,10 +584,15 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 	/* A local peer is checked without a syscall: no need to ration it. */
 	if (c->local)
 		return conn_poll_peer(c);
-	now = now_ns();
-	if (now - c->last_peer_poll < 1000000)
-		return false;
-	c->last_peer_poll = now;
+	/* The watcher thread bumps watch_seq on any hang-up or death: with
+	 * none since we last looked, a poll would find nothing. */
+	if (load_acquire(&watch_seq) == c->watch_seen) {
+		now = now_ns();
+		if (now - c->last_peer_poll < 1000000000)
+			return false;   /* and once a second regardless */
+	}
+	c->watch_seen = load_acquire(&watch_seq);
+	c->last_peer_poll = now_ns();
 	return conn_poll_peer(c);
 }
 
@@ -586,17 +628,28 @@ static void send_refuse(int sock, int err, const char *why)
  * connection.  On failure everything received is closed and why says why.
  */
 static int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_t type,
-			const struct ucred *uc, struct rpal_block *me, int bell, struct rpal_conn **out,
-			char *why, size_t whylen)
+			const struct ucred *uc, struct rpal_block *me, int bell, struct rpal_wake_page *page,
+			struct rpal_conn **out, char *why, size_t whylen)
 {
 	struct rpal_hello h;
-	int ret, i;
+	bool mapped = false;    /* the page is the WELCOME's, mapped here */
+	int ret, i, want = 2;
 
 	ret = hello_check(buf, (size_t)len, type, &h, why, whylen);
 	if (!ret && h.pid != (uint32_t)uc->pid)
 		ret = (snprintf(why, whylen, "hello says pid %u, the socket says %d", h.pid, (int)uc->pid), -EPROTO);
-	if (!ret && nfds != 2)
-		ret = (snprintf(why, whylen, "hello carried %d descriptors, expected 2", nfds), -EPROTO);
+	/* A WELCOME with a wake page answers our HELLO's offer (we always
+	 * make it); a HELLO never carries one. */
+	if (type == RPAL_HS_WELCOME && (h.features & RPAL_FEAT_WAKE_PAGE))
+		want = 3;
+	if (!ret && nfds != want)
+		ret = (snprintf(why, whylen, "hello carried %d descriptors, expected %d", nfds, want), -EPROTO);
+	if (!ret && want == 3) {
+		ret = wake_page_check(fds[2], why, whylen);
+		if (!ret && !(page = wake_page_map(fds[2])))
+			ret = (snprintf(why, whylen, "cannot map the wake page"), -ENOMEM);
+		mapped = !ret;
+	}
 	if (!ret)
 		ret = hello_check_peer(&h, why, whylen);
 	if (!ret)
@@ -605,13 +658,18 @@ static int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, 
 		ret = doorbell_check(fds[1], why, whylen);
 	if (!ret) {
 		pthread_mutex_lock(&rpal_g.lock);
-		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], out, why, whylen);
+		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], page, type == RPAL_HS_HELLO, out,
+				  why, whylen);
 		pthread_mutex_unlock(&rpal_g.lock);
 		if (!ret) {
 			close(fds[0]);    /* the mapping keeps the memory */
+			if (want == 3)
+				close(fds[2]);
 			return 0;
 		}
 	}
+	if (mapped)
+		munmap(page, RPAL_WAKE_PAGE_SIZE);
 	for (i = 0; i < nfds; i++)
 		close(fds[i]);
 	return ret;
@@ -715,11 +773,12 @@ static void pending_drop(struct rpal_listener *l, unsigned i)
 /* Try to finish pending handshake i.  1: done (*out set), 0: not yet, <0: failed (dropped). */
 static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 {
-	int sock = l->pending[i].fd, fds[2], nfds, n, ret, bell, ring;
+	int sock = l->pending[i].fd, fds[3], nfds, n, ret, bell, ring, pagefd = -1;
 	unsigned char buf[sizeof(struct rpal_hello) + 16];
+	struct rpal_wake_page *page = NULL;
 	struct rpal_conn *c;
 	struct rpal_block *me;
-	struct rpal_hello w;
+	struct rpal_hello w, offer = { 0 };
 	struct ucred uc;
 	char why[160];
 
@@ -752,8 +811,16 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		return ret;
 	}
 	epoll_ctl(l->fd, EPOLL_CTL_DEL, sock, NULL);
-	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, &c, why, sizeof(why));
+	/* The client offers a wake page (hello_accept checks the rest). */
+	memcpy(&offer, buf, (size_t)n < sizeof(offer) ? (size_t)n : sizeof(offer));
+	if (offer.features & RPAL_FEAT_WAKE_PAGE)
+		page = wake_page_create(&pagefd);
+	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, page, &c, why, sizeof(why));
 	if (ret) {
+		if (page) {
+			munmap(page, RPAL_WAKE_PAGE_SIZE);
+			close(pagefd);
+		}
 		send_refuse(sock, -ret, why);
 		close(bell);
 		close(ring);
@@ -762,11 +829,14 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		l->pending[i] = l->pending[--l->nr_pending];
 		return rpal_fail(-ret, "refused client pid %d: %s", (int)uc.pid, why);
 	}
-	hello_fill(&w, RPAL_HS_WELCOME, me, NULL);
+	hello_fill(&w, RPAL_HS_WELCOME, me, NULL, page ? RPAL_FEAT_WAKE_PAGE : 0);
 	fds[0] = rpal_g.memfd;
 	fds[1] = ring;
-	ret = hs_sendmsg(sock, &w, sizeof(w), fds, 2);
+	fds[2] = pagefd;
+	ret = hs_sendmsg(sock, &w, sizeof(w), fds, page ? 3 : 2);
 	close(ring);            /* the peer holds its copy now */
+	if (pagefd >= 0)
+		close(pagefd);
 	l->pending[i] = l->pending[--l->nr_pending];
 	if (ret) {
 		rpal_close(sock);
@@ -866,7 +936,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	socklen_t salen;
 	char lockpath[128], why[160];
 	uint64_t deadline;
-	int sock = -1, bell = -1, ring = -1, fds[2], nfds = 0, n, ret;
+	int sock = -1, bell = -1, ring = -1, fds[3], nfds = 0, n, ret;
 
 	if (flags)
 		return rpal_fail(EINVAL, "rpal_connect: flags %#x not supported (pass 0)", (unsigned)flags);
@@ -898,7 +968,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	ret = side_create(&me, &bell, &ring);
 	if (ret)
 		goto fail;
-	hello_fill(&h, RPAL_HS_HELLO, me, service[0] == '/' ? NULL : service);
+	hello_fill(&h, RPAL_HS_HELLO, me, service[0] == '/' ? NULL : service, RPAL_FEAT_WAKE_PAGE);
 	fds[0] = rpal_g.memfd;
 	fds[1] = ring;
 	ret = hs_sendmsg(sock, &h, sizeof(h), fds, 2);
@@ -912,7 +982,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		ret = rpal_fail(-ret, "no answer from %s within %u ms", service, rpal_g.cfg.handshake_ms);
 		goto fail;
 	}
-	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 2, &nfds);
+	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 3, &nfds);
 	if (n < 0) {
 		ret = rpal_fail(n == -ECONNRESET ? ECONNREFUSED : -n, "%s closed the connection during the handshake", service);
 		goto fail;
@@ -923,7 +993,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		ret = rpal_fail(ret, "%s refused us: %s", service, why);
 		goto fail;
 	}
-	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_WELCOME, &uc, me, bell, &c, why, sizeof(why));
+	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_WELCOME, &uc, me, bell, NULL, &c, why, sizeof(why));
 	if (ret) {
 		send_refuse(sock, -ret, why);
 		ret = rpal_fail(-ret, "bad welcome from %s: %s", service, why);
@@ -984,6 +1054,9 @@ static void conn_close(struct rpal_conn *c)
 	pthread_mutex_unlock(&rpal_g.lock);
 	watch_del(c->fd);       /* the lingering copy of the socket stays unwatched */
 	watch_del(c->pidfd);
+	/* The watcher no longer finds c (obj_clear under rpal_g.lock). */
+	if (c->wake_page)
+		munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);

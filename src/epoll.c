@@ -68,6 +68,8 @@ struct rpal_ep {
 	_Atomic uint32_t owner_in; /* the owner is in rpal_epoll_wait() without lock */
 	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
 	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
+	bool top_quiet;         /* the last look at T found nothing ready ... */
+	uint32_t quiet_seq;     /* ... and watch_seq was this just before it */
 };
 
 #define IN_BITS  (EPOLLIN | EPOLLRPALIN)
@@ -485,6 +487,7 @@ static bool reg_live(struct rpal_ep *ep, struct rpal_ep_reg *r)
 static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int timeout)
 {
 	struct epoll_event kev[32];
+	uint32_t wseq = load_acquire(&watch_seq);       /* before: a later edge bumps it (top_idle) */
 	bool user = false;
 	int n, i;
 
@@ -497,6 +500,8 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	}
 	if (n < 0)
 		return -errno;          /* EINTR too: rpal_epoll_wait() reports it, as epoll_wait() does */
+	ep->top_quiet = n == 0;
+	ep->quiet_seq = wseq;
 	for (i = 0; i < n; i++) {
 		struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)(kev[i].data.u64 & ~(uint64_t)TAG_MASK);
 		unsigned tag = kev[i].data.u64 & TAG_MASK;
@@ -518,6 +523,19 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 		return 0;
 	n = epoll_wait(ep->fd, out, max, 0);
 	return n < 0 ? (errno == EINTR ? 0 : -errno) : n;
+}
+
+/*
+ * Is T still as empty as when last looked at?  In a set of rpal connections
+ * only (nuser 0), every readiness edge T can show (U's descriptors,
+ * hang-ups, deaths) also reaches the watcher thread, which bumps watch_seq:
+ * with none since, a poll of T would find nothing, and a syscall is saved
+ * on every wait that finds the rings empty.  (Doorbells are not rung for a
+ * set that sleeps on futexes; a kick asks for a scan, which follows anyway.)
+ */
+static bool top_idle(struct rpal_ep *ep)
+{
+	return ep->top_quiet && atomic_load(&ep->nuser) == 0 && load_acquire(&watch_seq) == ep->quiet_seq;
 }
 
 /* parked: local peers call in instead of waking us (call.c).  Returns
@@ -561,7 +579,8 @@ static void sleep_end(struct rpal_ep *ep)
 }
 
 /*
- * A set of rpal connections only sleeps on futexes: the peers' wake_seq
+ * A set of rpal connections only sleeps on futexes: the peers' wake_seq (or
+ * our words of the connections' wake pages)
  * words (sampled before advertising the sleep, see notify.c), our kick, and
  * watch_seq (a hang-up, a death, or a descriptor added to U with plain
  * epoll_ctl(): U is watched while no rpal_epoll_ctl()-added one is there).
@@ -592,7 +611,9 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 		struct rpal_conn *c = ep->regs[i]->c;
 		if (conn_dead(c) && !c->peer->base)
 			continue;
-		wv[nw++] = fwv(&c->pb->wake_seq, load_acquire(&c->pb->wake_seq), true);
+		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
+
+		wv[nw++] = fwv(word, load_acquire(word), true);
 	}
 	sleep_begin(ep, true, false);
 	r = scan(ep, events, max);      /* the re-check after W0 */
@@ -711,14 +732,14 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	 * descriptors get room even when maxevents is 1.  Not on a borrower's
 	 * thread: there our own thread watches them (park_wait). */
 	n = 0;
-	if (!borrowed && ++ep->since_kernel >= RPAL_EPOLL_FAIR) {
+	if (!borrowed && ++ep->since_kernel >= RPAL_EPOLL_FAIR && !top_idle(ep)) {
 		ep->since_kernel = 0;
 		n = kernel_wait(ep, events, max, 0);
 		if (n < 0)
 			return n;
 	}
 	n += scan(ep, events + n, max - n);
-	if (n == 0 && ep->since_kernel && !borrowed) {
+	if (n == 0 && ep->since_kernel && !borrowed && !top_idle(ep)) {
 		ep->since_kernel = 0;
 		k = kernel_wait(ep, events, max, 0);
 		if (k < 0)

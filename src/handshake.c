@@ -23,14 +23,15 @@
 
 static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
-void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service)
+void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service,
+		uint32_t features)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = RPAL_HELLO_MAGIC;
 	h->version = RPAL_WIRE_VERSION;
 	h->type = type;
 	h->size = sizeof(*h);
-	h->features = RPAL_FEATURES_V1;
+	h->features = RPAL_FEATURES_V1 | features;
 	h->pid = (uint32_t)getpid();
 	h->slot = rpal_g.slot;
 	h->nr_slots = rpal_g.cfg.nr_slots;
@@ -233,6 +234,23 @@ int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
 		return WHY("peer's arena is not sealed against shrink and grow (seals %#x)", seals);
 	if ((uint64_t)st.st_size != size)
 		return WHY("peer's arena is %lld bytes, its hello says %" PRIu64, (long long)st.st_size, size);
+	return 0;
+}
+
+/* The wake page (RPAL_FEAT_WAKE_PAGE): a memfd of one page that cannot
+ * shrink under our mapping (a peer may write it: its words are counters). */
+int wake_page_check(int fd, char *why, size_t whylen)
+{
+	struct stat st;
+	int seals;
+
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return WHY("peer's wake page descriptor is not a regular file");
+	seals = fcntl(fd, F_GET_SEALS);
+	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
+		return WHY("peer's wake page is not a memfd sealed against shrink and grow");
+	if (st.st_size != RPAL_WAKE_PAGE_SIZE)
+		return WHY("peer's wake page is %lld bytes, expected %u", (long long)st.st_size, RPAL_WAKE_PAGE_SIZE);
 	return 0;
 }
 

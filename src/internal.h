@@ -174,6 +174,11 @@ struct rpal_conn {
 	struct bufset out;            /* my buffers the peer holds */
 	unsigned out_limit;           /* = peer's ack_entries */
 
+	/* RPAL_FEAT_WAKE_PAGE: the shared page, my word (I sleep on it) and
+	 * the peer's (I wake it there); NULL: wake_seq and futex_waitv. */
+	struct rpal_wake_page *wake_page;
+	_Atomic uint32_t *wake_mine, *wake_peer;
+
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
 	bool bell_dirty;              /* C: my doorbell has bytes to drain */
@@ -279,7 +284,9 @@ void conn_reclaim(struct rpal_conn *c);
 void linger_sweep(bool teardown);
 
 /* handshake.c */
-void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service);
+void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service,
+		uint32_t features);
+int wake_page_check(int fd, char *why, size_t whylen);
 int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hello *out,
 		char *why, size_t whylen);
 int hello_check_peer(const struct rpal_hello *h, char *why, size_t whylen);
@@ -319,6 +326,7 @@ void wait_end(struct rpal_conn *c, uint32_t bit);
 /* watch.c */
 extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies */
 int watch_add(int fd, uint32_t events);
+int watch_add_conn(int fd, uint32_t events, int conn);
 void watch_del(int fd);
 void watch_stop(void);
 void watch_forget_child(void);

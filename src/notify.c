@@ -93,8 +93,10 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	if (w & futex_bit) {
 		/* Change the word it waits on, then wake: a FUTEX_WAIT that
 		 * comes later sees the change and does not sleep. */
-		atomic_fetch_add(&c->me->wake_seq, 1);
-		syscall(SYS_futex, (uint32_t *)&c->me->wake_seq, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		_Atomic uint32_t *word = c->wake_peer ? c->wake_peer : &c->me->wake_seq;
+
+		atomic_fetch_add(word, 1);
+		syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	} else
 		doorbell_write(c->peer_doorbell);
 	(*count)++;
@@ -263,7 +265,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		uint32_t fbit = bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX;
 		bool futex = !no_futex_waitv;
 		uint32_t bits = futex ? bit | fbit : bit;
-		uint32_t seq = load_acquire(&c->pb->wake_seq), wseq = load_acquire(&watch_seq);
+		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
+		uint32_t seq = load_acquire(word), wseq = load_acquire(&watch_seq);
 
 		/* A bump we have not looked at may be this peer's death, and
 		 * it came before our sample: the futex would not return. */
@@ -277,8 +280,14 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			break;
 		}
 		(*sleeps)++;
-		if (futex) {
-			struct futex_waitv wv[2] = { fwv(&c->pb->wake_seq, seq, true), fwv(&watch_seq, wseq, false) };
+		if (futex && c->wake_mine) {
+			/* Our word of the wake page: the peer bumps it to wake
+			 * us, and so does the watcher when the peer dies. */
+			syscall(SYS_futex, (uint32_t *)c->wake_mine, FUTEX_WAIT, seq, NULL, NULL, 0);
+			if (load_acquire(&watch_seq) != wseq)
+				conn_poll_peer(c);
+		} else if (futex) {
+			struct futex_waitv wv[2] = { fwv(word, seq, true), fwv(&watch_seq, wseq, false) };
 			if (futex_waitv(wv, 2, NULL) < 0 && errno == ENOSYS)
 				no_futex_waitv = true;
 			if (load_acquire(&watch_seq) != wseq)

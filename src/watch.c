@@ -5,7 +5,9 @@
  * wake-up.
  *
  * Futex sleepers (notify.c, epoll.c) wait on two words with futex_waitv():
- * the peer's wake_seq and our watch_seq.  A dead peer bumps no wake_seq, so
+ * the peer's wake_seq and our watch_seq; or, on a connection with a wake
+ * page, a blocking receive waits on its word alone, which this thread bumps
+ * for that connection's socket and pidfd.  A dead peer bumps no wake_seq, so
  * without this thread they would need a timeout, which costs an hrtimer on
  * every sleep and wakes idle processes.  The thread sleeps in epoll_wait on
  * every connection's socket and pidfd: it costs nothing while nothing
@@ -25,6 +27,7 @@
 #include "internal.h"
 
 #define WATCH_STOP 1ull
+#define WATCH_CONN 2ull     /* + a connection's descriptor */
 
 static struct {
 	pthread_mutex_t lock;
@@ -51,7 +54,26 @@ static void *watcher(void *arg)
 		for (i = 0; i < n; i++)
 			if (ev[i].data.u64 == WATCH_STOP)
 				return NULL;
+		/* watch_seq first: a sleeper samples its word, then watch_seq,
+		 * so it either polls its peer or finds its word bumped. */
 		atomic_fetch_add(&watch_seq, 1);
+		/* A connection with a wake page: its blocking receiver waits on
+		 * its word alone.  Found by descriptor under rpal_g.lock, so
+		 * not after rpal_close() unmapped it (a reused descriptor
+		 * gets a spurious wake-up at worst). */
+		pthread_mutex_lock(&rpal_g.lock);
+		for (i = 0; i < n; i++) {
+			struct rpal_conn *c;
+
+			if (ev[i].data.u64 < WATCH_CONN)
+				continue;
+			c = obj_get((int)(ev[i].data.u64 - WATCH_CONN));
+			if (c && c->kind == OBJ_CONN && c->wake_mine) {
+				atomic_fetch_add(c->wake_mine, 1);
+				syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+			}
+		}
+		pthread_mutex_unlock(&rpal_g.lock);
 		syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
 }
@@ -88,10 +110,13 @@ fail:
 	return rpal_fail(-ret, "cannot start the watcher thread");
 }
 
-/* Watch fd (edge-triggered) for events; starts the thread on first use. */
-int watch_add(int fd, uint32_t events)
+/* Watch fd (edge-triggered) for events; starts the thread on first use.
+ * conn: the connection (its descriptor) whose wake page word to bump too,
+ * or -1. */
+int watch_add_conn(int fd, uint32_t events, int conn)
 {
-	struct epoll_event ev = { .events = events | EPOLLET, .data.u64 = 0 };
+	struct epoll_event ev = { .events = events | EPOLLET,
+				  .data.u64 = conn >= 0 ? WATCH_CONN + (uint64_t)conn : 0 };
 	int ret;
 
 	pthread_mutex_lock(&watch.lock);
@@ -100,6 +125,11 @@ int watch_add(int fd, uint32_t events)
 		ret = rpal_fail(errno, "cannot watch descriptor %d", fd);
 	pthread_mutex_unlock(&watch.lock);
 	return ret;
+}
+
+int watch_add(int fd, uint32_t events)
+{
+	return watch_add_conn(fd, events, -1);
 }
 
 void watch_del(int fd)

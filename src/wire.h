@@ -151,7 +151,26 @@ enum {
 	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
 };
 
-#define RPAL_FEATURES_V1 0u  /* feature bits; none yet */
+#define RPAL_FEATURES_V1 0u  /* feature bits every version-1 peer has: none */
+/*
+ * Feature bits (struct rpal_hello.features); a peer ignores bits it does not
+ * know.  RPAL_FEAT_WAKE_PAGE: in a HELLO, "I can use a wake page"; in the
+ * WELCOME, "here it is": a third descriptor, a memfd of RPAL_WAKE_PAGE_SIZE
+ * bytes sealed against shrink and grow that both sides map read-write.  It
+ * holds one futex word per side (struct rpal_wake_page): a side that sleeps
+ * with an RPAL_WAIT_*_FUTEX bit waits on its own word, and the peer wakes it
+ * by incrementing that word and FUTEX_WAKE on it, instead of its wake_seq.
+ * A word in a writable mapping lets a sleeper wait on it alone with
+ * FUTEX_WAIT (its own death watcher can bump it too), where the peer's
+ * read-only wake_seq needs futex_waitv and the kernel's slow path.
+ */
+#define RPAL_FEAT_WAKE_PAGE 0x1u
+#define RPAL_WAKE_PAGE_SIZE 4096u
+
+struct rpal_wake_page {
+	_Atomic uint32_t word[2][RPAL_GUARD / 4];  /* [0][0]: the connecting side's; [1][0]: the accepting side's */
+};
+_Static_assert(sizeof(struct rpal_wake_page) == 2 * RPAL_GUARD, "wake page layout");
 
 struct rpal_hello {
 	uint32_t magic;          /* RPAL_HELLO_MAGIC */

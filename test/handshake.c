@@ -4,7 +4,8 @@
  * clear reason sent to the client, and afterwards holds nothing of it: no
  * mapping, no descriptor, no arena memory.  Also: credentials by policy
  * (same uid, allow-lists, a second uid), a client that stalls, a client
- * killed mid-handshake, and a good client after all of them.
+ * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
+ * client refuses it), and a good client after all of them.
  */
 #include "rawpeer.h"
 
@@ -224,6 +225,80 @@ int main(void)
 			close(p[0]);
 			close(p[1]);
 		}
+	}
+
+	printf("a server whose WELCOME carries a bad wake page is refused; the client keeps nothing\n");
+	{
+		static const char *const bad_page[] = { "an unsealed memfd", "a sealed memfd of 8 KiB", "a pipe",
+							"no third descriptor" };
+		char path[64];
+		int ls, fds1 = t_count_fds();  /* the watcher thread may have started since fds0 */
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+		snprintf(path, sizeof(path), "/tmp/rpal-hs-welcome-%d.sock", (int)getpid());
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+		unlink(path);
+		ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		t_check(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0,
+			"raw server socket");
+		for (f = 0; f < 4; f++) {
+			pid_t pid = fork();
+			if (pid == 0) {
+				rpal_fini();
+				t_ok(rpal_init(NULL));
+				int before = t_count_fds();
+				int c = rpal_connect(path, NULL, 0);
+				printf("  %-24s -> %s\n", bad_page[f], rpal_strerror(c));
+				exit(c == -EPROTO && t_count_fds() == before ? 0 : 2);
+			}
+			int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC), in[4], nin = 0, out[3], p[2], bad = -1;
+			unsigned char buf[256];
+			struct pollfd pf = { .fd = s, .events = POLLIN };
+			struct rpal_hello hello, w;
+			struct rpal_block *blk = block_create(64, 64);
+			char why[128] = "";
+
+			t_check(s >= 0 && blk && pipe2(p, O_CLOEXEC) == 0, "raw accept");
+			t_check(poll(&pf, 1, 5000) == 1, "no hello");
+			r = hs_recvmsg(s, buf, sizeof(buf), in, 4, &nin);
+			while (nin)
+				close(in[--nin]);
+			t_check(r == (int)sizeof(hello), "hello of %d bytes", r);
+			memcpy(&hello, buf, sizeof(hello));
+			t_check(hello.features & RPAL_FEAT_WAKE_PAGE, "the client did not offer a wake page");
+			switch (f) {
+			case 0:
+				bad = memfd_create("unsealed", MFD_CLOEXEC);
+				t_check(ftruncate(bad, RPAL_WAKE_PAGE_SIZE) == 0, "ftruncate");
+				break;
+			case 1:
+				bad = memfd_create("big", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+				t_check(ftruncate(bad, 2 * RPAL_WAKE_PAGE_SIZE) == 0, "ftruncate");
+				fcntl(bad, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+				break;
+			case 2:
+				bad = dup(p[0]);
+				break;
+			}
+			hello_fill(&w, RPAL_HS_WELCOME, blk, NULL, RPAL_FEAT_WAKE_PAGE);
+			out[0] = rpal_g.memfd;
+			out[1] = p[1];
+			out[2] = bad;
+			t_check(hs_sendmsg(s, &w, sizeof(w), out, bad >= 0 ? 3 : 2) == 0, "raw welcome");
+			r = raw_answer(s, why, sizeof(why));
+			t_check(r == EPROTO && (strstr(why, "wake page") || strstr(why, "expected 3")),
+				"%s: the client answered %d (%s)", bad_page[f], r, why);
+			if (bad >= 0)
+				close(bad);
+			close(p[0]);
+			close(p[1]);
+			close(s);
+			block_destroy(blk);
+			t_wait_ok(pid, bad_page[f]);
+		}
+		close(ls);
+		unlink(path);
+		check_clean(fds1, used0, "bad wake pages");
 	}
 
 	printf("a good client still connects\n");

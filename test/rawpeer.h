@@ -55,7 +55,7 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 
 	t_check(blk, "block_create");
 	t_check(pipe2(sv, O_CLOEXEC) == 0, "pipe");
-	hello_fill(&h, RPAL_HS_HELLO, blk, service);
+	hello_fill(&h, RPAL_HS_HELLO, blk, service, 0);
 	fds[0] = rpal_g.memfd;
 	fds[1] = sv[1];
 	switch (f) {

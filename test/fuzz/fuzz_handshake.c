@@ -255,7 +255,7 @@ static void roundtrip_hello(const uint8_t *msg, size_t mlen)
 	blk.ack_entries = 8u << ((mlen / 14) % 14);
 	memcpy(service, msg, n);
 	service[n] = 0;
-	hello_fill(&h, RPAL_HS_HELLO, &blk, service);
+	hello_fill(&h, RPAL_HS_HELLO, &blk, service, 0);
 	CHECK(h.service[sizeof(h.service) - 1] == 0, "hello_fill left the service unterminated");
 	r = hello_check(&h, sizeof(h), RPAL_HS_HELLO, &back, why, sizeof(why));
 	CHECK(r == 0 && memcmp(&h, &back, sizeof(h)) == 0, "own hello rejected: %s", why);
