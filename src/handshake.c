@@ -19,6 +19,7 @@
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
 
+#define HS_MAX_FDS 3    /* arena, doorbell, wake page */
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -EPROTO)
 
 static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
@@ -145,12 +146,15 @@ int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rle
 int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 {
 	union {
-		char buf[CMSG_SPACE(2 * sizeof(int))];
+		char buf[CMSG_SPACE(HS_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = { .iov_base = (void *)msg, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
 	ssize_t n;
+
+	if (nfds > HS_MAX_FDS)
+		return -EINVAL;
 
 	if (nfds > 0) {
 		struct cmsghdr *cm;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <sys/mman.h>
 
+#include <sys/prctl.h>
 #include "internal.h"      /* pkru_read, pkru_write */
 #include "helpers.h"
 
@@ -197,6 +198,7 @@ static pid_t server_start(const char *name)
 	t_check(pid >= 0, "fork");
 	if (pid == 0) {
 		close(pfd[0]);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);       /* a failed test leaves no server behind */
 		exit(server(name, pfd[1]));
 	}
 	close(pfd[1]);          /* a server that dies early reads as EOF, not a hang */
