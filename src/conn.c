@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,6 +189,25 @@ static void hang_up_one(int fd, void *_Atomic *slot)
 void conn_hangup_all(void)
 {
 	obj_walk(hang_up_one);
+}
+
+static void wake_ep_sleeper(int fd, void *_Atomic *slot)
+{
+	struct rpal_conn *c = atomic_load(slot);
+
+	(void)fd;
+	if (c->kind == OBJ_CONN && c->wake_mine && atomic_load(&c->ep_sleeping)) {
+		atomic_fetch_add(c->wake_mine, 1);
+		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
+}
+
+/* The watcher saw an event: an epoll set asleep on one connection's word
+ * must look (it may be an ordinary descriptor of the set).  Caller holds
+ * rpal_g.lock, so every connection found is alive. */
+void conn_wake_ep_sleepers(void)
+{
+	obj_walk(wake_ep_sleeper);
 }
 
 RPAL_EXPORT void rpal_fini(void)

@@ -68,6 +68,7 @@ struct rpal_ep {
 	_Atomic uint32_t owner_in; /* the owner is in rpal_epoll_wait() without lock */
 	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
 	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
+	struct rpal_conn *sleep_conn; /* futex_sleep waits on its wake page word alone */
 	bool top_quiet;         /* the last look at T found nothing ready ... */
 	uint32_t quiet_seq;     /* ... and watch_seq was this just before it */
 };
@@ -237,6 +238,18 @@ static void reg_arm(struct rpal_ep_reg *r, const struct epoll_event *ev)
 	r->hup_seen = 0;
 }
 
+/* A futex_sleep on one connection's word must look again (a change of the
+ * set).  Caller holds ep->lock, so that connection is still in the set. */
+static void ep_wake_single(struct rpal_ep *ep)
+{
+	struct rpal_conn *c = ep->sleep_conn;
+
+	if (c) {
+		atomic_fetch_add(c->wake_mine, 1);
+		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
+}
+
 /* Caller holds ep->lock. */
 static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 {
@@ -249,6 +262,12 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 		}
 	}
 	internal_ctl(ep, EPOLL_CTL_DEL, r);
+	if (ep->sleep_conn == r->c) {
+		/* Asleep on this connection's word, which is about to go. */
+		ep_wake_single(ep);
+		atomic_store(&r->c->ep_sleeping, false);
+		ep->sleep_conn = NULL;
+	}
 	if (r->c->local) {
 		store_release(&r->c->me->hosted_rcv, 0);
 		store_relaxed(&r->c->me->hosted_cookie, 0);
@@ -325,6 +344,8 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 	default:
 		ret = -EINVAL;
 	}
+	if (!ret)
+		ep_wake_single(ep);
 	other_give(ep, counted);
 	/* A thread asleep in rpal_epoll_wait() must look at the new state,
 	 * as epoll_ctl() wakes waiters for a descriptor that is ready. */
@@ -351,6 +372,10 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 				watch_add(ep->fd, EPOLLIN);
 			if (op != EPOLL_CTL_DEL)
 				ep_kick(ep);
+			/* nuser changed: a sleeper on one word must choose again. */
+			pthread_mutex_lock(&ep->lock);
+			ep_wake_single(ep);
+			pthread_mutex_unlock(&ep->lock);
 		}
 		return ret;
 	}
@@ -591,52 +616,87 @@ static void sleep_end(struct rpal_ep *ep)
 static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
 	struct futex_waitv wv[FUTEX_SLEEP_MAX + 2];
-	uint32_t wseq = load_acquire(&watch_seq);
+	struct rpal_conn *one = ep->nregs == 1 ? ep->regs[0]->c : NULL;
+	uint32_t wseq, seq = 0;
 	struct timespec ts;
 	unsigned i, nw = 0;
 	long r;
 
+	/*
+	 * One connection with a wake page: sleep on its word alone, with
+	 * FUTEX_WAIT.  Whatever else must wake us bumps that word: the peer,
+	 * the watcher on any event (conn_wake_ep_sleepers: a death, or one of
+	 * our ordinary descriptors) and a change of the set (ep_wake_single).
+	 * The flag is stored (a full barrier) before we sample watch_seq, and
+	 * the watcher bumps watch_seq before it reads the flag: either it
+	 * bumps our word or we see its bump below.
+	 */
+	if (!one || !one->wake_mine || (conn_dead(one) && !one->peer->base))
+		one = NULL;
+	if (one) {
+		atomic_store(&one->ep_sleeping, true);
+		ep->sleep_conn = one;
+	}
+	wseq = load_acquire(&watch_seq);
 	/* A bump before our sample may be a death we have not harvested:
 	 * the futex would not return for it. */
 	if (wseq != ep->watch_seen) {
 		ep->watch_seen = wseq;
 		r = kernel_wait(ep, events, max, 0);
 		if (r)
-			return (int)r;
+			goto out;
 	}
 
-	wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
-	wv[nw++] = fwv(&watch_seq, wseq, false);
-	for (i = 0; i < ep->nregs; i++) {
-		struct rpal_conn *c = ep->regs[i]->c;
-		if (conn_dead(c) && !c->peer->base)
-			continue;
-		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
+	if (one) {
+		seq = load_acquire(one->wake_mine);
+	} else {
+		wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
+		wv[nw++] = fwv(&watch_seq, wseq, false);
+		for (i = 0; i < ep->nregs; i++) {
+			struct rpal_conn *c = ep->regs[i]->c;
+			if (conn_dead(c) && !c->peer->base)
+				continue;
+			const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 
-		wv[nw++] = fwv(word, load_acquire(word), true);
+			wv[nw++] = fwv(word, load_acquire(word), true);
+		}
 	}
 	sleep_begin(ep, true, false);
 	r = scan(ep, events, max);      /* the re-check after W0 */
 	if (r) {
 		sleep_end(ep);
-		return (int)r;
+		goto out;
 	}
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	pthread_mutex_unlock(&ep->lock);
-	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
+	if (one)        /* BITSET: an absolute CLOCK_MONOTONIC deadline, as futex_waitv's */
+		r = syscall(SYS_futex, one->wake_mine, FUTEX_WAIT_BITSET, seq,
+			    deadline == UINT64_MAX ? NULL : &ts, NULL, FUTEX_BITSET_MATCH_ANY);
+	else
+		r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
 	pthread_mutex_lock(&ep->lock);
 	mpk_all_sync();
 	sleep_end(ep);
-	if (r < 0 && errno == EINTR)
-		return -EINTR;
-	if (r < 0 && errno == ENOSYS) {
-		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
-		return 0;
+	if (r < 0 && errno == EINTR) {
+		r = -EINTR;
+		goto out;
 	}
+	if (!one && r < 0 && errno == ENOSYS) {
+		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
+		r = 0;
+		goto out;
+	}
+	r = 0;
 	if (load_acquire(&watch_seq) != wseq)
-		return kernel_wait(ep, events, max, 0);  /* deaths, plain-epoll_ctl descriptors */
-	return 0;
+		r = kernel_wait(ep, events, max, 0);    /* deaths, plain-epoll_ctl descriptors */
+out:
+	/* reg_remove() clears both if the connection left the set meanwhile. */
+	if (ep->sleep_conn) {
+		store_release(&ep->sleep_conn->ep_sleeping, false);
+		ep->sleep_conn = NULL;
+	}
+	return (int)r;
 }
 
 /* The registration a call's cookie names, if it is still one of ours.  The

@@ -178,6 +178,9 @@ struct rpal_conn {
 	 * the peer's (I wake it there); NULL: wake_seq and futex_waitv. */
 	struct rpal_wake_page *wake_page;
 	_Atomic uint32_t *wake_mine, *wake_peer;
+	/* An rpal epoll set sleeps on wake_mine alone: the watcher bumps it on
+	 * any event (epoll.c, futex_sleep).  Under the set's lock. */
+	_Atomic bool ep_sleeping;
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
@@ -450,6 +453,7 @@ bool call_borrowed(const struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
 int call_park(struct rpal_host_rcv *r, uint64_t deadline);
 void conn_hangup_all(void);
+void conn_wake_ep_sleepers(void);
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);

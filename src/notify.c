@@ -150,10 +150,16 @@ void doorbell_drain(struct rpal_conn *c)
  * word as it now is (what a futex sleeper waits on). */
 uint64_t wait_begin(struct rpal_conn *c, uint32_t bits)
 {
+	uint64_t w, nw;
+
 	if (c->bell_dirty)
 		doorbell_drain(c);
-	atomic_fetch_add(&c->me->waiting, RPAL_WAIT_EPOCH);
-	return atomic_fetch_or(&c->me->waiting, bits) | bits;
+	/* One locked instruction: count the sleep and set the bits. */
+	w = load_relaxed(&c->me->waiting);
+	do
+		nw = (w + RPAL_WAIT_EPOCH) | bits;
+	while (!atomic_compare_exchange_weak(&c->me->waiting, &w, nw));
+	return nw;
 }
 
 void wait_end(struct rpal_conn *c, uint32_t bit)

@@ -73,6 +73,7 @@ static void *watcher(void *arg)
 				syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 			}
 		}
+		conn_wake_ep_sleepers();
 		pthread_mutex_unlock(&rpal_g.lock);
 		syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
