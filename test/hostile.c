@@ -6,8 +6,12 @@
  * connection closed with EPROTO and a clear reason; the victim keeps
  * serving another connection.  A peer that never acknowledges exhausts its
  * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
- * comes back when it goes.
+ * comes back when it goes.  A peer that scribbles on the shared wake page
+ * causes spurious wake-ups, nothing else.
  */
+#include <limits.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include "rawpeer.h"
 
 enum fault {
@@ -224,6 +228,37 @@ int main(void)
 			st0.arena_used);
 		close(p[0]);
 		close(p[1]);
+	}
+	printf("a peer that scribbles on the wake page: spurious wake-ups only\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int fd = t_ok(rpal_connect("victim", NULL, 0));
+			struct rpal_conn *c = obj_get(fd);
+			t_check(c && c->wake_page, "no wake page was negotiated");
+			/* Both words, for 300 ms, while the victim sleeps in rpal_recv. */
+			for (uint64_t t0 = t_now_ns(), i = 0; t_now_ns() - t0 < 300000000ull; i++) {
+				atomic_store(c->wake_mine, (uint32_t)(i * 7919));
+				atomic_store(c->wake_peer, (uint32_t)(i * 104729));
+				syscall(SYS_futex, c->wake_peer, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+			}
+			t_ok(rpal_send(fd, "after", 5, 0));
+			char b[8];
+			t_check(rpal_recv(fd, b, sizeof(b), 0) == 2, "the victim's answer");
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char b[16];
+		uint64_t t0 = t_now_ns();
+		long n = rpal_recv(fd, b, sizeof(b), 0);
+		t_check(n == 5 && !memcmp(b, "after", 5), "got %ld bytes (%s)", n, n < 0 ? rpal_strerror((int)n) : "");
+		t_check(t_now_ns() - t0 >= 250000000ull, "rpal_recv returned before the message was sent");
+		t_ok(rpal_send(fd, "ok", 2, 0));
+		check_other(good);
+		t_wait_ok(pid, "scribbler");
+		rpal_close(fd);
 	}
 	rpal_close(good);
 	t_wait_ok(gpid, "good peer");
