@@ -617,6 +617,8 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 {
 	struct futex_waitv wv[FUTEX_SLEEP_MAX + 2];
 	struct rpal_conn *one = ep->nregs == 1 ? ep->regs[0]->c : NULL;
+	struct rpal_wake_ref *pin = NULL;
+	_Atomic uint32_t *word = NULL;
 	uint32_t wseq, seq = 0;
 	struct timespec ts;
 	unsigned i, nw = 0;
@@ -656,9 +658,9 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 			struct rpal_conn *c = ep->regs[i]->c;
 			if (conn_dead(c) && !c->peer->base)
 				continue;
-			const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
+			const _Atomic uint32_t *w = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 
-			wv[nw++] = fwv(word, load_acquire(word), true);
+			wv[nw++] = fwv(w, load_acquire(w), true);
 		}
 	}
 	sleep_begin(ep, true, false);
@@ -669,12 +671,26 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	}
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
+	if (one) {
+		/* Once we unlock, another thread may close the connection:
+		 * keep its page mapped until our wait is over, and touch
+		 * nothing of the connection itself. */
+		pin = one->wake_ref;
+		atomic_fetch_add(&pin->refs, 1);
+		word = one->wake_mine;
+	}
 	pthread_mutex_unlock(&ep->lock);
-	if (one)        /* BITSET: an absolute CLOCK_MONOTONIC deadline, as futex_waitv's */
-		r = syscall(SYS_futex, one->wake_mine, FUTEX_WAIT_BITSET, seq,
-			    deadline == UINT64_MAX ? NULL : &ts, NULL, FUTEX_BITSET_MATCH_ANY);
-	else
+	if (word) {     /* BITSET: an absolute CLOCK_MONOTONIC deadline, as futex_waitv's */
+		int e;
+
+		r = syscall(SYS_futex, word, FUTEX_WAIT_BITSET, seq, deadline == UINT64_MAX ? NULL : &ts, NULL,
+			    FUTEX_BITSET_MATCH_ANY);
+		e = errno;
+		wake_put(pin);
+		errno = e;
+	} else {
 		r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
+	}
 	pthread_mutex_lock(&ep->lock);
 	mpk_all_sync();
 	sleep_end(ep);

@@ -106,6 +106,16 @@ static void *waiter(void *p)
 	return NULL;
 }
 
+/* The same with a short timeout: a set that lost its connection times out. */
+static void *waiter_short(void *p)
+{
+	struct wait_arg *w = p;
+	struct epoll_event e;
+
+	w->n = rpal_epoll_wait(w->ep, &e, 1, 50);
+	return NULL;
+}
+
 int main(void)
 {
 	struct epoll_event ev;
@@ -254,6 +264,23 @@ int main(void)
 		t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "re-add");
 		t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
 		rpal_close(ep2);
+	}
+
+	printf("closing a set's only connection while another thread sleeps on it\n");
+	for (int round = 0; round < 20; round++) {
+		struct puppet q = puppet_start("ep");
+		int cfd = t_ok(rpal_accept(lfd, 0)), ep3 = rpal_epoll_create(0);
+		struct wait_arg w = { .ep = ep3 };
+		pthread_t th;
+		puppet_ready(&q);
+		t_check(ep3 >= 0 && add(ep3, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
+		t_check(pthread_create(&th, NULL, waiter_short, &w) == 0, "pthread_create");
+		usleep((useconds_t)(round * 150));      /* before, at and after it falls asleep */
+		t_check(rpal_close(cfd) == 0, "close while the other thread waits");
+		pthread_join(th, NULL);
+		t_check(w.n == 0, "round %d: the wait on a closed connection returned %d", round, w.n);
+		rpal_close(ep3);
+		puppet_kill(&q);
 	}
 
 	printf("EPOLLRDHUP when the peer shuts down, then end of stream\n");
