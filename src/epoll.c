@@ -69,6 +69,7 @@ struct rpal_ep {
 	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
 	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
 	struct rpal_conn *sleep_conn; /* futex_sleep waits on its wake page word alone */
+	const void *sleep_token;      /* which futex_sleep call (one at a time) */
 	bool top_quiet;         /* the last look at T found nothing ready ... */
 	uint32_t quiet_seq;     /* ... and watch_seq was this just before it */
 };
@@ -267,6 +268,7 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 		ep_wake_single(ep);
 		atomic_store(&r->c->ep_sleeping, false);
 		ep->sleep_conn = NULL;
+		ep->sleep_token = NULL;
 	}
 	if (r->c->local) {
 		store_release(&r->c->me->hosted_rcv, 0);
@@ -633,11 +635,13 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	 * the watcher bumps watch_seq before it reads the flag: either it
 	 * bumps our word or we see its bump below.
 	 */
-	if (!one || !one->wake_mine || (conn_dead(one) && !one->peer->base))
+	/* One such sleeper per set; a second thread waits on every word. */
+	if (!one || !one->wake_mine || (conn_dead(one) && !one->peer->base) || ep->sleep_conn)
 		one = NULL;
 	if (one) {
 		atomic_store(&one->ep_sleeping, true);
 		ep->sleep_conn = one;
+		ep->sleep_token = &wseq;
 	}
 	wseq = load_acquire(&watch_seq);
 	/* A bump before our sample may be a death we have not harvested:
@@ -707,10 +711,12 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	if (load_acquire(&watch_seq) != wseq)
 		r = kernel_wait(ep, events, max, 0);    /* deaths, plain-epoll_ctl descriptors */
 out:
-	/* reg_remove() clears both if the connection left the set meanwhile. */
-	if (ep->sleep_conn) {
+	/* reg_remove() clears both if the connection left the set meanwhile
+	 * (and another call may have taken the slot since). */
+	if (one && ep->sleep_token == &wseq) {
 		store_release(&ep->sleep_conn->ep_sleeping, false);
 		ep->sleep_conn = NULL;
+		ep->sleep_token = NULL;
 	}
 	return (int)r;
 }

@@ -283,6 +283,34 @@ int main(void)
 		puppet_kill(&q);
 	}
 
+	printf("two threads asleep in a one-connection set: when one leaves, the other still sees a descriptor added with plain epoll_ctl\n");
+	{
+		struct puppet q = puppet_start("ep");
+		int cfd = t_ok(rpal_accept(lfd, 0)), ep4 = rpal_epoll_create(0), pp[2];
+		struct epoll_event pe = { .events = EPOLLIN, .data.u64 = 5 };
+		struct wait_arg w1 = { .ep = ep4 }, w2 = { .ep = ep4 };
+		pthread_t t1, t2;
+		puppet_ready(&q);
+		t_check(ep4 >= 0 && add(ep4, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
+		t_check(pipe(pp) == 0 && epoll_ctl(ep4, EPOLL_CTL_ADD, pp[0], &pe) == 0, "plain epoll_ctl");
+		/* The first times out (50 ms) and leaves while the second sleeps on. */
+		t_check(pthread_create(&t1, NULL, waiter_short, &w1) == 0 &&
+			pthread_create(&t2, NULL, waiter, &w2) == 0, "pthread_create");
+		pthread_join(t1, NULL);
+		usleep(50000);
+		uint64_t t0 = t_now_ns();
+		t_check(write(pp[1], "x", 1) == 1, "write pipe");
+		pthread_join(t2, NULL);
+		t_check(w1.n == 0 && w2.n == 1 && w2.data == 5, "waiters returned %d and %d (data %llu)", w1.n, w2.n,
+			(unsigned long long)w2.data);
+		t_check(t_now_ns() - t0 < 1000000000ull, "the sleeping waiter took over a second to see the pipe");
+		close(pp[0]);
+		close(pp[1]);
+		rpal_close(cfd);
+		rpal_close(ep4);
+		puppet_kill(&q);
+	}
+
 	printf("EPOLLRDHUP when the peer shuts down, then end of stream\n");
 	ev.events = EPOLLIN | EPOLLRDHUP;
 	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev) == 0, "mod rdhup");
