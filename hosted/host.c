@@ -48,8 +48,9 @@ static struct sigaction old_fault[4], old_sys;
 static struct rpal_host_sender *current_call(void) {
     if (!the_host || !the_host->fsgsbase) return NULL;
     struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
-    if (!s || s->magic != RPAL_SENDER_MAGIC || !s->cur) return NULL;
-    return s;
+    uintptr_t fs;
+    __asm__ __volatile__("rdfsbase %0" : "=r"(fs));
+    return rpal_sender_in_call(s, fs) ? s : NULL;
 }
 
 /* Give a signal we do not handle to whoever had it before us. */

@@ -136,7 +136,17 @@ struct rpal_host_sender {
 	uintptr_t owner_fs;           /* its thread's TCB: a new thread inherits the gs base */
 	struct rpal_host_ctx ctx;     /* where a call returns to */
 	struct rpal_host_rcv *cur;    /* the receiver being run, NULL outside calls */
+	struct rpal_host_sender *next_free; /* records are pooled, never freed: a thread
+	                                     * that inherited a gs base may still read one */
 };
+
+/* Is this thread running s's call right now?  The gs base alone does not
+ * say: a thread inherits its creator's.  During a call the fs base is the
+ * receiver's, as saved in its context. */
+static inline int rpal_sender_in_call(const struct rpal_host_sender *s, uintptr_t fs)
+{
+	return s && s->magic == RPAL_SENDER_MAGIC && s->cur && s->cur->ctx.fs == fs;
+}
 
 #define SUD_ALLOW 0
 #define SUD_BLOCK 1

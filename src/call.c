@@ -185,9 +185,12 @@ static inline uintptr_t rdfsbase(void)
 static pthread_key_t sender_key;
 static pthread_once_t sender_once = PTHREAD_ONCE_INIT;
 static bool sender_key_ok;
+static pthread_mutex_t sender_pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rpal_host_sender *sender_pool;
 
-/* At the end of a thread that made calls: its record goes, and first the
- * dispatch whose selector byte the kernel reads in it. */
+/* At the end of a thread that made calls: its record goes back to the pool
+ * (not to malloc: threads it created may still hold its address in their
+ * gs base), after the dispatch whose selector byte the kernel reads in it. */
 static void sender_free(void *p)
 {
 	struct rpal_host_sender *s = p;
@@ -196,8 +199,12 @@ static void sender_free(void *p)
 		prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
 	if ((struct rpal_host_sender *)rpal_rdgsbase() == s)
 		rpal_wrgsbase(0);
-	s->magic = 0;
-	free(s);
+	s->owner_fs = 0;
+	s->cur = NULL;
+	pthread_mutex_lock(&sender_pool_lock);
+	s->next_free = sender_pool;
+	sender_pool = s;
+	pthread_mutex_unlock(&sender_pool_lock);
 }
 
 static void sender_key_make(void)
@@ -217,16 +224,27 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s)
 	pthread_once(&sender_once, sender_key_make);
 	if (!sender_key_ok)
 		return NULL;
-	s = calloc(1, sizeof(*s));      /* freed when the thread ends (sender_free) */
-	if (!s)
+	pthread_mutex_lock(&sender_pool_lock);
+	s = sender_pool;
+	if (s)
+		sender_pool = s->next_free;
+	pthread_mutex_unlock(&sender_pool_lock);
+	if (!s && !(s = calloc(1, sizeof(*s))))
 		return NULL;
+	s->magic = 0;           /* while it is set up */
+	s->sud = 0;
+	s->cur = NULL;
+	s->next_free = NULL;
 	if (pthread_setspecific(sender_key, s)) {
-		free(s);
+		pthread_mutex_lock(&sender_pool_lock);
+		s->next_free = sender_pool;
+		sender_pool = s;
+		pthread_mutex_unlock(&sender_pool_lock);
 		return NULL;
 	}
-	s->magic = RPAL_SENDER_MAGIC;
 	s->owner_fs = fs;
 	s->selector = SUD_ALLOW;
+	s->magic = RPAL_SENDER_MAGIC;
 	if (host->sud && prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, host->sud_start,
 			       host->sud_len, &s->selector) == 0)
 		s->sud = 1;
@@ -243,6 +261,9 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	/* The receiver may open protection-key windows of its own program
 	 * (protect_peers): they must not stay open on this thread. */
 	uint32_t pkru = host->pku ? pkru_read() : 0;
+	/* We hold r: nobody else writes its counters.  Each store below is
+	 * absolute, so a CAS that fails and stores again counts once. */
+	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
 	uint32_t st, want;
 	bool wake = false;
 
@@ -272,8 +293,8 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 			if (want != RCV_BORROWED) {
 				/* Count while we still hold it: whoever claims
 				 * it next sees the sums (the CAS releases). */
-				store_relaxed(&r->calls, load_relaxed(&r->calls) + 1);
-				store_relaxed(&r->call_tsc, load_relaxed(&r->call_tsc) + (__rdtsc() - t0));
+				store_relaxed(&r->calls, calls);
+				store_relaxed(&r->call_tsc, tsc0 + (__rdtsc() - t0));
 			}
 		} while (!atomic_compare_exchange_weak(&r->state, &st, want));
 		if (want == RCV_BORROWED)
@@ -292,8 +313,8 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		return 1;
 	}
 	/* It faulted or trapped: we still hold it. */
-	store_relaxed(&r->calls, load_relaxed(&r->calls) + 1);
-	store_relaxed(&r->call_tsc, load_relaxed(&r->call_tsc) + (__rdtsc() - t0));
+	store_relaxed(&r->calls, calls);
+	store_relaxed(&r->call_tsc, tsc0 + (__rdtsc() - t0));
 	r->sender = NULL;
 	r->cookie = 0;
 	if (unlikely(r->fault_sig)) {
@@ -331,8 +352,11 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 	if (!r || !host->fsgsbase)
 		return 0;
 	s = (struct rpal_host_sender *)rpal_rdgsbase();
-	/* Inside a call already: no second borrow on this thread. */
-	nested = !may_call || (s && s->magic == RPAL_SENDER_MAGIC && s->cur);
+	/* Inside a call already: no second borrow on this thread.  Otherwise
+	 * our record first, so that a claim never has to be undone. */
+	nested = !may_call || rpal_sender_in_call(s, rdfsbase());
+	if (!nested && !(s = sender_get(s)))
+		nested = true;          /* no memory: its own thread runs it */
 	st = load_relaxed(&r->state);
 	for (;;) {
 		switch (st & RCV_MASK) {
@@ -343,13 +367,7 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 			if (!nested && !(st & RCV_PENDING)) {
 				if (!atomic_compare_exchange_weak(&r->state, &st, RCV_BORROWED))
 					continue;
-				s = sender_get(s);
-				if (likely(s))
-					return do_call(c, r, s, cookie);
-				st = RCV_BORROWED;      /* no memory: let its thread run it */
-				if (atomic_compare_exchange_strong(&r->state, &st, RCV_PARKED | RCV_PENDING))
-					kick(r);
-				return 0;
+				return do_call(c, r, s, cookie);
 			}
 			if (st & RCV_PENDING)
 				return 0;
@@ -424,7 +442,8 @@ bool call_from_producer(const struct rpal_conn *c)
 {
 	const struct rpal_host_rcv *r = (const struct rpal_host_rcv *)(uintptr_t)load_relaxed(&c->me->hosted_rcv);
 
-	return r && r->sender && r->cookie && r->cookie == load_relaxed(&c->me->hosted_cookie);
+	return r && r->sender && r->sender == (struct rpal_host_sender *)rpal_rdgsbase() && r->cookie &&
+	       r->cookie == load_relaxed(&c->me->hosted_cookie);
 }
 
 /* The program failed in a call: hang up its connections, end its thread. */

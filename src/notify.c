@@ -106,6 +106,7 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
  * mode, first try to run it here (call.c) if may_call. */
 static int notify_rx(struct rpal_conn *c, bool may_call)
 {
+	bool parker = false;
 	uint64_t w;
 	int ret;
 
@@ -113,11 +114,20 @@ static int notify_rx(struct rpal_conn *c, bool may_call)
 	if (unlikely(conn_dead(c)) && !c->peer->base)
 		return 0;       /* its mapping is retired: nobody to wake */
 	if (unlikely(c->local)) {
+		parker = load_relaxed(&c->pb->hosted_rcv) != 0;
 		ret = call_deliver(c, may_call);
 		if (ret)
 			return ret < 0 ? ret : 0;
 	}
 	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
+	/* A local receiver that joined a set after our first look parks without
+	 * advertising sleep; the set's lock release orders its store before its
+	 * scan, and W1 ours: now one of us sees the other. */
+	if (unlikely(c->local) && !parker && load_acquire(&c->pb->hosted_rcv)) {
+		ret = call_deliver(c, may_call);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
 		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, &c->last_rung_rx, &c->tx_wakeups);

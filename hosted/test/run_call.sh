@@ -34,6 +34,10 @@ stress() {
 	calls=$(echo "$out" | sed -n 's/^client: stat \[0\] .* calls=\([0-9]*\) .*/\1/p')
 	[ "${calls:-0}" -ge "$min_calls" ] && ok "$calls RPAL calls into the server (at least $min_calls)" ||
 		bad "only ${calls:-0} RPAL calls (wanted $min_calls): the call path was not used"
+	# Never more calls than requests sent before the stat line: the stress, 205 from short-lived
+	# threads, GETTID and BLOCK.
+	[ "${calls:-0}" -le $((total + 207)) ] && ok "no call counted twice (at most $((total + 207)))" ||
+		bad "$calls calls counted for $((total + 207)) requests"
 	echo "$out" | grep -q "gettid in handler is the server's thread" && ok "gettid() in a call is the server thread's" ||
 		bad "gettid in a call"
 	grow=$(echo "$out" | sed -n 's/^client: 200 short-lived sender threads (\([0-9]*\) calls, 0 errors): heap grew by \(-*[0-9]*\) bytes/\1 \2/p')
