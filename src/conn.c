@@ -191,25 +191,6 @@ void conn_hangup_all(void)
 	obj_walk(hang_up_one);
 }
 
-static void wake_ep_sleeper(int fd, void *_Atomic *slot)
-{
-	struct rpal_conn *c = atomic_load(slot);
-
-	(void)fd;
-	if (c->kind == OBJ_CONN && c->wake_mine && atomic_load(&c->ep_sleeping)) {
-		atomic_fetch_add(c->wake_mine, 1);
-		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-	}
-}
-
-/* The watcher saw an event: an epoll set asleep on one connection's word
- * must look (it may be an ordinary descriptor of the set).  Caller holds
- * rpal_g.lock, so every connection found is alive. */
-void conn_wake_ep_sleepers(void)
-{
-	obj_walk(wake_ep_sleeper);
-}
-
 RPAL_EXPORT void rpal_fini(void)
 {
 	if (!rpal_g.inited)
@@ -680,7 +661,7 @@ static int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, 
 		ret = (snprintf(why, whylen, "hello says pid %u, the socket says %d", h.pid, (int)uc->pid), -EPROTO);
 	/* A WELCOME with a wake page answers our HELLO's offer (we always
 	 * make it); a HELLO never carries one. */
-	if (type == RPAL_HS_WELCOME && (h.features & RPAL_FEAT_WAKE_PAGE))
+	if (!ret && type == RPAL_HS_WELCOME && (h.features & RPAL_FEAT_WAKE_PAGE))
 		want = 3;
 	if (!ret && nfds != want)
 		ret = (snprintf(why, whylen, "hello carried %d descriptors, expected %d", nfds, want), -EPROTO);

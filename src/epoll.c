@@ -68,8 +68,6 @@ struct rpal_ep {
 	_Atomic uint32_t owner_in; /* the owner is in rpal_epoll_wait() without lock */
 	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
 	uint32_t watch_seen;    /* watch_seq when T was last harvested before a futex sleep */
-	struct rpal_conn *sleep_conn; /* futex_sleep waits on its wake page word alone */
-	const void *sleep_token;      /* which futex_sleep call (one at a time) */
 	bool top_quiet;         /* the last look at T found nothing ready ... */
 	uint32_t quiet_seq;     /* ... and watch_seq was this just before it */
 };
@@ -239,18 +237,6 @@ static void reg_arm(struct rpal_ep_reg *r, const struct epoll_event *ev)
 	r->hup_seen = 0;
 }
 
-/* A futex_sleep on one connection's word must look again (a change of the
- * set).  Caller holds ep->lock, so that connection is still in the set. */
-static void ep_wake_single(struct rpal_ep *ep)
-{
-	struct rpal_conn *c = ep->sleep_conn;
-
-	if (c) {
-		atomic_fetch_add(c->wake_mine, 1);
-		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-	}
-}
-
 /* Caller holds ep->lock. */
 static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 {
@@ -263,13 +249,6 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 		}
 	}
 	internal_ctl(ep, EPOLL_CTL_DEL, r);
-	if (ep->sleep_conn == r->c) {
-		/* Asleep on this connection's word, which is about to go. */
-		ep_wake_single(ep);
-		atomic_store(&r->c->ep_sleeping, false);
-		ep->sleep_conn = NULL;
-		ep->sleep_token = NULL;
-	}
 	if (r->c->local) {
 		store_release(&r->c->me->hosted_rcv, 0);
 		store_relaxed(&r->c->me->hosted_cookie, 0);
@@ -346,8 +325,6 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 	default:
 		ret = -EINVAL;
 	}
-	if (!ret)
-		ep_wake_single(ep);
 	other_give(ep, counted);
 	/* A thread asleep in rpal_epoll_wait() must look at the new state,
 	 * as epoll_ctl() wakes waiters for a descriptor that is ready. */
@@ -366,18 +343,17 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 		ret = epoll_ctl(epfd, op, fd, event);
 		if (ep && !ret) {
 			/* Counted so a set of rpal connections only may sleep on
-			 * futexes; see ep_wait(). */
+			 * futexes; see ep_wait().  The count and the watch change
+			 * together, or two threads could leave U unwatched. */
+			pthread_mutex_lock(&ep->lock);
 			if (op == EPOLL_CTL_ADD && atomic_fetch_add(&ep->nuser, 1) == 0)
 				watch_del(ep->fd);      /* epoll sleeps see U themselves */
 			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser) &&
 				 atomic_fetch_sub(&ep->nuser, 1) == 1)
 				watch_add(ep->fd, EPOLLIN);
+			pthread_mutex_unlock(&ep->lock);
 			if (op != EPOLL_CTL_DEL)
 				ep_kick(ep);
-			/* nuser changed: a sleeper on one word must choose again. */
-			pthread_mutex_lock(&ep->lock);
-			ep_wake_single(ep);
-			pthread_mutex_unlock(&ep->lock);
 		}
 		return ret;
 	}
@@ -618,107 +594,58 @@ static void sleep_end(struct rpal_ep *ep)
 static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
 	struct futex_waitv wv[FUTEX_SLEEP_MAX + 2];
-	struct rpal_conn *one = ep->nregs == 1 ? ep->regs[0]->c : NULL;
-	struct rpal_wake_ref *pin = NULL;
-	_Atomic uint32_t *word = NULL;
-	uint32_t wseq, seq = 0;
+	uint32_t wseq = load_acquire(&watch_seq);
 	struct timespec ts;
 	unsigned i, nw = 0;
 	long r;
 
-	/*
-	 * One connection with a wake page: sleep on its word alone, with
-	 * FUTEX_WAIT.  Whatever else must wake us bumps that word: the peer,
-	 * the watcher on any event (conn_wake_ep_sleepers: a death, or one of
-	 * our ordinary descriptors) and a change of the set (ep_wake_single).
-	 * The flag is stored (a full barrier) before we sample watch_seq, and
-	 * the watcher bumps watch_seq before it reads the flag: either it
-	 * bumps our word or we see its bump below.
-	 */
-	/* One such sleeper per set; a second thread waits on every word. */
-	if (!one || !one->wake_mine || (conn_dead(one) && !one->peer->base) || ep->sleep_conn)
-		one = NULL;
-	if (one) {
-		atomic_store(&one->ep_sleeping, true);
-		ep->sleep_conn = one;
-		ep->sleep_token = &wseq;
-	}
-	wseq = load_acquire(&watch_seq);
 	/* A bump before our sample may be a death we have not harvested:
 	 * the futex would not return for it. */
 	if (wseq != ep->watch_seen) {
 		ep->watch_seen = wseq;
 		r = kernel_wait(ep, events, max, 0);
 		if (r)
-			goto out;
+			return (int)r;
 	}
 
-	if (one) {
-		seq = load_acquire(one->wake_mine);
-	} else {
-		wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
-		wv[nw++] = fwv(&watch_seq, wseq, false);
-		for (i = 0; i < ep->nregs; i++) {
-			struct rpal_conn *c = ep->regs[i]->c;
-			if (conn_dead(c) && !c->peer->base)
-				continue;
-			const _Atomic uint32_t *w = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
+	/*
+	 * Our own words (kick, watch) as well as the connections': a peer can
+	 * write its connection's wake page word, so that word alone must not
+	 * carry wake-ups for anything else (our ordinary descriptors, other
+	 * connections' deaths, set changes).
+	 */
+	wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
+	wv[nw++] = fwv(&watch_seq, wseq, false);
+	for (i = 0; i < ep->nregs; i++) {
+		struct rpal_conn *c = ep->regs[i]->c;
+		if (conn_dead(c) && !c->peer->base)
+			continue;
+		const _Atomic uint32_t *w = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 
-			wv[nw++] = fwv(w, load_acquire(w), true);
-		}
+		wv[nw++] = fwv(w, load_acquire(w), true);
 	}
 	sleep_begin(ep, true, false);
 	r = scan(ep, events, max);      /* the re-check after W0 */
 	if (r) {
 		sleep_end(ep);
-		goto out;
+		return (int)r;
 	}
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
-	if (one) {
-		/* Once we unlock, another thread may close the connection:
-		 * keep its page mapped until our wait is over, and touch
-		 * nothing of the connection itself. */
-		pin = one->wake_ref;
-		atomic_fetch_add(&pin->refs, 1);
-		word = one->wake_mine;
-	}
 	pthread_mutex_unlock(&ep->lock);
-	if (word) {     /* BITSET: an absolute CLOCK_MONOTONIC deadline, as futex_waitv's */
-		int e;
-
-		r = syscall(SYS_futex, word, FUTEX_WAIT_BITSET, seq, deadline == UINT64_MAX ? NULL : &ts, NULL,
-			    FUTEX_BITSET_MATCH_ANY);
-		e = errno;
-		wake_put(pin);
-		errno = e;
-	} else {
-		r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
-	}
+	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
 	pthread_mutex_lock(&ep->lock);
 	mpk_all_sync();
 	sleep_end(ep);
-	if (r < 0 && errno == EINTR) {
-		r = -EINTR;
-		goto out;
-	}
-	if (!one && r < 0 && errno == ENOSYS) {
+	if (r < 0 && errno == EINTR)
+		return -EINTR;
+	if (r < 0 && errno == ENOSYS) {
 		atomic_fetch_add(&ep->nuser, 1);        /* no futex_waitv: epoll from now on */
-		r = 0;
-		goto out;
+		return 0;
 	}
-	r = 0;
 	if (load_acquire(&watch_seq) != wseq)
-		r = kernel_wait(ep, events, max, 0);    /* deaths, plain-epoll_ctl descriptors */
-out:
-	/* reg_remove() clears both if the connection left the set meanwhile
-	 * (and another call may have taken the slot since). */
-	if (one && ep->sleep_token == &wseq) {
-		store_release(&ep->sleep_conn->ep_sleeping, false);
-		ep->sleep_conn = NULL;
-		ep->sleep_token = NULL;
-	}
-	return (int)r;
+		return kernel_wait(ep, events, max, 0);  /* deaths, plain-epoll_ctl descriptors */
+	return 0;
 }
 
 /* The registration a call's cookie names, if it is still one of ours.  The

@@ -179,9 +179,6 @@ struct rpal_conn {
 	struct rpal_wake_page *wake_page;
 	struct rpal_wake_ref *wake_ref;  /* who still needs the mapping (wake_put) */
 	_Atomic uint32_t *wake_mine, *wake_peer;
-	/* An rpal epoll set sleeps on wake_mine alone: the watcher bumps it on
-	 * any event (epoll.c, futex_sleep).  Under the set's lock. */
-	_Atomic bool ep_sleeping;
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
@@ -454,7 +451,6 @@ bool call_borrowed(const struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
 int call_park(struct rpal_host_rcv *r, uint64_t deadline);
 void conn_hangup_all(void);
-void conn_wake_ep_sleepers(void);
 
 /* A wake page mapping outlives its connection while a sleeper may still
  * be about to wait on it: the connection holds one reference, such a

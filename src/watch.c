@@ -73,7 +73,6 @@ static void *watcher(void *arg)
 				syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 			}
 		}
-		conn_wake_ep_sleepers();
 		pthread_mutex_unlock(&rpal_g.lock);
 		syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 	}
@@ -144,15 +143,25 @@ void watch_del(int fd)
 /* rpal_fini(): stop and join the thread. */
 void watch_stop(void)
 {
+	pthread_t th;
+	bool started;
+
 	pthread_mutex_lock(&watch.lock);
-	if (watch.started) {
+	started = watch.started;
+	th = watch.thread;
+	if (started)
 		(void)!eventfd_write(watch.stopfd, 1);
-		pthread_join(watch.thread, NULL);
-		close(watch.epfd);
-		close(watch.stopfd);
-		watch.epfd = watch.stopfd = -1;
-		watch.started = false;
-	}
+	pthread_mutex_unlock(&watch.lock);
+	if (!started)
+		return;
+	/* Not under watch.lock: the thread may wait for rpal_g.lock, whose
+	 * holder (a handshake) may wait for watch.lock. */
+	pthread_join(th, NULL);
+	pthread_mutex_lock(&watch.lock);
+	close(watch.epfd);
+	close(watch.stopfd);
+	watch.epfd = watch.stopfd = -1;
+	watch.started = false;
 	pthread_mutex_unlock(&watch.lock);
 }
 
