@@ -214,11 +214,9 @@ static void sender_key_make(void)
 
 /* This thread's record, made on its first call.  A thread inherits its
  * creator's gs base, so the record names the thread (its TCB) it belongs to.
- * s: what the gs base points at now. */
-static struct rpal_host_sender *sender_get(struct rpal_host_sender *s)
+ * s: what the gs base points at now; fs: our fs base. */
+static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t fs)
 {
-	uintptr_t fs = rdfsbase();
-
 	if (likely(s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs))
 		return s;
 	pthread_once(&sender_once, sender_key_make);
@@ -346,6 +344,7 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 	struct rpal_host_rcv *r = (struct rpal_host_rcv *)(uintptr_t)load_acquire(&c->pb->hosted_rcv);
 	uint64_t cookie = load_relaxed(&c->pb->hosted_cookie);
 	struct rpal_host_sender *s;
+	uintptr_t fs;
 	bool nested;
 	uint32_t st;
 
@@ -354,8 +353,9 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 	s = (struct rpal_host_sender *)rpal_rdgsbase();
 	/* Inside a call already: no second borrow on this thread.  Otherwise
 	 * our record first, so that a claim never has to be undone. */
-	nested = !may_call || rpal_sender_in_call(s, rdfsbase());
-	if (!nested && !(s = sender_get(s)))
+	fs = rdfsbase();
+	nested = !may_call || rpal_sender_in_call(s, fs);
+	if (!nested && !(s = sender_get(s, fs)))
 		nested = true;          /* no memory: its own thread runs it */
 	st = load_relaxed(&r->state);
 	for (;;) {
