@@ -222,8 +222,8 @@ static void forget_one(int fd, void *_Atomic *slot)
 		close(c->peer_doorbell);
 		close(c->pidfd);
 		bufset_free(&c->out);
-		if (c->wake_ref)
-			wake_put(c->wake_ref);
+		if (c->wake_page)
+			munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
 		free(c);
 	} else if (*obj == OBJ_LISTENER) {
 		struct rpal_listener *l = (struct rpal_listener *)obj;
@@ -347,14 +347,6 @@ static int service_addr(const char *service, struct sockaddr_un *sa, socklen_t *
 
 /* ------------------------------------------------------------ connections */
 
-void wake_put(struct rpal_wake_ref *w)
-{
-	if (atomic_fetch_sub(&w->refs, 1) == 1) {
-		munmap(w->page, RPAL_WAKE_PAGE_SIZE);
-		free(w);
-	}
-}
-
 /* The wake page (RPAL_FEAT_WAKE_PAGE), mapped read-write; NULL on failure. */
 static struct rpal_wake_page *wake_page_map(int fd)
 {
@@ -460,16 +452,6 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->peer_gid = uc->gid;
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
 	spin_init(&c->tx_spin, rpal_g.cfg.spin_us);
-	if (page) {
-		c->wake_ref = malloc(sizeof(*c->wake_ref));
-		if (!c->wake_ref) {
-			ret = -ENOMEM;
-			snprintf(why, whylen, "out of memory");
-			goto fail;
-		}
-		c->wake_ref->refs = 1;
-		c->wake_ref->page = page;
-	}
 	c->wake_page = page;    /* the watcher finds it from here on (obj_set) */
 	ret = obj_set(sock, c);
 	if (ret)
@@ -482,7 +464,6 @@ fail:
 		close(c->pidfd);
 	bufset_free(&c->out);
 	peer_put(c->peer);
-	free(c->wake_ref);      /* the page itself stays the caller's */
 	free(c);
 	return ret;
 }
@@ -1076,8 +1057,8 @@ static void conn_close(struct rpal_conn *c)
 	watch_del(c->fd);       /* the lingering copy of the socket stays unwatched */
 	watch_del(c->pidfd);
 	/* The watcher no longer finds c (obj_clear under rpal_g.lock). */
-	if (c->wake_ref)
-		wake_put(c->wake_ref);
+	if (c->wake_page)
+		munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);

@@ -177,7 +177,6 @@ struct rpal_conn {
 	/* RPAL_FEAT_WAKE_PAGE: the shared page, my word (I sleep on it) and
 	 * the peer's (I wake it there); NULL: wake_seq and futex_waitv. */
 	struct rpal_wake_page *wake_page;
-	struct rpal_wake_ref *wake_ref;  /* who still needs the mapping (wake_put) */
 	_Atomic uint32_t *wake_mine, *wake_peer;
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
@@ -451,15 +450,6 @@ bool call_borrowed(const struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
 int call_park(struct rpal_host_rcv *r, uint64_t deadline);
 void conn_hangup_all(void);
-
-/* A wake page mapping outlives its connection while a sleeper may still
- * be about to wait on it: the connection holds one reference, such a
- * sleeper another; the last one unmaps. */
-struct rpal_wake_ref {
-	_Atomic int refs;
-	struct rpal_wake_page *page;
-};
-void wake_put(struct rpal_wake_ref *w);
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);
