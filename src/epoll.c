@@ -63,7 +63,7 @@ struct rpal_ep {
 	bool parking;           /* the waiter is in park_wait() */
 	_Atomic unsigned long park_owner; /* the thread (pthread_t) that parks here; 0: none yet */
 	/* Hosted mode: the park owner's rpal_epoll_wait() may go without
-	 * lock (see set_take); biased: membarrier makes that safe. */
+	 * lock (see owner_take); biased: membarrier makes that safe. */
 	bool biased;
 	_Atomic uint32_t owner_in; /* the owner is in rpal_epoll_wait() without lock */
 	_Atomic uint32_t others;   /* threads other than the owner that hold or want lock */
@@ -652,12 +652,9 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
  * cookie is a hint: compared with each live registration, never followed. */
 static struct rpal_ep_reg *reg_of_cookie(struct rpal_ep *ep, uint64_t cookie)
 {
-	unsigned i;
+	struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)cookie;
 
-	for (i = 0; cookie && i < ep->nregs; i++)
-		if ((uintptr_t)ep->regs[i] == cookie)
-			return ep->regs[i];
-	return NULL;
+	return r && reg_live(ep, r) ? r : NULL;
 }
 
 /*
