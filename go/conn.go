@@ -204,10 +204,11 @@ var oneByte = [][]byte{{0}}
 // ringBell wakes the peer once per value of its waiting word.  A peer that
 // sleeps on a futex waits on our wake_seq: we change that word, then
 // FUTEX_WAKE it (a wake landing before its FUTEX_WAIT makes the wait return
-// at once).  Otherwise we write one byte to its doorbell pipe with
-// RWF_NOWAIT, which never blocks whatever the peer does to the file's
+// at once).  A peer that sleeps on its doorbell pipe (no futex bit, or the
+// bell bit beside it: it has sleepers of both kinds) gets one byte written
+// with RWF_NOWAIT, which never blocks whatever the peer does to the file's
 // flags; EAGAIN means unread bytes, hence a pending wake-up.
-func (c *Conn) ringBell(w uint64, futexBit uint64, last *atomic.Uint64) {
+func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
 	if last.Swap(w) == w {
 		return
 	}
@@ -216,7 +217,8 @@ func (c *Conn) ringBell(w uint64, futexBit uint64, last *atomic.Uint64) {
 		atomic.AddUint32(seq, 1)
 		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(seq)), futexWake,
 			uintptr(math.MaxInt32), 0, 0, 0)
-	} else {
+	}
+	if w&futexBit == 0 || w&bellBit != 0 {
 		_, _ = unix.Pwritev2(c.peerBell, oneByte, -1, unix.RWF_NOWAIT)
 	}
 	c.wakeups.Add(1)
@@ -233,7 +235,7 @@ func (c *Conn) wakeRX() {
 	// this load (pairs with W0 in the peer's wait).
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
 	if w&waitRX != 0 {
-		c.ringBell(w, waitRXFutex, &c.lastRungRX)
+		c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX)
 	}
 }
 
@@ -508,7 +510,7 @@ func (c *Conn) notifyTX(force bool, rxHead uint64) {
 	}
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // after a seq-cst store: W1
 	if w&waitTX != 0 {
-		c.ringBell(w, waitTXFutex, &c.lastRungTX)
+		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX)
 	}
 }
 
@@ -529,7 +531,7 @@ func (c *Conn) ackPush(addr uint64) error {
 	atomic.StoreUint64(c.u64(c.me, bAckTail), c.ackTail)
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // W1 for the TX direction
 	if w&waitTX != 0 {
-		c.ringBell(w, waitTXFutex, &c.lastRungTX)
+		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX)
 	}
 	return nil
 }

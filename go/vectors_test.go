@@ -143,7 +143,7 @@ func TestVectorBlock(t *testing.T) {
 	}
 	le := binary.LittleEndian
 	if le.Uint64(b[bTail:]) != 3 || le.Uint64(b[bRxHead:]) != 2 || le.Uint64(b[bAckTail:]) != 1 ||
-		le.Uint64(b[bAckHead:]) != 0 || le.Uint64(b[bWaiting:]) != 3*waitEpoch|waitRX ||
+		le.Uint64(b[bAckHead:]) != 0 || le.Uint64(b[bWaiting:]) != 3*waitEpoch|waitRXBell|waitRX ||
 		le.Uint32(b[bTxCPU:]) != 1 || le.Uint32(b[bRxCPU:]) != 0xffffffff || le.Uint32(b[bWakeSeq:]) != 7 {
 		t.Fatal("block indices do not decode as documented")
 	}

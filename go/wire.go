@@ -38,7 +38,9 @@ const (
 	waitTX      = 0x2
 	waitRXFutex = 0x4 // the RX sleeper waits on the waker's wake_seq
 	waitTXFutex = 0x8
-	waitEpoch   = 0x10 // one sleep
+	waitRXBell  = 0x10 // with a FUTEX bit: another RX sleeper waits on the doorbell
+	waitTXBell  = 0x20
+	waitEpoch   = 0x40 // one sleep
 
 	hsHello   = 1
 	hsWelcome = 2

@@ -43,7 +43,7 @@ struct rpal_ep_reg {
 	uint64_t out_mark;      /* EPOLLET: peer head at the last EPOLLOUT */
 	uint32_t hup_seen;      /* EPOLLET: hang-up bits already reported */
 	bool fresh;             /* EPOLLET: report current state once */
-	uint32_t sleeping;      /* RPAL_WAIT_* advertised in this wait */
+	uint32_t sleeping;      /* RPAL_WAIT_* the set's sleepers advertised */
 };
 
 struct rpal_ep {
@@ -58,6 +58,7 @@ struct rpal_ep {
 	unsigned nregs, cap;
 	unsigned rr;            /* round-robin start among connections */
 	unsigned since_kernel;  /* calls since ordinary descriptors were polled */
+	unsigned sleepers;      /* waiters between sleep_begin() and sleep_end() */
 	struct rpal_spin spin;
 	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
 	bool parking;           /* the waiter is in park_wait() */
@@ -518,7 +519,7 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 		if (!reg_live(ep, r))
 			continue;       /* removed while we slept */
 		if (tag == TAG_BELL)
-			r->c->bell_dirty = true;
+			store_relaxed(&r->c->bell_dirty, true);
 		else
 			conn_mark_dead(r->c, tag == TAG_PIDFD);
 	}
@@ -541,13 +542,20 @@ static bool top_idle(struct rpal_ep *ep)
 	return ep->top_quiet && atomic_load(&ep->nuser) == 0 && load_acquire(&watch_seq) == ep->quiet_seq;
 }
 
-/* parked: local peers call in instead of waking us (call.c).  Returns
- * whether it advertised a sleep anywhere. */
+/*
+ * Advertise a sleep on every connection we wait for; each sleep_begin()
+ * needs one sleep_end().  The set's waiters share one advertisement per
+ * connection, kept until the last of them leaves: each adds the flags it
+ * needs and counts a new sleep, so the peer rings for it too.  parked:
+ * local peers call in instead of waking us (call.c).  Returns whether it
+ * advertised a sleep anywhere.
+ */
 static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 {
 	bool any = false;
 	unsigned i;
 
+	ep->sleepers++;
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_ep_reg *r = ep->regs[i];
 		uint32_t bits = 0;
@@ -555,12 +563,12 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 		if (r->disabled || conn_dead(r->c) || conn_err(r->c) || (parked && r->c->local))
 			continue;
 		if (r->events & IN_BITS)
-			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : 0);
+			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL);
 		if ((r->events & OUT_BITS) && !ring_writable(r->c))
-			bits |= RPAL_WAIT_TX | (futex ? RPAL_WAIT_TX_FUTEX : 0);
+			bits |= RPAL_WAIT_TX | (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL);
 		if (bits) {
-			wait_begin(r->c, bits);
-			r->sleeping = bits;
+			wait_begin(r->c, bits & ~r->sleeping);
+			r->sleeping |= bits;
 			any = true;
 		}
 	}
@@ -571,6 +579,8 @@ static void sleep_end(struct rpal_ep *ep)
 {
 	unsigned i;
 
+	if (--ep->sleepers)
+		return;
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_ep_reg *r = ep->regs[i];
 		if (r->sleeping) {
@@ -687,8 +697,7 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 		why = call_park(ep->rcv, deadline);
 		*fast = owner_take(ep);
 		mpk_all_sync();         /* maybe a borrower's thread, or a new key */
-		if (slept)
-			sleep_end(ep);
+		sleep_end(ep);
 		/* A call names its connection: the event is there.  Others
 		 * wait for the next rpal_epoll_wait(), which scans them all
 		 * before it parks again. */
@@ -823,7 +832,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		} else {
 			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
 			for (i = 0; i < ep->nregs; i++)
-				if (ep->regs[i]->c->bell_dirty)
+				if (load_relaxed(&ep->regs[i]->c->bell_dirty))
 					doorbell_drain(ep->regs[i]->c);
 			sleep_begin(ep, false, false);
 			n = scan(ep, events, max);

@@ -181,7 +181,9 @@ struct rpal_conn {
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
-	bool bell_dirty;              /* C: my doorbell has bytes to drain */
+	_Atomic bool bell_dirty;      /* my doorbell has bytes to drain (any of our sleepers) */
+	/* Our threads asleep on each RPAL_WAIT_* flag of me->waiting. */
+	_Atomic uint32_t wait_count[RPAL_WAIT_BITS];
 	int pidfd;
 
 	uint64_t last_peer_poll;      /* C: now_ns() of the last liveness poll */
@@ -320,8 +322,8 @@ void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acki
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
 uint32_t peer_update(struct rpal_conn *c);
-uint64_t wait_begin(struct rpal_conn *c, uint32_t bits);
-void wait_end(struct rpal_conn *c, uint32_t bit);
+void wait_begin(struct rpal_conn *c, uint32_t bits);
+void wait_end(struct rpal_conn *c, uint32_t bits);
 
 /* watch.c */
 extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies */

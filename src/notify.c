@@ -14,6 +14,11 @@
  * blocking call; registered edge-triggered in epoll sets, and drained before
  * the next sleep.  The waiting word counts sleeps, so the peer rings
  * once per sleep however many messages it publishes meanwhile.
+ *
+ * Several of our threads may sleep on one connection at once (two epoll
+ * waiters, or one plus a blocking send or receive), so each flag is
+ * counted (c->wait_count) and cleared only when its last sleeper leaves:
+ * the first to wake must not take the others' advertisement with it.
  */
 #include <errno.h>
 #include <poll.h>
@@ -83,9 +88,11 @@ static void doorbell_write(int fd)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 
-/* Ring once per sleep of the peer.  EAGAIN means the pipe is full: the
- * peer has unread bytes, hence an edge, and will wake anyway. */
-static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint64_t *last, uint64_t *count)
+/* Ring once per sleep of the peer, on the futex, the doorbell, or both if
+ * it has sleepers on each.  EAGAIN means the pipe is full: the peer has
+ * unread bytes, hence an edge, and will wake anyway. */
+static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
+			  uint64_t *last, uint64_t *count)
 {
 	if (w == *last)
 		return;
@@ -97,7 +104,8 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 
 		atomic_fetch_add(word, 1);
 		syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-	} else
+	}
+	if (!(w & futex_bit) || (w & bell_bit))
 		doorbell_write(c->peer_doorbell);
 	(*count)++;
 }
@@ -130,7 +138,7 @@ static int notify_rx(struct rpal_conn *c, bool may_call)
 	}
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
-		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, &c->last_rung_rx, &c->tx_wakeups);
+		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->tx_wakeups);
 	return 0;
 }
 
@@ -151,30 +159,59 @@ void doorbell_drain(struct rpal_conn *c)
 	char buf[64];
 	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 
-	c->bell_dirty = false;
+	store_relaxed(&c->bell_dirty, false);
 	while (preadv2(c->doorbell, &iov, 1, -1, RWF_NOWAIT) == (ssize_t)sizeof(buf))
 		;
 }
 
-/* Advertise a sleep on bits; the locked RMW is barrier W0.  Returns the
- * word as it now is (what a futex sleeper waits on). */
-uint64_t wait_begin(struct rpal_conn *c, uint32_t bits)
+/* Advertise a sleep on bits (RPAL_WAIT_*, each counted until its
+ * wait_end()); the locked RMW is barrier W0.  Bits 0 only counts a new
+ * sleep of flags already advertised, so the peer rings again. */
+void wait_begin(struct rpal_conn *c, uint32_t bits)
 {
 	uint64_t w, nw;
+	unsigned i;
 
-	if (c->bell_dirty)
+	if (load_relaxed(&c->bell_dirty))
 		doorbell_drain(c);
+	/* Counts before flags: see wait_end(). */
+	for (i = 0; i < RPAL_WAIT_BITS; i++)
+		if (bits & (1u << i))
+			atomic_fetch_add(&c->wait_count[i], 1);
 	/* One locked instruction: count the sleep and set the bits. */
 	w = load_relaxed(&c->me->waiting);
 	do
 		nw = (w + RPAL_WAIT_EPOCH) | bits;
 	while (!atomic_compare_exchange_weak(&c->me->waiting, &w, nw));
-	return nw;
 }
 
-void wait_end(struct rpal_conn *c, uint32_t bit)
+/*
+ * End the sleep wait_begin(c, bits) advertised.  A flag is cleared only if
+ * its count is still zero when the word is swapped: a sleeper that counts
+ * itself in after our look changes the word (its sleep count), so our swap
+ * fails and we look again; one that counts itself in after our swap sets
+ * the flag after we cleared it.
+ */
+void wait_end(struct rpal_conn *c, uint32_t bits)
 {
-	atomic_fetch_and(&c->me->waiting, ~(uint64_t)bit);
+	uint32_t last = 0, clear;
+	uint64_t w;
+	unsigned i;
+
+	for (i = 0; i < RPAL_WAIT_BITS; i++)
+		if ((bits & (1u << i)) && atomic_fetch_sub(&c->wait_count[i], 1) == 1)
+			last |= 1u << i;
+	if (!last)
+		return;
+	w = atomic_load(&c->me->waiting);
+	do {
+		clear = 0;
+		for (i = 0; i < RPAL_WAIT_BITS; i++)
+			if ((last & (1u << i)) && atomic_load(&c->wait_count[i]) == 0)
+				clear |= 1u << i;
+		if (!clear)
+			return;
+	} while (!atomic_compare_exchange_weak(&c->me->waiting, &w, w & ~(uint64_t)clear));
 }
 
 /*
@@ -195,7 +232,7 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 	smp_mb();       /* W1 for the TX direction */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_TX))
-		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, &c->last_rung_tx, &c->rx_wakeups);
+		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->rx_wakeups);
 }
 
 /*
@@ -278,9 +315,9 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	 * we sleep in poll() on the doorbell, the socket and the pidfd.
 	 */
 	for (;;) {
-		uint32_t fbit = bit == RPAL_WAIT_RX ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_TX_FUTEX;
 		bool futex = !no_futex_waitv;
-		uint32_t bits = futex ? bit | fbit : bit;
+		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL)
+							   : (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL));
 		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 		uint32_t seq = load_acquire(word), wseq = load_acquire(&watch_seq);
 
@@ -316,7 +353,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			};
 			if (poll(pfd, 3, -1) > 0) {
 				if (pfd[0].revents & POLLIN)
-					c->bell_dirty = true;
+					store_relaxed(&c->bell_dirty, true);
 				if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))
 					conn_mark_dead(c, pfd[2].revents & POLLIN);
 			}

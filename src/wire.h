@@ -116,8 +116,9 @@ struct rpal_block {
 
 	/* What I sleep on: the peer must wake me after it publishes
 	 * (RPAL_WAIT_RX) or consumes/acks (RPAL_WAIT_TX): by FUTEX_WAKE on its
-	 * own wake_seq if the matching *_FUTEX bit is set, else by my doorbell.
-	 * Bits 4..63 count my sleeps, so the peer wakes me once per sleep. */
+	 * own wake_seq if the matching *_FUTEX bit is set, by my doorbell if
+	 * the *_BELL bit is set or the *_FUTEX bit is not (both if both).
+	 * Bits 6..63 count my sleeps, so the peer wakes me once per sleep. */
 	_Atomic uint64_t waiting;
 	/* Bumped before each FUTEX_WAKE I send the peer; a futex sleeper
 	 * samples its peer's wake_seq before advertising sleep and waits on it,
@@ -139,7 +140,12 @@ _Static_assert(offsetof(struct rpal_block, wake_seq) == 648, "block layout");
 #define RPAL_WAIT_TX       0x2u
 #define RPAL_WAIT_RX_FUTEX 0x4u   /* the RX sleeper waits on the waker's wake_seq */
 #define RPAL_WAIT_TX_FUTEX 0x8u   /* likewise for TX */
-#define RPAL_WAIT_EPOCH    0x10u  /* one sleep */
+/* A sleeper on the doorbell while another sleeps on a futex (the same
+ * side may have both): the waker does both. */
+#define RPAL_WAIT_RX_BELL  0x10u
+#define RPAL_WAIT_TX_BELL  0x20u
+#define RPAL_WAIT_EPOCH    0x40u  /* one sleep */
+#define RPAL_WAIT_BITS     6u     /* flags below the sleep count */
 
 /* Handshake messages: one SOCK_SEQPACKET datagram each. */
 enum {

@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -94,6 +95,7 @@ static void on_alarm(int sig)
 struct wait_arg {
 	int ep, n;
 	uint64_t data;
+	uint32_t events;
 };
 
 static void *waiter(void *p)
@@ -103,6 +105,7 @@ static void *waiter(void *p)
 
 	w->n = rpal_epoll_wait(w->ep, &e, 1, 3000);
 	w->data = e.data.u64;
+	w->events = e.events;
 	return NULL;
 }
 
@@ -114,6 +117,54 @@ static void *waiter_short(void *p)
 
 	w->n = rpal_epoll_wait(w->ep, &e, 1, 50);
 	return NULL;
+}
+
+struct recv_arg {
+	int fd;
+	ssize_t n;
+};
+
+static void *receiver(void *p)
+{
+	struct recv_arg *r = p;
+	char buf[64];
+
+	r->n = rpal_recv(r->fd, buf, sizeof(buf), 0);
+	return NULL;
+}
+
+/*
+ * Two threads asleep on one connection of a set (on futexes, or with an
+ * ordinary descriptor in the set, on the doorbell): the first times out
+ * and leaves, then the peer sends; the second must wake for it.
+ */
+static void two_sleepers_one_leaves(bool with_plain_fd)
+{
+	struct puppet q = puppet_start("ep");
+	int cfd = t_ok(rpal_accept(lfd, 0)), ep = rpal_epoll_create(0), pp[2];
+	struct wait_arg w1 = { .ep = ep }, w2 = { .ep = ep };
+	pthread_t t1, t2;
+
+	puppet_ready(&q);
+	t_check(ep >= 0 && add(ep, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
+	t_check(pipe(pp) == 0, "pipe");
+	if (with_plain_fd)
+		t_check(add(ep, pp[0], EPOLLIN, 5) == 0, "add a pipe");
+	t_check(pthread_create(&t1, NULL, waiter_short, &w1) == 0 &&
+		pthread_create(&t2, NULL, waiter, &w2) == 0, "pthread_create");
+	pthread_join(t1, NULL);
+	usleep(50000);
+	uint64_t t0 = t_now_ns();
+	puppet_do(&q, 's');
+	pthread_join(t2, NULL);
+	t_check(w1.n == 0 && w2.n == 1 && w2.data == 9, "waiters returned %d and %d (data %llu)", w1.n, w2.n,
+		(unsigned long long)w2.data);
+	t_check(t_now_ns() - t0 < 1000000000ull, "the sleeping waiter took over a second to see the message");
+	close(pp[0]);
+	close(pp[1]);
+	rpal_close(cfd);
+	rpal_close(ep);
+	puppet_kill(&q);
 }
 
 int main(void)
@@ -308,6 +359,39 @@ int main(void)
 		close(pp[1]);
 		rpal_close(cfd);
 		rpal_close(ep4);
+		puppet_kill(&q);
+	}
+
+	printf("two threads asleep on one connection in a set of rpal connections only: one times out, the other still wakes\n");
+	two_sleepers_one_leaves(false);
+	printf("the same in a set that also holds a pipe (doorbell sleep)\n");
+	two_sleepers_one_leaves(true);
+
+	printf("a set asleep on the doorbell and a blocking receive asleep on the futex, same connection: the peer's shutdown wakes both\n");
+	{
+		struct puppet q = puppet_start("ep");
+		int cfd = t_ok(rpal_accept(lfd, 0)), ep6 = rpal_epoll_create(0), pp[2];
+		struct wait_arg w = { .ep = ep6 };
+		struct recv_arg r = { .fd = cfd };
+		pthread_t te, tr;
+		puppet_ready(&q);
+		t_check(ep6 >= 0 && add(ep6, cfd, EPOLLIN | EPOLLRDHUP, 9) == 0, "add to a fresh set");
+		t_check(pipe(pp) == 0 && add(ep6, pp[0], EPOLLIN, 5) == 0, "add a pipe");
+		t_check(pthread_create(&te, NULL, waiter, &w) == 0 &&
+			pthread_create(&tr, NULL, receiver, &r) == 0, "pthread_create");
+		usleep(100000);                 /* both asleep */
+		uint64_t t0 = t_now_ns();
+		puppet_do(&q, 'w');
+		pthread_join(tr, NULL);
+		pthread_join(te, NULL);
+		t_check(r.n == 0, "the blocking receive returned %zd, not end of stream", r.n);
+		t_check(w.n == 1 && w.data == 9 && (w.events & EPOLLRDHUP), "the set's waiter returned %d (data %llu, events %#x)",
+			w.n, (unsigned long long)w.data, w.events);
+		t_check(t_now_ns() - t0 < 1000000000ull, "a waiter took over a second to see the shutdown");
+		close(pp[0]);
+		close(pp[1]);
+		rpal_close(cfd);
+		rpal_close(ep6);
 		puppet_kill(&q);
 	}
 

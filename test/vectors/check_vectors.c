@@ -132,7 +132,7 @@ static void check_block(void)
 	CHECK(atomic_load(&b->wake_seq) == 7, "block.bin: wake_seq");
 	CHECK(atomic_load(&b->tail) == 3 && atomic_load(&b->rx_head) == 2 && atomic_load(&b->ack_tail) == 1 &&
 	      atomic_load(&b->ack_head) == 0, "block.bin: indices");
-	CHECK(atomic_load(&b->waiting) == (3 * RPAL_WAIT_EPOCH | RPAL_WAIT_RX), "block.bin: waiting %#llx",
+	CHECK(atomic_load(&b->waiting) == (3 * RPAL_WAIT_EPOCH | RPAL_WAIT_RX_BELL | RPAL_WAIT_RX), "block.bin: waiting %#llx",
 	      (unsigned long long)atomic_load(&b->waiting));
 
 	/* Consume the ring as a peer would (docs/PROTOCOL.md §5). */

@@ -101,7 +101,7 @@ func block() []byte {
 	le.PutUint64(b[256:], 2)  // rx_head
 	le.PutUint64(b[384:], 1)  // ack_tail
 	le.PutUint64(b[512:], 0)  // ack_head
-	le.PutUint64(b[640:], 3*16|1) // waiting: 3 sleeps, RX, on the doorbell (no RX_FUTEX)
+	le.PutUint64(b[640:], 3*64|0x10|1) // waiting: 3 sleeps, RX, on the doorbell (RX_BELL, no RX_FUTEX)
 	le.PutUint32(b[648:], 7)      // wake_seq: 7 futex wakes sent to the peer
 	slot := func(i int) []byte { return b[ringOff+64*i : ringOff+64*(i+1)] }
 	s := slot(0)
