@@ -59,6 +59,7 @@ struct rpal_ep {
 	unsigned rr;            /* round-robin start among connections */
 	unsigned since_kernel;  /* calls since ordinary descriptors were polled */
 	unsigned sleepers;      /* waiters between sleep_begin() and sleep_end() */
+	bool advertised;        /* some registration's sleeping is set */
 	struct rpal_spin spin;
 	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
 	bool parking;           /* the waiter is in park_wait() */
@@ -572,6 +573,7 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 			any = true;
 		}
 	}
+	ep->advertised |= any;
 	return any;
 }
 
@@ -579,8 +581,9 @@ static void sleep_end(struct rpal_ep *ep)
 {
 	unsigned i;
 
-	if (--ep->sleepers)
+	if (--ep->sleepers || !ep->advertised)
 		return;
+	ep->advertised = false;
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_ep_reg *r = ep->regs[i];
 		if (r->sleeping) {

@@ -182,8 +182,8 @@ struct rpal_conn {
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
 	_Atomic bool bell_dirty;      /* my doorbell has bytes to drain (any of our sleepers) */
-	/* Our threads asleep on each RPAL_WAIT_* flag of me->waiting. */
-	_Atomic uint32_t wait_count[RPAL_WAIT_BITS];
+	/* Our sleepers on this connection, 16 bits per kind (notify.c). */
+	_Atomic uint64_t wait_count;
 	int pidfd;
 
 	uint64_t last_peer_poll;      /* C: now_ns() of the last liveness poll */

@@ -164,20 +164,60 @@ void doorbell_drain(struct rpal_conn *c)
 		;
 }
 
-/* Advertise a sleep on bits (RPAL_WAIT_*, each counted until its
+/*
+ * Sleepers are counted by kind, 16 bits each in c->wait_count: RX on the
+ * futex, RX on the doorbell, and the same for TX.  Every sleep sets one of
+ * the kind flags (*_FUTEX or *_BELL) beside its direction's flag, so a
+ * direction has sleepers exactly when one of its two kinds does.
+ */
+static const struct {
+	uint32_t flag, dir;
+	unsigned shift;
+} wait_kinds[] = {
+	{ RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX, 0 },
+	{ RPAL_WAIT_RX_BELL, RPAL_WAIT_RX, 16 },
+	{ RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX, 32 },
+	{ RPAL_WAIT_TX_BELL, RPAL_WAIT_TX, 48 },
+};
+
+static uint64_t wait_units(uint32_t bits)
+{
+	uint64_t u = 0;
+	unsigned i;
+
+	for (i = 0; i < 4; i++)
+		if (bits & wait_kinds[i].flag)
+			u += 1ull << wait_kinds[i].shift;
+	return u;
+}
+
+/* The flags of the kinds that have no sleeper in count. */
+static uint32_t wait_unused(uint64_t count)
+{
+	uint32_t unused = RPAL_WAIT_RX | RPAL_WAIT_TX;
+	unsigned i;
+
+	for (i = 0; i < 4; i++) {
+		if ((count >> wait_kinds[i].shift) & 0xffff)
+			unused &= ~wait_kinds[i].dir;
+		else
+			unused |= wait_kinds[i].flag;
+	}
+	return unused;
+}
+
+/* Advertise a sleep on bits (a direction and its kind, counted until
  * wait_end()); the locked RMW is barrier W0.  Bits 0 only counts a new
  * sleep of flags already advertised, so the peer rings again. */
 void wait_begin(struct rpal_conn *c, uint32_t bits)
 {
 	uint64_t w, nw;
-	unsigned i;
 
 	if (load_relaxed(&c->bell_dirty))
 		doorbell_drain(c);
-	/* Counts before flags: see wait_end(). */
-	for (i = 0; i < RPAL_WAIT_BITS; i++)
-		if (bits & (1u << i))
-			atomic_fetch_add(&c->wait_count[i], 1);
+	/* Count before the flags: see wait_end(). */
+	if (bits)
+		atomic_fetch_add(&c->wait_count, wait_units(bits));
 	/* One locked instruction: count the sleep and set the bits. */
 	w = load_relaxed(&c->me->waiting);
 	do
@@ -187,28 +227,20 @@ void wait_begin(struct rpal_conn *c, uint32_t bits)
 
 /*
  * End the sleep wait_begin(c, bits) advertised.  A flag is cleared only if
- * its count is still zero when the word is swapped: a sleeper that counts
+ * no sleeper needs it when the word is swapped: a sleeper that counts
  * itself in after our look changes the word (its sleep count), so our swap
  * fails and we look again; one that counts itself in after our swap sets
  * the flag after we cleared it.
  */
 void wait_end(struct rpal_conn *c, uint32_t bits)
 {
-	uint32_t last = 0, clear;
 	uint64_t w;
-	unsigned i;
+	uint32_t clear;
 
-	for (i = 0; i < RPAL_WAIT_BITS; i++)
-		if ((bits & (1u << i)) && atomic_fetch_sub(&c->wait_count[i], 1) == 1)
-			last |= 1u << i;
-	if (!last)
-		return;
+	atomic_fetch_sub(&c->wait_count, wait_units(bits));
 	w = atomic_load(&c->me->waiting);
 	do {
-		clear = 0;
-		for (i = 0; i < RPAL_WAIT_BITS; i++)
-			if ((last & (1u << i)) && atomic_load(&c->wait_count[i]) == 0)
-				clear |= 1u << i;
+		clear = bits & wait_unused(atomic_load(&c->wait_count));
 		if (!clear)
 			return;
 	} while (!atomic_compare_exchange_weak(&c->me->waiting, &w, w & ~(uint64_t)clear));

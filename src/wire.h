@@ -145,7 +145,6 @@ _Static_assert(offsetof(struct rpal_block, wake_seq) == 648, "block layout");
 #define RPAL_WAIT_RX_BELL  0x10u
 #define RPAL_WAIT_TX_BELL  0x20u
 #define RPAL_WAIT_EPOCH    0x40u  /* one sleep */
-#define RPAL_WAIT_BITS     6u     /* flags below the sleep count */
 
 /* Handshake messages: one SOCK_SEQPACKET datagram each. */
 enum {
