@@ -421,9 +421,9 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	/* Hang-up or death wakes futex sleepers through the watcher thread;
 	 * a bump from here on makes a sleeper poll this peer (conn_wait). */
 	c->watch_seen = load_acquire(&watch_seq);
-	ret = watch_add_conn(sock, EPOLLRDHUP, page ? sock : -1);
+	ret = watch_add(sock, EPOLLRDHUP, WATCH_CONN | (uint32_t)sock);
 	if (!ret)
-		ret = watch_add_conn(c->pidfd, EPOLLIN, page ? sock : -1);
+		ret = watch_add(c->pidfd, EPOLLIN, WATCH_CONN | (uint32_t)sock);
 	if (ret) {
 		watch_del(sock);
 		snprintf(why, whylen, "%s", rpal_strerror(ret));
@@ -1146,7 +1146,7 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	info->tx_msgs = c->tx_msgs;
 	info->rx_msgs = c->rx_msgs;
 	info->wakeups = c->tx_wakeups + c->rx_wakeups;
-	info->sleeps = c->tx_sleeps + c->rx_sleeps;
+	info->sleeps = load_relaxed(&c->tx_sleeps) + load_relaxed(&c->rx_sleeps);
 	info->bufs_outstanding = c->out.count;
 	return 0;
 }

@@ -28,7 +28,7 @@
 #include "rpal_host.h"
 
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
-#define FUTEX_SLEEP_MAX   126u     /* connections a futex_waitv sleep covers (+ kick, watch) */
+#define FUTEX_SLEEP_MAX   127u     /* connections a futex_waitv sleep covers (+ kick) */
 #define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
 
 enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7 };
@@ -51,7 +51,7 @@ struct rpal_ep {
 	int fd;                 /* U */
 	int top;                /* T */
 	int kick;               /* eventfd in T: wakes a sleeper after rpal_epoll_ctl() */
-	_Atomic uint32_t kick_seq; /* the same, for a futex sleeper */
+	_Atomic uint32_t kick_seq; /* the same, for a futex sleeper; the watcher's too */
 	_Atomic unsigned nuser; /* ordinary descriptors added through rpal_epoll_ctl() */
 	pthread_mutex_t lock;
 	struct rpal_ep_reg **regs;
@@ -184,7 +184,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 		goto fail;
 	/* While the set holds no descriptor added through rpal_epoll_ctl(),
 	 * it may sleep on futexes: the watcher looks at U meanwhile. */
-	if (watch_add(ep->fd, EPOLLIN) < 0)
+	if (watch_add(ep->fd, EPOLLIN, WATCH_SET | (uint32_t)ep->fd) < 0)
 		goto fail;
 	pthread_mutex_lock(&rpal_g.lock);
 	ret = obj_set(ep->fd, ep);
@@ -258,15 +258,23 @@ static void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 	if (r->sleeping)
 		wait_end(r->c, r->sleeping);
 	r->c->reg = NULL;
+	store_release(&r->c->set, NULL);
 	free(r);
+}
+
+/* Wake a thread asleep on futexes in this set (the watcher, after it
+ * bumped watch_seq, for an event of one of its descriptors). */
+void epoll_wake_futex(struct rpal_ep *ep)
+{
+	atomic_fetch_add(&ep->kick_seq, 1);
+	syscall(SYS_futex, &ep->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 /* Wake a thread asleep in this set, on either path. */
 static void ep_kick(struct rpal_ep *ep)
 {
 	(void)!eventfd_write(ep->kick, 1);
-	atomic_fetch_add(&ep->kick_seq, 1);
-	syscall(SYS_futex, &ep->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	epoll_wake_futex(ep);
 }
 
 static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epoll_event *ev)
@@ -307,6 +315,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		}
 		ep->regs[ep->nregs++] = r;
 		c->reg = r;
+		store_release(&c->set, ep);
 		if (ep->rcv && c->local) {
 			store_relaxed(&c->me->hosted_cookie, (uintptr_t)r);
 			store_release(&c->me->hosted_rcv, (uintptr_t)ep->rcv);
@@ -352,7 +361,7 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 				watch_del(ep->fd);      /* epoll sleeps see U themselves */
 			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser) &&
 				 atomic_fetch_sub(&ep->nuser, 1) == 1)
-				watch_add(ep->fd, EPOLLIN);
+				watch_add(ep->fd, EPOLLIN, WATCH_SET | (uint32_t)ep->fd);
 			pthread_mutex_unlock(&ep->lock);
 			if (op != EPOLL_CTL_DEL)
 				ep_kick(ep);
@@ -589,25 +598,28 @@ static void sleep_end(struct rpal_ep *ep)
 		if (r->sleeping) {
 			wait_end(r->c, r->sleeping);
 			r->sleeping = 0;
-			r->c->rx_sleeps++;
+			stat_inc(&r->c->rx_sleeps);
 		}
 	}
 }
 
 /*
  * A set of rpal connections only sleeps on futexes: the peers' wake_seq (or
- * our words of the connections' wake pages)
- * words (sampled before advertising the sleep, see notify.c), our kick, and
- * watch_seq (a hang-up, a death, or a descriptor added to U with plain
- * epoll_ctl(): U is watched while no rpal_epoll_ctl()-added one is there).
- * FUTEX_WAKE is cheaper than a doorbell write plus an epoll wake-up, and no
- * timeout is needed.  Returns the events it put in events[] (>= 0) or
- * -errno; the caller scans for more.  Lock held (dropped while asleep).
+ * our words of the connections' wake pages), sampled before advertising the
+ * sleep (see notify.c), and our kick_seq, which rpal_epoll_ctl() bumps and
+ * so does the watcher thread after watch_seq, for a hang-up or death of one
+ * of our connections or a descriptor added to U with plain epoll_ctl() (U
+ * is watched while no rpal_epoll_ctl()-added one is there).  FUTEX_WAKE is
+ * cheaper than a doorbell write plus an epoll wake-up, and no timeout is
+ * needed.  Returns the events it put in events[] (>= 0) or -errno; the
+ * caller scans for more.  Lock held (dropped while asleep).
  */
 static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
-	struct futex_waitv wv[FUTEX_SLEEP_MAX + 2];
-	uint32_t wseq = load_acquire(&watch_seq);
+	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
+	/* kick_seq before watch_seq: the watcher bumps them the other way
+	 * round, so an event either shows in wseq or changes kseq. */
+	uint32_t kseq = atomic_load(&ep->kick_seq), wseq = atomic_load(&watch_seq);
 	struct timespec ts;
 	unsigned i, nw = 0;
 	long r;
@@ -622,13 +634,12 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	}
 
 	/*
-	 * Our own words (kick, watch) as well as the connections': a peer can
-	 * write its connection's wake page word, so that word alone must not
-	 * carry wake-ups for anything else (our ordinary descriptors, other
+	 * Our own word as well as the connections': a peer can write its
+	 * connection's wake page word, so that word alone must not carry
+	 * wake-ups for anything else (our ordinary descriptors, other
 	 * connections' deaths, set changes).
 	 */
-	wv[nw++] = fwv(&ep->kick_seq, atomic_load(&ep->kick_seq), false);
-	wv[nw++] = fwv(&watch_seq, wseq, false);
+	wv[nw++] = fwv(&ep->kick_seq, kseq, false);
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_conn *c = ep->regs[i]->c;
 		if (conn_dead(c) && !c->peer->base)

@@ -43,6 +43,9 @@
 #define load_relaxed(p)      atomic_load_explicit((p), memory_order_relaxed)
 #define store_release(p, v)  atomic_store_explicit((p), (v), memory_order_release)
 #define store_relaxed(p, v)  atomic_store_explicit((p), (v), memory_order_relaxed)
+/* A statistic that threads may bump at once: no locked instruction, and a
+ * count lost to a race is no harm. */
+#define stat_inc(p)          store_relaxed((p), load_relaxed(p) + 1)
 
 #if defined(__SANITIZE_THREAD__)
 #define smp_mb() atomic_thread_fence(memory_order_seq_cst)
@@ -191,6 +194,8 @@ struct rpal_conn {
 	bool shut_wr;                 /* P: we shut down writing */
 
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
+	/* That set, for the watcher thread (read under rpal_g.lock). */
+	struct rpal_ep *_Atomic set;
 	struct rpal_spin rx_spin, tx_spin;
 
 	bool local;                   /* hosted mode: the peer shares our process */
@@ -200,7 +205,7 @@ struct rpal_conn {
 	gid_t peer_gid;
 	uint64_t tx_msgs, rx_msgs;            /* P, C */
 	uint64_t tx_wakeups, rx_wakeups;      /* P, C: wake-ups we made */
-	uint64_t tx_sleeps, rx_sleeps;        /* P, C: sleeps we took */
+	_Atomic uint64_t tx_sleeps, rx_sleeps; /* sleeps we took (stat_inc: sleepers overlap) */
 };
 
 struct rpal_pending {             /* an accepted socket mid-handshake */
@@ -327,8 +332,11 @@ void wait_end(struct rpal_conn *c, uint32_t bits);
 
 /* watch.c */
 extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies */
-int watch_add(int fd, uint32_t events);
-int watch_add_conn(int fd, uint32_t events, int conn);
+/* Whom an event on a watched descriptor concerns: a connection or a set
+ * (its descriptor below the tag). */
+#define WATCH_CONN (1ull << 32)
+#define WATCH_SET  (2ull << 32)
+int watch_add(int fd, uint32_t events, uint64_t who);
 void watch_del(int fd);
 void watch_stop(void);
 void watch_forget_child(void);
@@ -455,6 +463,7 @@ void conn_hangup_all(void);
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);
+void epoll_wake_futex(struct rpal_ep *ep);
 void epoll_destroy(void *ep);
 void epoll_forget_child(void *ep);
 

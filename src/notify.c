@@ -310,7 +310,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 {
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
 	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;
-	uint64_t *sleeps = (what & WANT_RX) ? &c->rx_sleeps : &c->tx_sleeps;
+	_Atomic uint64_t *sleeps = (what & WANT_RX) ? &c->rx_sleeps : &c->tx_sleeps;
 	uint64_t t0, budget = spin->cur_ns;
 	unsigned i;
 
@@ -364,7 +364,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			wait_end(c, bits);
 			break;
 		}
-		(*sleeps)++;
+		stat_inc(sleeps);
 		if (futex && c->wake_mine) {
 			/* Our word of the wake page: the peer bumps it to wake
 			 * us, and so does the watcher when the peer dies. */

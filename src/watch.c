@@ -4,16 +4,20 @@
  * ordinary descriptor of an rpal-only epoll set is ready") into a futex
  * wake-up.
  *
- * Futex sleepers (notify.c, epoll.c) wait on two words with futex_waitv():
- * the peer's wake_seq and our watch_seq; or, on a connection with a wake
- * page, a blocking receive waits on its word alone, which this thread bumps
- * for that connection's socket and pidfd.  A dead peer bumps no wake_seq, so
- * without this thread they would need a timeout, which costs an hrtimer on
- * every sleep and wakes idle processes.  The thread sleeps in epoll_wait on
- * every connection's socket and pidfd: it costs nothing while nothing
- * happens, and on any event bumps watch_seq and wakes every futex sleeper,
- * each of which then looks at its own connections.  Deaths are rare, so the
- * herd is not a concern.
+ * A dead peer bumps no futex word, so without this thread futex sleepers
+ * would need a timeout, which costs an hrtimer on every sleep and wakes
+ * idle processes.  The thread sleeps in epoll_wait on every connection's
+ * socket and pidfd, and on the user descriptor of every rpal-only epoll
+ * set: it costs nothing while nothing happens.  On an event it bumps
+ * watch_seq, then wakes whoever the event concerns:
+ *   - a blocking send or receive on a connection with a wake page waits on
+ *     its word alone: the watcher bumps that word;
+ *   - an epoll set waits on its private kick_seq and its connections'
+ *     words: the watcher bumps the kick_seq of the connection's set, or of
+ *     the set whose descriptor it is (one word fewer per futex_waitv, which
+ *     costs about 300 cycles per word on every wake-up);
+ *   - anyone else (a receive without a wake page) waits on watch_seq too.
+ * Deaths are rare, so the herd on watch_seq is not a concern.
  */
 #include <errno.h>
 #include <limits.h>
@@ -27,7 +31,6 @@
 #include "internal.h"
 
 #define WATCH_STOP 1ull
-#define WATCH_CONN 2ull     /* + a connection's descriptor */
 
 static struct {
 	pthread_mutex_t lock;
@@ -57,20 +60,28 @@ static void *watcher(void *arg)
 		/* watch_seq first: a sleeper samples its word, then watch_seq,
 		 * so it either polls its peer or finds its word bumped. */
 		atomic_fetch_add(&watch_seq, 1);
-		/* A connection with a wake page: its blocking receiver waits on
-		 * its word alone.  Found by descriptor under rpal_g.lock, so
-		 * not after rpal_close() unmapped it (a reused descriptor
-		 * gets a spurious wake-up at worst). */
+		/* Connections and sets are found by descriptor under
+		 * rpal_g.lock, so not after rpal_close() unmapped or freed
+		 * them (a reused descriptor gets a spurious wake-up at worst). */
 		pthread_mutex_lock(&rpal_g.lock);
 		for (i = 0; i < n; i++) {
-			struct rpal_conn *c;
+			uint64_t who = ev[i].data.u64 & ~(uint64_t)UINT32_MAX;
+			int *obj = obj_get((int)(uint32_t)ev[i].data.u64);
+			struct rpal_conn *c = (struct rpal_conn *)obj;
+			struct rpal_ep *ep;
 
-			if (ev[i].data.u64 < WATCH_CONN)
+			if (!obj)
 				continue;
-			c = obj_get((int)(ev[i].data.u64 - WATCH_CONN));
-			if (c && c->kind == OBJ_CONN && c->wake_mine) {
-				atomic_fetch_add(c->wake_mine, 1);
-				syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+			if (who == WATCH_CONN && *obj == OBJ_CONN) {
+				if (c->wake_mine) {
+					atomic_fetch_add(c->wake_mine, 1);
+					syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+				}
+				/* Its set frees it only after obj_clear(), under the lock. */
+				if ((ep = load_acquire(&c->set)) != NULL)
+					epoll_wake_futex(ep);
+			} else if (who == WATCH_SET && *obj == OBJ_EPOLL) {
+				epoll_wake_futex((struct rpal_ep *)obj);
 			}
 		}
 		pthread_mutex_unlock(&rpal_g.lock);
@@ -111,12 +122,11 @@ fail:
 }
 
 /* Watch fd (edge-triggered) for events; starts the thread on first use.
- * conn: the connection (its descriptor) whose wake page word to bump too,
- * or -1. */
-int watch_add_conn(int fd, uint32_t events, int conn)
+ * who: WATCH_CONN or WATCH_SET with the descriptor of the connection or
+ * set to wake. */
+int watch_add(int fd, uint32_t events, uint64_t who)
 {
-	struct epoll_event ev = { .events = events | EPOLLET,
-				  .data.u64 = conn >= 0 ? WATCH_CONN + (uint64_t)conn : 0 };
+	struct epoll_event ev = { .events = events | EPOLLET, .data.u64 = who };
 	int ret;
 
 	pthread_mutex_lock(&watch.lock);
@@ -125,11 +135,6 @@ int watch_add_conn(int fd, uint32_t events, int conn)
 		ret = rpal_fail(errno, "cannot watch descriptor %d", fd);
 	pthread_mutex_unlock(&watch.lock);
 	return ret;
-}
-
-int watch_add(int fd, uint32_t events)
-{
-	return watch_add_conn(fd, events, -1);
 }
 
 void watch_del(int fd)

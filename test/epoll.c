@@ -362,6 +362,26 @@ int main(void)
 		puppet_kill(&q);
 	}
 
+	printf("kill -9 of the peer while a thread sleeps in a set of rpal connections only: EPOLLHUP within a second\n");
+	{
+		struct puppet q = puppet_start("ep");
+		int cfd = t_ok(rpal_accept(lfd, 0)), ep7 = rpal_epoll_create(0);
+		struct wait_arg w = { .ep = ep7 };
+		pthread_t th;
+		puppet_ready(&q);
+		t_check(ep7 >= 0 && add(ep7, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
+		t_check(pthread_create(&th, NULL, waiter, &w) == 0, "pthread_create");
+		usleep(100000);                 /* asleep on futexes */
+		uint64_t t0 = t_now_ns();
+		puppet_kill(&q);
+		pthread_join(th, NULL);
+		t_check(w.n == 1 && w.data == 9 && (w.events & EPOLLHUP), "the sleeper returned %d (events %#x)", w.n,
+			w.events);
+		t_check(t_now_ns() - t0 < 1000000000ull, "the sleeper took over a second to see the death");
+		rpal_close(cfd);
+		rpal_close(ep7);
+	}
+
 	printf("two threads asleep on one connection in a set of rpal connections only: one times out, the other still wakes\n");
 	two_sleepers_one_leaves(false);
 	printf("the same in a set that also holds a pipe (doorbell sleep)\n");

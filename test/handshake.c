@@ -5,11 +5,28 @@
  * mapping, no descriptor, no arena memory.  Also: credentials by policy
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
- * client refuses it), and a good client after all of them.
+ * client refuses it), a client without a wake page killed while we sleep
+ * on it, and a good client after all of them.
  */
+#include <pthread.h>
+#include <sys/epoll.h>
+
 #include "rawpeer.h"
 
 static int lfd;
+
+struct sleeper {
+	int ep, n;
+	struct epoll_event ev;
+};
+
+static void *sleep_in_set(void *p)
+{
+	struct sleeper *s = p;
+
+	s->n = rpal_epoll_wait(s->ep, &s->ev, 1, 3000);
+	return NULL;
+}
 static char last_why[320];     /* rpal_strerror() of the last failure, taken at once */
 
 /* Run the server side until the client child exits; return accept's last error. */
@@ -299,6 +316,47 @@ int main(void)
 		close(ls);
 		unlink(path);
 		check_clean(fds1, used0, "bad wake pages");
+	}
+
+	printf("a client without a wake page (as the Go package is) killed while a thread sleeps on it in a set: EPOLLHUP within a second\n");
+	{
+		int ready[2];
+		char c;
+		t_check(pipe(ready) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			char why[128] = "";
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int s = raw_hello("hs", RAW_NONE, myslot);
+			t_check(raw_answer(s, why, sizeof(why)) == 0, "raw client refused: %s", why);
+			(void)!write(ready[1], "k", 1);
+			pause();
+			exit(0);
+		}
+		int fd;
+		do
+			fd = rpal_accept(lfd, RPAL_NONBLOCK);
+		while (fd == -EAGAIN);
+		t_check(fd >= 0, "raw client refused: %s", rpal_strerror(fd));
+		t_check(read(ready[0], &c, 1) == 1, "the raw client did not get its welcome");
+		struct sleeper s = { .ep = rpal_epoll_create(0) };
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 77 };
+		pthread_t th;
+		t_check(s.ep >= 0 && rpal_epoll_ctl(s.ep, EPOLL_CTL_ADD, fd, &ev) == 0, "set");
+		t_check(pthread_create(&th, NULL, sleep_in_set, &s) == 0, "pthread_create");
+		usleep(100000);                 /* asleep on futexes: the peer's wake_seq and our own word */
+		uint64_t t0 = t_now_ns();
+		kill(pid, SIGKILL);
+		pthread_join(th, NULL);
+		waitpid(pid, NULL, 0);
+		t_check(s.n == 1 && s.ev.data.u64 == 77 && (s.ev.events & EPOLLHUP), "the sleeper returned %d (events %#x)",
+			s.n, s.ev.events);
+		t_check(t_now_ns() - t0 < 1000000000ull, "the sleeper took over a second to see the death");
+		rpal_close(fd);
+		rpal_close(s.ep);
+		close(ready[0]);
+		close(ready[1]);
 	}
 
 	printf("a good client still connects\n");
