@@ -26,6 +26,7 @@
 #include <limits.h>
 #include <link.h>
 #include <linux/futex.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -549,7 +550,31 @@ static void *prog_thread(void *arg) {
     return NULL; /* the namespace's start_thread ends the thread */
 }
 
+/* The dynamic linker is shared by every namespace, and its locks (TLS bookkeeping in
+ * pthread_create, dlopen) are the launcher's libc's mutexes.  That libc skips the atomic
+ * instructions while it thinks the process single-threaded, which it does until it creates a
+ * thread itself: the programs' threads come from their own libc copies.  Without this, two
+ * programs creating threads at once could both take the TLS lock, or one could sleep on it
+ * forever. */
+static pthread_once_t threaded_once = PTHREAD_ONCE_INIT;
+static int threaded_rc;
+
+static void *no_op(void *arg) { return arg; }
+
+static void make_threaded(void) {
+    pthread_t t;
+    threaded_rc = pthread_create(&t, NULL, no_op, NULL);
+    if (!threaded_rc) pthread_join(t, NULL);
+}
+
+static int launcher_threaded(char *err, size_t errlen) {
+    pthread_once(&threaded_once, make_threaded);
+    if (threaded_rc) seterr(err, errlen, "pthread_create: %s", strerror(threaded_rc));
+    return threaded_rc ? -1 : 0;
+}
+
 int hosted_start(hosted_prog *p, char *err, size_t errlen) {
+    if (launcher_threaded(err, errlen) < 0) return -1;
     if (atomic_load(&p->state) != ST_LOADED) {
         seterr(err, errlen, "%s: already started", p->path);
         return -1;

@@ -1,9 +1,10 @@
 /* prog_counter.c: a small ordinary program used by the hosted-mode loader tests.  Built as its own
  * PIE executable (-fPIE -pie -rdynamic); knows nothing about rpal.
- *   prog_counter TAG ITERATIONS STATUS
+ *   prog_counter TAG ITERATIONS STATUS [THREADS]
  * Counts in a global and a thread-local, churns malloc/free, sets errno, checks that sbrk cannot grow
  * the brk heap from a secondary namespace, prints through buffered stdout, registers an atexit
- * handler and returns STATUS.  The test reads the exported globals below from the host. */
+ * handler and returns STATUS.  THREADS (default 1) threads are created and joined one after the
+ * other, each checking its thread-local.  The test reads the exported globals below from the host. */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -40,8 +41,8 @@ static void *worker(void *arg) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) {
-        fprintf(stderr, "usage: %s TAG ITERATIONS STATUS\n", argv[0]);
+    if (argc != 4 && argc != 5) {
+        fprintf(stderr, "usage: %s TAG ITERATIONS STATUS [THREADS]\n", argv[0]);
         return 2;
     }
     tag = argv[1];
@@ -68,10 +69,13 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 16; k++) free(keep[k]);
     errno_ok = errno == (int)n && tcounter == n;
 
-    pthread_t t;
-    void *r = NULL;
-    if (pthread_create(&t, NULL, worker, NULL) == 0 && pthread_join(t, &r) == 0)
-        tls_thread_ok = r != NULL && tcounter == n;
+    long threads = argc == 5 ? atol(argv[4]) : 1, good = 0;
+    for (long i = 0; i < threads; i++) {
+        pthread_t t;
+        void *r = NULL;
+        good += pthread_create(&t, NULL, worker, NULL) == 0 && pthread_join(t, &r) == 0 && r != NULL;
+    }
+    tls_thread_ok = good == threads && tcounter == n;
 
     errno = 0;
     void *b = sbrk(4096);

@@ -1,5 +1,7 @@
 /* test_limits.c: how many programs fit in one process after the launcher's GLIBC_TUNABLES re-exec,
- * that they all run, and that one more gives a clear error naming the limit. */
+ * that they all run at once, each creating threads one after another (the dynamic linker's TLS
+ * lock, shared by all of them, under contention), and that one more gives a clear error naming
+ * the limit. */
 #include "../hosted.h"
 #include "check.h"
 
@@ -24,8 +26,8 @@ int main(int argc, char **argv) {
     for (; n < 64; n++) {
         char tag[16];
         snprintf(tag, sizeof tag, "P%d", n);
-        char *av[] = {"prog_counter", tag, "1000", "0"};
-        p[n] = hosted_load(PROG_COUNTER, 4, av, NULL, err, sizeof err);
+        char *av[] = {"prog_counter", tag, "1000", "0", "200"};
+        p[n] = hosted_load(PROG_COUNTER, 5, av, NULL, err, sizeof err);
         if (!p[n]) break;
     }
     fprintf(check_out, "loaded %d programs; the next one failed with:\n  %s\n", n, err);
@@ -37,5 +39,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < n; i++) started += hosted_start(p[i], err, sizeof err) == 0;
     for (int i = 0; i < n; i++) ok += hosted_wait(p[i]) == 0;
     CHECK(started == n && ok == n, "%d of %d programs ran to exit status 0 at once", ok, n);
+    int threads_ok = 0;
+    for (int i = 0; i < n; i++) {
+        int *t = hosted_sym(p[i], "tls_thread_ok");
+        threads_ok += t && *t == 1;
+    }
+    CHECK(threads_ok == n, "in %d of %d programs, 200 threads each saw their own thread-local",
+          threads_ok, n);
     CHECK_DONE();
 }
