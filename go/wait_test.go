@@ -5,6 +5,7 @@ package rpal
 import (
 	"bytes"
 	"errors"
+	"golang.org/x/sys/unix"
 	"io"
 	"os"
 	"sync/atomic"
@@ -180,4 +181,54 @@ func TestPinnedCPUHint(t *testing.T) {
 		t.Fatalf("budget %v for a peer on another CPU, want %v", d, a.rxSpin.cur)
 	}
 	a.cpu = noCPU
+}
+
+// ringBell does what the waiting word asks: the futex for a futex sleeper,
+// the doorbell for a doorbell sleeper, both when the peer has both kinds,
+// and nothing twice for the same word.
+func TestRingBellKinds(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	wakeSeq := (*uint32)(unsafe.Add(a.me, bWakeSeq))
+	// rung drains b's doorbell and says whether it held a byte.
+	rung := func() bool {
+		got := false
+		_ = b.rxRaw.Control(func(fd uintptr) {
+			var buf [64]byte
+			for {
+				n, err := unix.Read(int(fd), buf[:])
+				if n > 0 {
+					got = true
+				}
+				if err != nil || n < len(buf) {
+					return
+				}
+			}
+		})
+		return got
+	}
+	rung()
+	for _, tc := range []struct {
+		w           uint64
+		futex, bell bool
+	}{
+		{10*waitEpoch | waitRX | waitRXFutex, true, false},
+		{11*waitEpoch | waitRX, false, true},
+		{12*waitEpoch | waitRX | waitRXFutex | waitRXBell, true, true},
+		{12*waitEpoch | waitRX | waitRXFutex | waitRXBell, false, false}, // the same word again
+	} {
+		w := tc.w
+		seq := atomic.LoadUint32(wakeSeq)
+		a.ringBell(w, waitRXFutex, waitRXBell, &a.lastRungRX)
+		if woke := atomic.LoadUint32(wakeSeq) != seq; woke != tc.futex {
+			t.Errorf("word %#x: futex wake %v, want %v", w, woke, tc.futex)
+		}
+		if got := rung(); got != tc.bell {
+			t.Errorf("word %#x: doorbell %v, want %v", w, got, tc.bell)
+		}
+	}
 }
