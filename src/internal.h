@@ -190,6 +190,7 @@ struct rpal_conn {
 	int pidfd;
 
 	uint64_t last_peer_poll;      /* C: now_ns() of the last liveness poll */
+	uint32_t idle_polls;          /* C: empty non-blocking calls, to ration clock reads */
 	uint32_t watch_seen;          /* C: watch_seq when we last polled the peer */
 	bool shut_wr;                 /* P: we shut down writing */
 
