@@ -682,15 +682,20 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		}
 	}
 	waiting := c.u64(c.me, bWaiting)
+	// We sleep on the doorbell: the direction's flag with its BELL flag.
+	flags := bit | waitRXBell
+	if bit == waitTX {
+		flags = bit | waitTXBell
+	}
 	var buf [64]byte
 	for {
 		if c.closed.Load() {
 			return net.ErrClosed
 		}
 		atomic.AddUint64(waiting, waitEpoch) // W0: a locked RMW
-		atomic.OrUint64(waiting, bit)
+		atomic.OrUint64(waiting, flags)
 		if ready() {
-			atomic.AndUint64(waiting, ^bit)
+			atomic.AndUint64(waiting, ^flags)
 			break
 		}
 		c.sleeps.Add(1)
@@ -716,7 +721,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			}
 			return rung || ready()
 		})
-		atomic.AndUint64(waiting, ^bit)
+		atomic.AndUint64(waiting, ^flags)
 		if err != nil {
 			if c.closed.Load() || errors.Is(err, os.ErrClosed) {
 				return net.ErrClosed

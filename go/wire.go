@@ -10,7 +10,7 @@ import (
 
 // Wire constants from docs/PROTOCOL.md (mirrored from src/wire.h).
 const (
-	WireVersion = 1
+	WireVersion = 2
 
 	helloMagic = 0x4c415052 // "RPAL"
 	arenaMagic = 0x414e5241 // "ARNA"
@@ -38,7 +38,7 @@ const (
 	waitTX      = 0x2
 	waitRXFutex = 0x4 // the RX sleeper waits on the waker's wake_seq
 	waitTXFutex = 0x8
-	waitRXBell  = 0x10 // with a FUTEX bit: another RX sleeper waits on the doorbell
+	waitRXBell  = 0x10 // the RX sleeper waits on the doorbell (rung even beside the FUTEX bit)
 	waitTXBell  = 0x20
 	waitEpoch   = 0x40 // one sleep
 

@@ -420,7 +420,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
 	/* Hang-up or death wakes futex sleepers through the watcher thread;
 	 * a bump from here on makes a sleeper poll this peer (conn_wait). */
-	c->watch_seen = load_acquire(&watch_seq);
+	store_relaxed(&c->watch_seen, load_acquire(&watch_seq));
 	ret = watch_add(sock, EPOLLRDHUP, WATCH_CONN | (uint32_t)sock);
 	if (!ret)
 		ret = watch_add(c->pidfd, EPOLLIN, WATCH_CONN | (uint32_t)sock);
@@ -589,15 +589,16 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 		return conn_poll_peer(c);
 	/* The watcher thread bumps watch_seq on any hang-up or death: with
 	 * none since we last looked, a poll would find nothing. */
-	if (load_acquire(&watch_seq) == c->watch_seen) {
-		if (++c->idle_polls & 255)
+	if (load_acquire(&watch_seq) == load_relaxed(&c->watch_seen)) {
+		stat_inc(&c->idle_polls);
+		if (load_relaxed(&c->idle_polls) & 255)
 			return false;
 		now = now_ns();
-		if (now - c->last_peer_poll < 1000000000)
+		if (now - load_relaxed(&c->last_peer_poll) < 1000000000)
 			return false;
 	}
-	c->watch_seen = load_acquire(&watch_seq);
-	c->last_peer_poll = now_ns();
+	store_relaxed(&c->watch_seen, load_acquire(&watch_seq));
+	store_relaxed(&c->last_peer_poll, now_ns());
 	return conn_poll_peer(c);
 }
 

@@ -425,8 +425,8 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 				ev |= IN_BITS;
 		} else {
 			/* An edge is a message we had not seen published. */
-			if (r->in_seen < c->rx_head)
-				r->in_seen = c->rx_head;
+			if (r->in_seen < ring_head(c))
+				r->in_seen = ring_head(c);
 			if (ring_published(c, r->in_seen) || (r->fresh && ring_readable(c))) {
 				ev |= IN_BITS;
 				while (ring_published(c, r->in_seen))
@@ -528,9 +528,13 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 			continue;       /* just a rescan */
 		if (!reg_live(ep, r))
 			continue;       /* removed while we slept */
-		if (tag == TAG_BELL)
+		if (tag == TAG_BELL) {
 			store_relaxed(&r->c->bell_dirty, true);
-		else
+			/* The edge woke one of the set's waiters: count a new
+			 * sleep, so the peer rings again for the others. */
+			if (r->sleeping)
+				wait_begin(r->c, 0);
+		} else
 			conn_mark_dead(r->c, tag == TAG_PIDFD);
 	}
 	if (!user || max <= 0)

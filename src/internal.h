@@ -189,9 +189,11 @@ struct rpal_conn {
 	_Atomic uint64_t wait_count;
 	int pidfd;
 
-	uint64_t last_peer_poll;      /* C: now_ns() of the last liveness poll */
-	uint32_t idle_polls;          /* C: empty non-blocking calls, to ration clock reads */
-	uint32_t watch_seen;          /* C: watch_seq when we last polled the peer */
+	/* Liveness polls, by a sender or a receiver that finds nothing (both
+	 * may at once: relaxed atomics; a lost update costs one poll more). */
+	_Atomic uint64_t last_peer_poll;  /* now_ns() of the last poll */
+	_Atomic uint32_t idle_polls;      /* empty non-blocking calls, to ration clock reads */
+	_Atomic uint32_t watch_seen;      /* watch_seq when we last polled the peer */
 	bool shut_wr;                 /* P: we shut down writing */
 
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
@@ -314,6 +316,7 @@ int ring_reserve(struct rpal_conn *c);           /* 0 or -EAGAIN */
 void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
 int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
 void ring_consume(struct rpal_conn *c);
+uint64_t ring_head(const struct rpal_conn *c);
 bool ring_readable(struct rpal_conn *c);
 bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(struct rpal_conn *c);

@@ -16,10 +16,13 @@
  * once per sleep however many messages it publishes meanwhile.
  *
  * Several of our threads may sleep on one connection at once (two epoll
- * waiters, or one plus a blocking send or receive), so each flag is
- * counted (c->wait_count) and cleared only when its last sleeper leaves:
- * the first to wake must not take the others' advertisement with it.
+ * waiters, or one plus a blocking send or receive), so sleepers are counted
+ * by kind (c->wait_count) and a flag is cleared only when no sleeper needs
+ * it: the first to wake must not take the others' advertisement with it.
+ * Only a thread about to sleep on the doorbell drains it, so no futex
+ * sleeper swallows a byte rung for a doorbell sleeper.
  */
+#include <assert.h>
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
@@ -33,7 +36,7 @@
 #include "internal.h"
 
 /* Set once futex_waitv() says ENOSYS: sleep on the doorbell instead. */
-static bool no_futex_waitv;
+static _Atomic bool no_futex_waitv;
 
 uint64_t now_ns(void)
 {
@@ -213,8 +216,6 @@ void wait_begin(struct rpal_conn *c, uint32_t bits)
 {
 	uint64_t w, nw;
 
-	if (load_relaxed(&c->bell_dirty))
-		doorbell_drain(c);
 	/* Count before the flags: see wait_end(). */
 	if (bits)
 		atomic_fetch_add(&c->wait_count, wait_units(bits));
@@ -234,10 +235,13 @@ void wait_begin(struct rpal_conn *c, uint32_t bits)
  */
 void wait_end(struct rpal_conn *c, uint32_t bits)
 {
-	uint64_t w;
+	uint64_t w, before;
 	uint32_t clear;
 
-	atomic_fetch_sub(&c->wait_count, wait_units(bits));
+	before = atomic_fetch_sub(&c->wait_count, wait_units(bits));
+	/* Every kind we end was counted: else we borrowed from its neighbour. */
+	assert(!(bits & wait_unused(before) & ~(uint32_t)(RPAL_WAIT_RX | RPAL_WAIT_TX)));
+	(void)before;
 	w = atomic_load(&c->me->waiting);
 	do {
 		clear = bits & wait_unused(atomic_load(&c->wait_count));
@@ -347,7 +351,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	 * we sleep in poll() on the doorbell, the socket and the pidfd.
 	 */
 	for (;;) {
-		bool futex = !no_futex_waitv;
+		bool futex = !load_relaxed(&no_futex_waitv);
 		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL)
 							   : (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL));
 		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
@@ -355,10 +359,12 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 
 		/* A bump we have not looked at may be this peer's death, and
 		 * it came before our sample: the futex would not return. */
-		if (futex && wseq != c->watch_seen) {
-			c->watch_seen = wseq;
+		if (futex && wseq != load_relaxed(&c->watch_seen)) {
+			store_relaxed(&c->watch_seen, wseq);
 			conn_poll_peer(c);
 		}
+		if (!futex && load_relaxed(&c->bell_dirty))
+			doorbell_drain(c);
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);
@@ -374,7 +380,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		} else if (futex) {
 			struct futex_waitv wv[2] = { fwv(word, seq, true), fwv(&watch_seq, wseq, false) };
 			if (futex_waitv(wv, 2, NULL) < 0 && errno == ENOSYS)
-				no_futex_waitv = true;
+				store_relaxed(&no_futex_waitv, true);
 			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);
 		} else {

@@ -156,20 +156,29 @@ void ring_consume(struct rpal_conn *c)
 	c->rx_msgs++;
 }
 
+/* Where the consumer is, for any thread: epoll waiters look while another
+ * thread receives, so they read the copy in our block, not c->rx_head. */
+uint64_t ring_head(const struct rpal_conn *c)
+{
+	return load_relaxed(&c->me->rx_head);
+}
+
 /* Is there something to look at: a message, or a violation to report? */
 bool ring_readable(struct rpal_conn *c)
 {
+	uint64_t head = ring_head(c);
+
 	if (conn_err(c))
 		return true;
 	if (conn_dead(c) && !c->peer->base)
 		return false;
-	return !slot_empty(c, c->rx_head, load_relaxed(&c->pring[c->rx_head & c->pring_mask].seq));
+	return !slot_empty(c, head, load_relaxed(&c->pring[head & c->pring_mask].seq));
 }
 
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
 bool ring_published(struct rpal_conn *c, uint64_t idx)
 {
-	if (conn_err(c) || (conn_dead(c) && !c->peer->base) || idx - c->rx_head > c->pring_mask)
+	if (conn_err(c) || (conn_dead(c) && !c->peer->base) || idx - ring_head(c) > c->pring_mask)
 		return false;   /* an error is reported as EPOLLERR instead */
 	return !slot_empty(c, idx, load_relaxed(&c->pring[idx & c->pring_mask].seq));
 }

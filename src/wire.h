@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RPAL_WIRE_VERSION   1u
+#define RPAL_WIRE_VERSION   2u
 #define RPAL_HELLO_MAGIC    0x4c415052u   /* "RPAL" */
 #define RPAL_ARENA_MAGIC    0x414e5241u   /* "ARNA" */
 #define RPAL_BLOCK_MAGIC    0x4b434c42u   /* "BLCK" */
@@ -140,8 +140,8 @@ _Static_assert(offsetof(struct rpal_block, wake_seq) == 648, "block layout");
 #define RPAL_WAIT_TX       0x2u
 #define RPAL_WAIT_RX_FUTEX 0x4u   /* the RX sleeper waits on the waker's wake_seq */
 #define RPAL_WAIT_TX_FUTEX 0x8u   /* likewise for TX */
-/* A sleeper on the doorbell while another sleeps on a futex (the same
- * side may have both): the waker does both. */
+/* The RX (TX) sleeper waits on the doorbell.  Beside the *_FUTEX bit (a
+ * side may have sleepers of both kinds), the waker does both. */
 #define RPAL_WAIT_RX_BELL  0x10u
 #define RPAL_WAIT_TX_BELL  0x20u
 #define RPAL_WAIT_EPOCH    0x40u  /* one sleep */

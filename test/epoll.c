@@ -96,6 +96,7 @@ struct wait_arg {
 	int ep, n;
 	uint64_t data;
 	uint32_t events;
+	_Atomic uint64_t done_ns;       /* when the wait returned */
 };
 
 static void *waiter(void *p)
@@ -106,6 +107,7 @@ static void *waiter(void *p)
 	w->n = rpal_epoll_wait(w->ep, &e, 1, 3000);
 	w->data = e.data.u64;
 	w->events = e.events;
+	w->done_ns = t_now_ns();
 	return NULL;
 }
 
@@ -138,6 +140,47 @@ static void *receiver(void *p)
  * ordinary descriptor in the set, on the doorbell): the first times out
  * and leaves, then the peer sends; the second must wake for it.
  */
+/*
+ * Two threads asleep in one set; the peer sends m1, which wakes one of them
+ * (on the doorbell, an edge wakes only one), and we take m1; then it sends
+ * m2: a waiter still asleep must wake for it.
+ */
+static void two_waiters_two_messages(bool with_plain_fd)
+{
+	struct puppet q = puppet_start("ep");
+	int cfd = t_ok(rpal_accept(lfd, 0)), ep = rpal_epoll_create(0), pp[2];
+	struct wait_arg w[2] = { { .ep = ep }, { .ep = ep } };
+	pthread_t t[2];
+	char buf[64];
+
+	puppet_ready(&q);
+	t_check(ep >= 0 && add(ep, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
+	t_check(pipe(pp) == 0, "pipe");
+	if (with_plain_fd)
+		t_check(add(ep, pp[0], EPOLLIN, 5) == 0, "add a pipe");
+	for (int i = 0; i < 2; i++)
+		t_check(pthread_create(&t[i], NULL, waiter, &w[i]) == 0, "pthread_create");
+	usleep(100000);                 /* both asleep */
+	puppet_do(&q, 's');
+	usleep(100000);                 /* m1 woke one of them, or both */
+	t_check(rpal_recv(cfd, buf, sizeof(buf), RPAL_NONBLOCK) == 32, "m1");
+	uint64_t t0 = t_now_ns();
+	puppet_do(&q, 's');
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < 2; i++)
+		if (w[i].done_ns > t0)
+			t_check(w[i].n == 1 && w[i].data == 9 && w[i].done_ns - t0 < 1000000000ull,
+				"a waiter still asleep at m2 returned %d after %.0f ms", w[i].n,
+				(double)(w[i].done_ns - t0) / 1e6);
+	t_check(w[0].done_ns <= t0 || w[1].done_ns <= t0, "m1 woke neither waiter");
+	close(pp[0]);
+	close(pp[1]);
+	rpal_close(cfd);
+	rpal_close(ep);
+	puppet_kill(&q);
+}
+
 static void two_sleepers_one_leaves(bool with_plain_fd)
 {
 	struct puppet q = puppet_start("ep");
@@ -381,6 +424,12 @@ int main(void)
 		rpal_close(cfd);
 		rpal_close(ep7);
 	}
+
+	printf("two threads asleep in a set, on the doorbell: the second message wakes the one m1 left asleep\n");
+	for (int i = 0; i < 3; i++)
+		two_waiters_two_messages(true);
+	printf("the same on futexes\n");
+	two_waiters_two_messages(false);
 
 	printf("two threads asleep on one connection in a set of rpal connections only: one times out, the other still wakes\n");
 	two_sleepers_one_leaves(false);

@@ -31,7 +31,7 @@ func slotBase(slot uint64) uint64 { return regionBase + slot*slotSize }
 func hello(typ uint16, pid, slot uint32, arenaNonce, block, blockNonce uint64, service string) []byte {
 	b := make([]byte, 128)
 	le.PutUint32(b[0:], 0x4c415052) // "RPAL"
-	le.PutUint16(b[4:], 1)          // version
+	le.PutUint16(b[4:], 2)          // version
 	le.PutUint16(b[6:], typ)
 	le.PutUint32(b[8:], 128)
 	le.PutUint32(b[12:], 0) // features
@@ -54,7 +54,7 @@ func hello(typ uint16, pid, slot uint32, arenaNonce, block, blockNonce uint64, s
 func refuse(errno int32, reason string) []byte {
 	b := make([]byte, 128)
 	le.PutUint32(b[0:], 0x4c415052)
-	le.PutUint16(b[4:], 1)
+	le.PutUint16(b[4:], 2)
 	le.PutUint16(b[6:], 3)
 	le.PutUint32(b[8:], 128)
 	le.PutUint32(b[12:], uint32(errno))
@@ -65,7 +65,7 @@ func refuse(errno int32, reason string) []byte {
 func arenaHdr(slot, pid uint32, nonce uint64) []byte {
 	b := make([]byte, 48)
 	le.PutUint32(b[0:], 0x414e5241) // "ARNA"
-	le.PutUint16(b[4:], 1)
+	le.PutUint16(b[4:], 2)
 	le.PutUint16(b[6:], 48)
 	le.PutUint32(b[8:], slot)
 	le.PutUint32(b[12:], pid)
@@ -87,7 +87,7 @@ func block() []byte {
 	ackOff := ringOff + 64*ringEntries
 	b := make([]byte, ackOff+16*ackEntries)
 	le.PutUint32(b[0:], 0x4b434c42) // "BLCK"
-	le.PutUint16(b[4:], 1)
+	le.PutUint16(b[4:], 2)
 	le.PutUint16(b[6:], 768)
 	le.PutUint64(b[8:], 0x0123456789abcdef) // nonce (odd)
 	le.PutUint32(b[16:], ringEntries)
