@@ -424,9 +424,12 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 			if (ring_readable(c))
 				ev |= IN_BITS;
 		} else {
-			/* An edge is a message we had not seen published. */
-			if (r->in_seen < ring_head(c))
-				r->in_seen = ring_head(c);
+			/* An edge is a message we had not seen published.
+			 * One look at the head: another thread may consume. */
+			uint64_t head = ring_head(c);
+
+			if (r->in_seen < head)
+				r->in_seen = head;
 			if (ring_published(c, r->in_seen) || (r->fresh && ring_readable(c))) {
 				ev |= IN_BITS;
 				while (ring_published(c, r->in_seen))
@@ -528,13 +531,9 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 			continue;       /* just a rescan */
 		if (!reg_live(ep, r))
 			continue;       /* removed while we slept */
-		if (tag == TAG_BELL) {
+		if (tag == TAG_BELL)
 			store_relaxed(&r->c->bell_dirty, true);
-			/* The edge woke one of the set's waiters: count a new
-			 * sleep, so the peer rings again for the others. */
-			if (r->sleeping)
-				wait_begin(r->c, 0);
-		} else
+		else
 			conn_mark_dead(r->c, tag == TAG_PIDFD);
 	}
 	if (!user || max <= 0)
@@ -574,6 +573,10 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 		struct rpal_ep_reg *r = ep->regs[i];
 		uint32_t bits = 0;
 
+		/* A doorbell sleep (in T, where the doorbell is an edge) starts
+		 * with an empty pipe, or a full one would take every later ring. */
+		if (!futex && load_relaxed(&r->c->bell_dirty))
+			doorbell_drain(r->c);
 		if (r->disabled || conn_dead(r->c) || conn_err(r->c) || (parked && r->c->local))
 			continue;
 		if (r->events & IN_BITS)
@@ -849,9 +852,6 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			k = futex_sleep(ep, events, max, deadline);
 		} else {
 			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
-			for (i = 0; i < ep->nregs; i++)
-				if (load_relaxed(&ep->regs[i]->c->bell_dirty))
-					doorbell_drain(ep->regs[i]->c);
 			sleep_begin(ep, false, false);
 			n = scan(ep, events, max);
 			if (n) {
@@ -875,7 +875,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	struct rpal_ep *ep = ep_get(epfd);
-	bool owner, fast = false, counted = false;
+	bool owner, fast = false, counted = false, others;
 	uint64_t keys;
 	int n;
 
@@ -893,10 +893,19 @@ RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxeve
 	keys = mpk_all_begin();         /* protect_peers: every peer readable in here */
 	n = ep_wait(ep, events, maxevents, timeout, &fast);
 	mpk_all_end(keys);
+	/*
+	 * Events while other threads sleep in the set: wake one to look again,
+	 * as epoll does for what stays ready.  A doorbell edge woke only us, and
+	 * the peer rings once per sleep count: without this, a message it
+	 * published before we took the set would wait for our next call.
+	 */
+	others = n > 0 && ep->sleepers;
 	if (owner)
 		owner_give(ep, fast);
 	else
 		other_give(ep, counted);
+	if (others)
+		ep_kick(ep);
 	if (n < 0) {
 		errno = -n;
 		return -1;
