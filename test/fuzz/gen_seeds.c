@@ -167,8 +167,8 @@ static void handshake_seeds(void)
 	h.magic = 0xdeadbeef;
 	hs_save("hello-bad-magic", 0x0d, &h, sizeof(h));
 	h = good_hello(RPAL_HS_HELLO, 5);
-	h.version = 2;
-	hs_save("hello-version-2", 0x0d, &h, sizeof(h));
+	h.version = RPAL_WIRE_VERSION + 1;
+	hs_save("hello-version-next", 0x0d, &h, sizeof(h));
 	h = good_hello(RPAL_HS_HELLO, 5);
 	hs_save("hello-truncated-64", 0x0d, &h, 64);
 	h.size = 64;
