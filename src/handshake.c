@@ -32,7 +32,7 @@ void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *bl
 	h->version = RPAL_WIRE_VERSION;
 	h->type = type;
 	h->size = sizeof(*h);
-	h->features = RPAL_FEATURES_V1 | features;
+	h->features = RPAL_FEATURES_BASE | features;
 	h->pid = (uint32_t)getpid();
 	h->slot = rpal_g.slot;
 	h->nr_slots = rpal_g.cfg.nr_slots;

@@ -156,7 +156,7 @@ enum {
 	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
 };
 
-#define RPAL_FEATURES_V1 0u  /* feature bits every version-1 peer has: none */
+#define RPAL_FEATURES_BASE 0u  /* feature bits every peer of this version has: none */
 /*
  * Feature bits (struct rpal_hello.features); a peer ignores bits it does not
  * know.  RPAL_FEAT_WAKE_PAGE: in a HELLO, "I can use a wake page"; in the

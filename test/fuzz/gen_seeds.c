@@ -73,7 +73,7 @@ static struct rpal_hello good_hello(uint16_t type, unsigned slot)
 	h.version = RPAL_WIRE_VERSION;
 	h.type = type;
 	h.size = sizeof(h);
-	h.features = RPAL_FEATURES_V1;
+	h.features = RPAL_FEATURES_BASE;
 	h.pid = 4242;
 	h.slot = slot;
 	h.nr_slots = 256;

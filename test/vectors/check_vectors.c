@@ -64,7 +64,7 @@ static void check_hello(const char *name, uint16_t type, uint32_t pid, uint32_t 
 	memcpy(&h, buf, sizeof(h));
 	CHECK(h.magic == RPAL_HELLO_MAGIC && h.version == RPAL_WIRE_VERSION && h.type == type &&
 	      h.size == sizeof(h), "%s: header magic %#x version %u type %u size %u", name, h.magic, h.version, h.type, h.size);
-	CHECK(h.features == RPAL_FEATURES_V1 && h.reserved0 == 0, "%s: features/reserved", name);
+	CHECK(h.features == RPAL_FEATURES_BASE && h.reserved0 == 0, "%s: features/reserved", name);
 	CHECK(h.pid == pid && h.slot == slot && h.nr_slots == 256, "%s: pid %u slot %u nr_slots %u", name, h.pid, h.slot, h.nr_slots);
 	CHECK(h.region_base == REGION && h.slot_size == SLOT && h.arena_size == ARENA, "%s: geometry", name);
 	CHECK(h.arena_nonce == anonce && h.block == block && h.block_nonce == bnonce, "%s: nonces/block", name);
