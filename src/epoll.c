@@ -440,8 +440,9 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 	/* A peer that only shut down writing still reads: stay writable. */
 	if ((want & OUT_BITS) && !conn_dead(c) && !conn_err(c) && !(state & RPAL_STATE_CLOSED)) {
 		acks_drain(c);
-		if (ring_writable(c)) {
-			uint64_t mark = c->head_cache;
+		uint64_t mark;
+
+		if (ring_writable(c, &mark)) {
 			if (!et || r->fresh || mark != r->out_mark)
 				ev |= OUT_BITS;
 			r->out_mark = mark;
@@ -581,7 +582,7 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 			continue;
 		if (r->events & IN_BITS)
 			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL);
-		if ((r->events & OUT_BITS) && !ring_writable(r->c))
+		if ((r->events & OUT_BITS) && !ring_writable(r->c, NULL))
 			bits |= RPAL_WAIT_TX | (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL);
 		if (bits) {
 			wait_begin(r->c, bits & ~r->sleeping);

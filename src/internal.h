@@ -173,7 +173,7 @@ struct rpal_conn {
 	uint64_t last_rung_tx;        /* C: peer's waiting word when I last woke it */
 
 	pthread_mutex_t out_lock;     /* ack_head, out */
-	uint64_t ack_head;            /* peer acks I have consumed */
+	_Atomic uint64_t ack_head;    /* peer acks I have consumed (written under out_lock) */
 	struct bufset out;            /* my buffers the peer holds */
 	unsigned out_limit;           /* = peer's ack_entries */
 
@@ -319,7 +319,7 @@ void ring_consume(struct rpal_conn *c);
 uint64_t ring_head(const struct rpal_conn *c);
 bool ring_readable(struct rpal_conn *c);
 bool ring_published(struct rpal_conn *c, uint64_t idx);
-bool ring_writable(struct rpal_conn *c);
+bool ring_writable(const struct rpal_conn *c, uint64_t *head);
 int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
 int ack_push(struct rpal_conn *c, uint64_t addr);
 

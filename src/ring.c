@@ -88,9 +88,18 @@ void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t 
 	c->tx_msgs++;
 }
 
-bool ring_writable(struct rpal_conn *c)
+/* Is a slot free?  For epoll, which looks while another thread may send:
+ * from the copies in the blocks, not the sender's own fields.  *head: the
+ * peer's consumer position (clamped as ring_reserve() does). */
+bool ring_writable(const struct rpal_conn *c, uint64_t *head)
 {
-	return ring_reserve(c) == 0;
+	uint64_t tail = load_relaxed(&c->me->tail), h = load_acquire(&c->pb->rx_head);
+
+	if (tail - h > c->ring_mask + 1)
+		h = tail - (c->ring_mask + 1);  /* it claims what we never sent */
+	if (head)
+		*head = h;
+	return tail - h <= c->ring_mask;
 }
 
 /* ------------------------------------------------------------- consumer */
@@ -208,21 +217,25 @@ int ack_push(struct rpal_conn *c, uint64_t addr)
 /* Free every buffer the peer has acknowledged.  Returns how many. */
 int acks_drain(struct rpal_conn *c)
 {
+	uint64_t head = load_relaxed(&c->ack_head);
 	int n = 0;
 
 	if (conn_err(c) || (conn_dead(c) && !c->peer->base))
 		return 0;
-	/* Nothing new: the common case, without the lock. */
-	if (load_relaxed(&c->packs[c->ack_head & c->pack_mask].seq) != (uint32_t)(c->ack_head + 1))
+	/* Nothing new: the common case, without the lock (the sender and an
+	 * epoll waiter may both look). */
+	if (load_relaxed(&c->packs[head & c->pack_mask].seq) != (uint32_t)(head + 1))
 		return 0;
 	pthread_mutex_lock(&c->out_lock);
 	for (;;) {
-		const struct rpal_ack *a = &c->packs[c->ack_head & c->pack_mask];
-		/* A2: pairs with R2. */
-		uint32_t seq = load_acquire(&a->seq);
+		const struct rpal_ack *a;
+		uint32_t seq;
 		uint64_t addr;
 
-		if (seq != (uint32_t)(c->ack_head + 1))
+		head = load_relaxed(&c->ack_head);
+		a = &c->packs[head & c->pack_mask];
+		seq = load_acquire(&a->seq);    /* A2: pairs with R2 */
+		if (seq != (uint32_t)(head + 1))
 			break;
 		addr = a->addr;
 		if (!bufset_del(&c->out, addr)) {
@@ -230,11 +243,11 @@ int acks_drain(struct rpal_conn *c)
 			break;
 		}
 		arena_free((void *)(uintptr_t)addr);
-		c->ack_head++;
+		store_relaxed(&c->ack_head, head + 1);
 		n++;
 	}
 	if (n)
-		store_release(&c->me->ack_head, c->ack_head);
+		store_release(&c->me->ack_head, load_relaxed(&c->ack_head));
 	pthread_mutex_unlock(&c->out_lock);
 	return n;
 }
