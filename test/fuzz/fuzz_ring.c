@@ -220,7 +220,8 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	c->pnonce = FZ_NONCE;
 	c->tail = c->head_cache = c->published = start;
 	c->rx_head = c->rx_checked = start;
-	c->ack_tail = c->ack_head = start;
+	c->ack_tail = start;
+	store_relaxed(&c->ack_head, start);
 	CHECK(bufset_init(&c->out, z->pack_n) == 0, "bufset_init");
 	c->out_limit = z->pack_n;
 	c->doorbell = c->peer_doorbell = c->pidfd = -1;
