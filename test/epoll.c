@@ -136,11 +136,6 @@ static void *receiver(void *p)
 }
 
 /*
- * Two threads asleep on one connection of a set (on futexes, or with an
- * ordinary descriptor in the set, on the doorbell): the first times out
- * and leaves, then the peer sends; the second must wake for it.
- */
-/*
  * Two threads asleep in one set; the peer sends m1, which wakes one of them
  * (on the doorbell, an edge wakes only one), and we take m1; then it sends
  * m2: a waiter still asleep must wake for it.
@@ -181,28 +176,45 @@ static void two_waiters_two_messages(bool with_plain_fd)
 	puppet_kill(&q);
 }
 
-static void two_sleepers_one_leaves(bool with_plain_fd)
+/*
+ * Two threads asleep on one connection of a set; the first times out
+ * (50 ms) and leaves while the second sleeps on; then something happens
+ * that the second must see within a second:
+ *   SLEEP_FUTEX: a set of rpal connections only, the peer sends;
+ *   SLEEP_BELL:  a pipe added with rpal_epoll_ctl (doorbell sleep), the peer sends;
+ *   SLEEP_PLAIN: a pipe added with plain epoll_ctl (the watcher sees U), we write it.
+ */
+enum sleep_kind { SLEEP_FUTEX, SLEEP_BELL, SLEEP_PLAIN };
+
+static void two_sleepers_one_leaves(enum sleep_kind kind)
 {
 	struct puppet q = puppet_start("ep");
 	int cfd = t_ok(rpal_accept(lfd, 0)), ep = rpal_epoll_create(0), pp[2];
+	struct epoll_event pe = { .events = EPOLLIN, .data.u64 = 5 };
 	struct wait_arg w1 = { .ep = ep }, w2 = { .ep = ep };
+	uint64_t want = kind == SLEEP_PLAIN ? 5 : 9;
 	pthread_t t1, t2;
 
 	puppet_ready(&q);
 	t_check(ep >= 0 && add(ep, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
 	t_check(pipe(pp) == 0, "pipe");
-	if (with_plain_fd)
+	if (kind == SLEEP_BELL)
 		t_check(add(ep, pp[0], EPOLLIN, 5) == 0, "add a pipe");
+	if (kind == SLEEP_PLAIN)
+		t_check(epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &pe) == 0, "plain epoll_ctl");
 	t_check(pthread_create(&t1, NULL, waiter_short, &w1) == 0 &&
 		pthread_create(&t2, NULL, waiter, &w2) == 0, "pthread_create");
 	pthread_join(t1, NULL);
 	usleep(50000);
 	uint64_t t0 = t_now_ns();
-	puppet_do(&q, 's');
+	if (kind == SLEEP_PLAIN)
+		t_check(write(pp[1], "x", 1) == 1, "write pipe");
+	else
+		puppet_do(&q, 's');
 	pthread_join(t2, NULL);
-	t_check(w1.n == 0 && w2.n == 1 && w2.data == 9, "waiters returned %d and %d (data %llu)", w1.n, w2.n,
+	t_check(w1.n == 0 && w2.n == 1 && w2.data == want, "waiters returned %d and %d (data %llu)", w1.n, w2.n,
 		(unsigned long long)w2.data);
-	t_check(t_now_ns() - t0 < 1000000000ull, "the sleeping waiter took over a second to see the message");
+	t_check(t_now_ns() - t0 < 1000000000ull, "the sleeping waiter took over a second to see it");
 	close(pp[0]);
 	close(pp[1]);
 	rpal_close(cfd);
@@ -378,32 +390,7 @@ int main(void)
 	}
 
 	printf("two threads asleep in a one-connection set: when one leaves, the other still sees a descriptor added with plain epoll_ctl\n");
-	{
-		struct puppet q = puppet_start("ep");
-		int cfd = t_ok(rpal_accept(lfd, 0)), ep4 = rpal_epoll_create(0), pp[2];
-		struct epoll_event pe = { .events = EPOLLIN, .data.u64 = 5 };
-		struct wait_arg w1 = { .ep = ep4 }, w2 = { .ep = ep4 };
-		pthread_t t1, t2;
-		puppet_ready(&q);
-		t_check(ep4 >= 0 && add(ep4, cfd, EPOLLIN, 9) == 0, "add to a fresh set");
-		t_check(pipe(pp) == 0 && epoll_ctl(ep4, EPOLL_CTL_ADD, pp[0], &pe) == 0, "plain epoll_ctl");
-		/* The first times out (50 ms) and leaves while the second sleeps on. */
-		t_check(pthread_create(&t1, NULL, waiter_short, &w1) == 0 &&
-			pthread_create(&t2, NULL, waiter, &w2) == 0, "pthread_create");
-		pthread_join(t1, NULL);
-		usleep(50000);
-		uint64_t t0 = t_now_ns();
-		t_check(write(pp[1], "x", 1) == 1, "write pipe");
-		pthread_join(t2, NULL);
-		t_check(w1.n == 0 && w2.n == 1 && w2.data == 5, "waiters returned %d and %d (data %llu)", w1.n, w2.n,
-			(unsigned long long)w2.data);
-		t_check(t_now_ns() - t0 < 1000000000ull, "the sleeping waiter took over a second to see the pipe");
-		close(pp[0]);
-		close(pp[1]);
-		rpal_close(cfd);
-		rpal_close(ep4);
-		puppet_kill(&q);
-	}
+	two_sleepers_one_leaves(SLEEP_PLAIN);
 
 	printf("kill -9 of the peer while a thread sleeps in a set of rpal connections only: EPOLLHUP within a second\n");
 	{
@@ -432,9 +419,9 @@ int main(void)
 	two_waiters_two_messages(false);
 
 	printf("two threads asleep on one connection in a set of rpal connections only: one times out, the other still wakes\n");
-	two_sleepers_one_leaves(false);
+	two_sleepers_one_leaves(SLEEP_FUTEX);
 	printf("the same in a set that also holds a pipe (doorbell sleep)\n");
-	two_sleepers_one_leaves(true);
+	two_sleepers_one_leaves(SLEEP_BELL);
 
 	printf("a set asleep on the doorbell and a blocking receive asleep on the futex, same connection: the peer's shutdown wakes both\n");
 	{
