@@ -13,11 +13,11 @@
  * into it; the ring stays the source of truth, so a receiver that cannot be
  * claimed just gets RCV_PENDING and rescans before it parks again.
  *
- * Receiver (rpal_epoll_wait -> call_park): with nothing pending, save the
- * context and switch to the borrower (which publishes PARKED) or, on the own
- * thread, to the idle loop, which publishes PARKED and sleeps on the set's
- * descriptors and a kick eventfd until a descriptor, a timeout, a hand-off
- * of a trapped syscall, or a fault needs it.
+ * Receiver (rpal_epoll_wait -> epoll.c's park, call_park_own): with nothing
+ * pending, save the context and switch to the borrower (which publishes
+ * PARKED) or, on the own thread, to the idle loop, which publishes PARKED and
+ * sleeps on the set's descriptors and a kick eventfd until a descriptor, a
+ * timeout, a hand-off of a trapped syscall, or a fault needs it.
  *
  * Code that may run on a sender's thread with the receiver's fs base uses no
  * thread-local state of its own (the TLS would be the receiver thread's).
@@ -530,7 +530,7 @@ static int idle_wait(struct rcv_priv *p)
 			if (!atomic_compare_exchange_strong(&r->state, &st, RCV_OWNER | (st & RCV_PENDING)))
 				continue;
 			/* The syscall runs here, then the receiver until it
-			 * parks again (call_park switches back to r->idle). */
+			 * parks again (call_park_own switches back to r->idle). */
 			hosted_lazy_resume((hosted_ctx *)&r->idle, r->uc);
 			if (park_unless_pending(r))
 				return RESUME_RESCAN;
@@ -573,20 +573,14 @@ static void idle_main(void *arg)
 }
 
 /*
- * Park the receiver; returns RESUME_* when something resumes it, on this
- * thread or on a borrower's.  deadline: CLOCK_MONOTONIC ns or UINT64_MAX.
+ * Park the receiver on its own thread (a borrower's thread switches back to
+ * the sender: epoll.c's park); returns RESUME_* when something resumes it,
+ * on this thread or on a borrower's.  r->deadline_ns is set.
  */
-int call_park(struct rpal_host_rcv *r, uint64_t deadline)
+int call_park_own(struct rpal_host_rcv *r)
 {
 	struct rcv_priv *p = (struct rcv_priv *)r;
-	struct rpal_host_sender *s = r->sender;
 
-	r->deadline_ns = deadline;
-	if (s) {
-		/* Borrowed: back to the sender, which publishes PARKED. */
-		hosted_switch_wrfs((hosted_ctx *)&r->ctx, (hosted_ctx *)&s->ctx);
-		return r->reason;
-	}
 	if (!p->idle_made) {
 		hosted_ctx_make((hosted_ctx *)&r->idle, p->stack, IDLE_STACK, idle_main, p);
 		p->idle_made = true;

@@ -26,6 +26,7 @@
 
 #include "internal.h"
 #include "rpal_host.h"
+#include "hosted.h"
 
 #define RPAL_EPOLL_FAIR   16u      /* calls between kernel polls while rpal is busy */
 #define FUTEX_SLEEP_MAX   127u     /* connections a futex_waitv sleep covers (+ kick) */
@@ -690,6 +691,23 @@ static struct rpal_ep_reg *reg_of_cookie(struct rpal_ep *ep, uint64_t cookie)
 }
 
 /*
+ * Park the set's receiver (call.c); returns RESUME_* when something resumes
+ * it.  On a borrower's thread, switch straight back to the sender, which
+ * publishes PARKED: here, not in call.c, as a return between the switch and
+ * rpal_epoll_wait() would be mispredicted on every call (see notify_rx).
+ */
+static inline int park(struct rpal_host_rcv *r, uint64_t deadline)
+{
+	struct rpal_host_sender *s = r->sender;
+
+	r->deadline_ns = deadline;
+	if (!s)
+		return call_park_own(r);
+	hosted_switch_wrfs((hosted_ctx *)&r->ctx, (hosted_ctx *)&s->ctx);
+	return r->reason;
+}
+
+/*
  * Hosted mode: nothing is ready, so park (call.c).  A local sender runs us on
  * its thread; our own thread resumes us for descriptors, other processes'
  * messages, the deadline or a signal.  The set is held (*fast: without lock);
@@ -716,7 +734,7 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 			break;
 		}
 		owner_give(ep, *fast);
-		why = call_park(ep->rcv, deadline);
+		why = park(ep->rcv, deadline);
 		*fast = owner_take(ep);
 		mpk_all_sync();         /* maybe a borrower's thread, or a new key */
 		sleep_end(ep);

@@ -325,8 +325,7 @@ int ack_push(struct rpal_conn *c, uint64_t addr);
 
 /* notify.c */
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
-int notify_peer_rx(struct rpal_conn *c);         /* after publishing; <0: receiver failed */
-void notify_peer_rx_nocall(struct rpal_conn *c); /* the same, never running a hosted receiver */
+void notify_wake_rx(struct rpal_conn *c, uint64_t w);
 void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
@@ -462,8 +461,57 @@ struct rpal_host_rcv *call_rcv_create(int top);
 void call_rcv_retire(struct rpal_host_rcv *r);
 bool call_borrowed(const struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
-int call_park(struct rpal_host_rcv *r, uint64_t deadline);
+int call_park_own(struct rpal_host_rcv *r);
 void conn_hangup_all(void);
+
+/*
+ * After publishing: wake the consumer if it advertised sleep; in hosted
+ * mode, first try to run it here (call.c) if may_call.  <0: the receiving
+ * program failed in the call.  Inline: every frame between the public call
+ * and the switch into the receiver costs a mispredicted return on each side
+ * of the call (the switch leaves the other stack's return addresses in the
+ * CPU's return stack buffer).
+ */
+static inline int notify_rx(struct rpal_conn *c, bool may_call)
+{
+	bool parker = false;
+	uint64_t w;
+	int ret;
+
+	c->published = c->tail;
+	if (unlikely(conn_dead(c)) && !c->peer->base)
+		return 0;       /* its mapping is retired: nobody to wake */
+	if (unlikely(c->local)) {
+		parker = load_relaxed(&c->pb->hosted_rcv) != 0;
+		ret = call_deliver(c, may_call);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
+	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
+	/* A local receiver that joined a set after our first look parks without
+	 * advertising sleep; the set's lock release orders its store before its
+	 * scan, and W1 ours: now one of us sees the other. */
+	if (unlikely(c->local) && !parker && load_acquire(&c->pb->hosted_rcv)) {
+		ret = call_deliver(c, may_call);
+		if (ret)
+			return ret < 0 ? ret : 0;
+	}
+	w = load_relaxed(&c->pb->waiting);
+	if (unlikely(w & RPAL_WAIT_RX))
+		notify_wake_rx(c, w);
+	return 0;
+}
+
+static inline int notify_peer_rx(struct rpal_conn *c)
+{
+	return notify_rx(c, true);
+}
+
+/* For callers that hold locks a receiver run here could need (close). */
+static inline void notify_peer_rx_nocall(struct rpal_conn *c)
+{
+	notify_rx(c, false);
+}
 
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);

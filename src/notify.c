@@ -113,47 +113,10 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	(*count)++;
 }
 
-/* After publishing: wake the consumer if it advertised sleep; in hosted
- * mode, first try to run it here (call.c) if may_call. */
-static int notify_rx(struct rpal_conn *c, bool may_call)
+/* The consumer advertised a sleep (w: its waiting word): wake it. */
+void notify_wake_rx(struct rpal_conn *c, uint64_t w)
 {
-	bool parker = false;
-	uint64_t w;
-	int ret;
-
-	c->published = c->tail;
-	if (unlikely(conn_dead(c)) && !c->peer->base)
-		return 0;       /* its mapping is retired: nobody to wake */
-	if (unlikely(c->local)) {
-		parker = load_relaxed(&c->pb->hosted_rcv) != 0;
-		ret = call_deliver(c, may_call);
-		if (ret)
-			return ret < 0 ? ret : 0;
-	}
-	smp_mb();       /* W1: our seq stores before the load of its flag (pairs with W0) */
-	/* A local receiver that joined a set after our first look parks without
-	 * advertising sleep; the set's lock release orders its store before its
-	 * scan, and W1 ours: now one of us sees the other. */
-	if (unlikely(c->local) && !parker && load_acquire(&c->pb->hosted_rcv)) {
-		ret = call_deliver(c, may_call);
-		if (ret)
-			return ret < 0 ? ret : 0;
-	}
-	w = load_relaxed(&c->pb->waiting);
-	if (unlikely(w & RPAL_WAIT_RX))
-		ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->tx_wakeups);
-	return 0;
-}
-
-int notify_peer_rx(struct rpal_conn *c)
-{
-	return notify_rx(c, true);
-}
-
-/* For callers that hold locks a receiver run here could need (close). */
-void notify_peer_rx_nocall(struct rpal_conn *c)
-{
-	notify_rx(c, false);
+	ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->tx_wakeups);
 }
 
 /* Empty my doorbell before advertising a new sleep. */
