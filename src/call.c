@@ -257,8 +257,10 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	struct rpal_host_prog *prog = &host->progs[r->prog];
 	uint64_t t0 = __rdtsc();
 	/* The receiver may open protection-key windows of its own program
-	 * (protect_peers): they must not stay open on this thread. */
-	uint32_t pkru = host->pku ? pkru_read() : 0;
+	 * (protect_peers): they must not stay open on this thread.  Only then:
+	 * reading PKRU twice is a tenth of a call. */
+	bool pkru_check = r->writes_pkru;
+	uint32_t pkru = pkru_check ? pkru_read() : 0;
 	/* We hold r: nobody else writes its counters.  Each store below is
 	 * absolute, so a CAS that fails and stores again counts once. */
 	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
@@ -303,7 +305,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		break;
 	}
 	s->cur = NULL;
-	if (host->pku && pkru_read() != pkru)
+	if (pkru_check && pkru_read() != pkru)
 		pkru_write(pkru);
 	if (likely(!(r->fault_sig | r->trapped))) {
 		if (wake)
@@ -410,6 +412,8 @@ struct rpal_host_rcv *call_rcv_create(int top)
 	p->pub.magic = RPAL_RCV_MAGIC;
 	p->pub.prog = host_prog;
 	p->pub.state = RCV_OWNER;
+	/* Keys come at rpal_init, before any set (mpk_setup). */
+	p->pub.writes_pkru = host->pku && load_relaxed(&mpk_on);
 	/* Counted from now on (rpal_hosted_stat sums its program's list). */
 	p->pub.next = atomic_load(&host->progs[host_prog].rcvs);
 	while (!atomic_compare_exchange_weak(&host->progs[host_prog].rcvs, &p->pub.next, &p->pub))

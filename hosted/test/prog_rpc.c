@@ -13,13 +13,19 @@
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
  * write end it reports; the client checks its own send returned at once, then writes the pipe),
- * and 200 short-lived threads that each make one call (the heap must not grow). */
+ * and 200 short-lived threads that each make one call (the heap must not grow).
+ *
+ * With RPAL_PROTECT_PEERS set on a CPU with protection keys, the client also checks that no send
+ * comes back with PKRU changed: a server parked inside rpal_epoll_wait() holds its windows on its
+ * peers open, and a call must not leave them open on the sender's thread. */
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <cpuid.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
@@ -176,8 +182,19 @@ struct worker {
     pthread_t th;
 };
 
+static bool pkru_probe;                 /* RPAL_PROTECT_PEERS set and the CPU has OSPKE */
+static atomic_long pkru_changed;
+
+static uint32_t pkru_read(void) {
+    uint32_t eax, edx;
+    __asm__ __volatile__(".byte 0x0f,0x01,0xee" : "=a"(eax), "=d"(edx) : "c"(0));
+    return eax;
+}
+
 static int roundtrip(int fd, struct req *q, struct rep *r) {
+    uint32_t pkru = pkru_probe ? pkru_read() : 0;
     ssize_t s = rpal_send(fd, q, sizeof *q, 0);
+    if (pkru_probe && pkru_read() != pkru) atomic_fetch_add(&pkru_changed, 1);
     if (s != (ssize_t)sizeof *q) {
         fprintf(stderr, "client: send: %s\n", rpal_strerror((int)s));
         return -1;
@@ -273,6 +290,8 @@ static int client(const char *service, int threads, long n) {
         errors += w[i].errors;
     }
     printf("client: %ld round trips in %ld ms, %ld errors\n", threads * n, now_ms() - t0, errors);
+    if (pkru_probe)
+        printf("client: PKRU changed across %ld of %ld sends\n", atomic_load(&pkru_changed), threads * n);
 
     /* Probes on the first connection. */
     struct req q = { .op = OP_GETTID };
@@ -342,6 +361,8 @@ static int crasher(const char *service) {
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "server"))
         return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
+    unsigned a, b, c, d;
+    pkru_probe = getenv("RPAL_PROTECT_PEERS") && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4));
     if (argc >= 5 && !strcmp(argv[1], "client")) return client(argv[2], atoi(argv[3]), atol(argv[4]));
     if (argc >= 3 && !strcmp(argv[1], "crasher")) return crasher(argv[2]);
     fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N]\n");

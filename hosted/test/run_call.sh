@@ -6,6 +6,8 @@
 #     does not block the sender (lazy switch); 200 threads that each make a call and end leave
 #     nothing in the heap (their sender records go with them); calls run while another server
 #     thread re-arms the connections and polls the set;
+#     with protection keys on (RPAL_PROTECT_PEERS=2, where the CPU has them), no call leaves the
+#     server's open windows in the sender's PKRU;
 #  2. a fault inside a handler run by a call: the sender's send fails with ECONNRESET, the server
 #     is reported failed, the sender goes on and exits 0;
 #  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted.
@@ -61,6 +63,19 @@ mods=$(echo "$out" | sed -n 's/^server: another thread re-armed connections \([0
 [ "${mods%% *}" -gt 100 ] 2>/dev/null && [ "${mods##* }" -gt 100 ] 2>/dev/null &&
 	ok "another thread re-armed connections and polled the set (${mods% *} and ${mods#* } times) while calls ran" ||
 	bad "the meddling thread did not get in (${mods:-nothing})"
+
+# Protection keys: the server parks inside rpal_epoll_wait() with its windows on its peers open.
+if grep -qw ospke /proc/cpuinfo; then
+	out=$(RPAL_PROTECT_PEERS=2 timeout 60 "$RPAL" run --stat "$PROG" server "$svc-k" ::: "$PROG" client "$svc-k" 1 20000 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  | /'
+	calls=$(echo "$out" | sed -n 's/^client: stat \[0\] .* calls=\([0-9]*\) .*/\1/p')
+	[ $rc -eq 0 ] && [ "${calls:-0}" -ge 20000 ] && echo "$out" | grep -q "client: PKRU changed across 0 of 20000 sends" &&
+		ok "protection keys on: $calls calls, none left the server's windows open in the sender" ||
+		bad "protection keys on: rc $rc, ${calls:-0} calls, or PKRU changed across a call"
+else
+	echo "skipped: protection keys (no ospke in /proc/cpuinfo)"
+fi
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-2" ::: "$PROG" crasher "$svc-2" 2>&1)
 rc=$?
