@@ -434,11 +434,6 @@ void call_rcv_retire(struct rpal_host_rcv *r)
 	atomic_store(&r->state, RCV_DEAD);
 }
 
-bool call_borrowed(const struct rpal_host_rcv *r)
-{
-	return r->sender != NULL;
-}
-
 /* Are we, c's consumer, running on its producer's thread, in a call that
  * producer made on c?  Then the producer cannot be waiting for room.  Only
  * our own block is read: the receiver record is never freed. */

@@ -28,20 +28,7 @@
 #include "internal.h"
 
 /* ------------------------------------------------------------ objects */
-/* Two-level table indexed by descriptor; lookups take no lock. */
-#define OBJ_CHUNK 1024
-#define OBJ_TOP   1024
-static void *_Atomic obj_top[OBJ_TOP];
-
-void *obj_get(int fd)
-{
-	void *_Atomic *chunk;
-
-	if (fd < 0 || fd >= OBJ_CHUNK * OBJ_TOP)
-		return NULL;
-	chunk = atomic_load_explicit(&obj_top[fd / OBJ_CHUNK], memory_order_acquire);
-	return chunk ? atomic_load_explicit(&chunk[fd % OBJ_CHUNK], memory_order_acquire) : NULL;
-}
+void *_Atomic obj_top[OBJ_TOP];
 
 /* Caller holds rpal_g.lock. */
 int obj_set(int fd, void *obj)
@@ -72,15 +59,9 @@ void obj_clear(int fd)
 		atomic_store_explicit(&chunk[fd % OBJ_CHUNK], NULL, memory_order_release);
 }
 
-struct rpal_conn *conn_get(int fd, int *err)
+int conn_get_failed(int fd)
 {
-	struct rpal_conn *c = obj_get(fd);
-
-	if (!c || c->kind != OBJ_CONN) {
-		*err = rpal_fail(ENOTCONN, "descriptor %d is not an rpal connection", fd);
-		return NULL;
-	}
-	return c;
+	return rpal_fail(ENOTCONN, "descriptor %d is not an rpal connection", fd);
 }
 
 /* ------------------------------------------------------------ init */

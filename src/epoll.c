@@ -690,6 +690,12 @@ static struct rpal_ep_reg *reg_of_cookie(struct rpal_ep *ep, uint64_t cookie)
 	return r && reg_live(ep, r) ? r : NULL;
 }
 
+/* Is the set's receiver running on a sender's thread (in an RPAL call)? */
+static inline bool call_borrowed(const struct rpal_host_rcv *r)
+{
+	return r->sender != NULL;
+}
+
 /*
  * Park the set's receiver (call.c); returns RESUME_* when something resumes
  * it.  On a borrower's thread, switch straight back to the sender, which

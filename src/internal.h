@@ -281,10 +281,38 @@ void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
 
 /* conn.c: the object table, indexed by descriptor. */
-void *obj_get(int fd);
+/* Two-level table indexed by descriptor; lookups take no lock. */
+#define OBJ_CHUNK 1024
+#define OBJ_TOP   1024
+extern void *_Atomic obj_top[OBJ_TOP];
+
+static inline void *obj_get(int fd)
+{
+	void *_Atomic *chunk;
+
+	if (fd < 0 || fd >= OBJ_CHUNK * OBJ_TOP)
+		return NULL;
+	chunk = atomic_load_explicit(&obj_top[fd / OBJ_CHUNK], memory_order_acquire);
+	return chunk ? atomic_load_explicit(&chunk[fd % OBJ_CHUNK], memory_order_acquire) : NULL;
+}
+
 int obj_set(int fd, void *obj);
 void obj_clear(int fd);
-struct rpal_conn *conn_get(int fd, int *err);
+int conn_get_failed(int fd);
+
+/* The connection named by fd, or NULL with *err set.  Inline, as are the
+ * few helpers below that every message runs: a hosted call is a few
+ * hundred cycles, and each call instruction is a visible part of it. */
+static inline struct rpal_conn *conn_get(int fd, int *err)
+{
+	struct rpal_conn *c = obj_get(fd);
+
+	if (unlikely(!c || c->kind != OBJ_CONN)) {
+		*err = conn_get_failed(fd);
+		return NULL;
+	}
+	return c;
+}
 void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
@@ -316,12 +344,36 @@ int ring_reserve(struct rpal_conn *c);           /* 0 or -EAGAIN */
 void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
 int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
 void ring_consume(struct rpal_conn *c);
-uint64_t ring_head(const struct rpal_conn *c);
-bool ring_readable(struct rpal_conn *c);
 bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(const struct rpal_conn *c, uint64_t *head);
 int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
 int ack_push(struct rpal_conn *c, uint64_t addr);
+
+/* The only values an unwritten slot at index idx may hold: the previous
+ * lap's seq, or 0 in the first lap.  Anything else is a message or a lie. */
+static inline bool slot_empty(const struct rpal_conn *c, uint64_t idx, uint32_t seq)
+{
+	return seq == (uint32_t)(idx + 1 - (c->pring_mask + 1)) || (seq == 0 && idx <= c->pring_mask);
+}
+
+/* Where the consumer is, for any thread: epoll waiters look while another
+ * thread receives, so they read the copy in our block, not c->rx_head. */
+static inline uint64_t ring_head(const struct rpal_conn *c)
+{
+	return load_relaxed(&c->me->rx_head);
+}
+
+/* Is there something to look at: a message, or a violation to report? */
+static inline bool ring_readable(struct rpal_conn *c)
+{
+	uint64_t head = ring_head(c);
+
+	if (conn_err(c))
+		return true;
+	if (conn_dead(c) && !c->peer->base)
+		return false;
+	return !slot_empty(c, head, load_relaxed(&c->pring[head & c->pring_mask].seq));
+}
 
 /* notify.c */
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
@@ -329,9 +381,25 @@ void notify_wake_rx(struct rpal_conn *c, uint64_t w);
 void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
-uint32_t peer_update(struct rpal_conn *c);
 void wait_begin(struct rpal_conn *c, uint32_t bits);
 void wait_end(struct rpal_conn *c, uint32_t bits);
+
+/*
+ * The peer's lifecycle bits (RPAL_STATE_*), cached once seen.  A3: the
+ * acquire pairs with the release that stored them after its last slot (R3),
+ * so a ring found empty after SHUT_WR is empty for good.
+ */
+static inline uint32_t peer_update(struct rpal_conn *c)
+{
+	uint32_t st = load_relaxed(&c->peer_state);
+
+	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(conn_dead(c) && !c->peer->base)) {
+		uint32_t now = load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
+		if (unlikely(now & ~st))
+			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_relaxed) | now;
+	}
+	return st;
+}
 
 /* watch.c */
 extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies */
@@ -372,7 +440,14 @@ int mpk_setup(unsigned mode);
 void mpk_teardown(void);
 int mpk_peer_attach(struct rpal_peer *p);
 void mpk_peer_detach(struct rpal_peer *p);
-uint64_t mpk_all_begin(void);
+uint64_t mpk_all_open(void);
+
+/* rpal_epoll_wait: open every peer's window for the scan (protect_peers);
+ * returns what mpk_all_end() needs, 0 when protection is off. */
+static inline uint64_t mpk_all_begin(void)
+{
+	return likely(!load_relaxed(&mpk_on)) ? 0 : mpk_all_open();
+}
 
 /* rdpkru and wrpkru by their encodings: no -mpku needed.  Only called once
  * a key exists, which proves the CPU and the kernel have PKU.  The memory
@@ -459,7 +534,6 @@ bool host_prog_failed(int prog);
 int call_deliver(struct rpal_conn *c, bool may_call);
 struct rpal_host_rcv *call_rcv_create(int top);
 void call_rcv_retire(struct rpal_host_rcv *r);
-bool call_borrowed(const struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
 int call_park_own(struct rpal_host_rcv *r);
 void conn_hangup_all(void);

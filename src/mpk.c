@@ -179,12 +179,10 @@ void mpk_peer_detach(struct rpal_peer *p)
 
 /* rpal_epoll_wait, rpal_access_safely: open every key; the cookie always
  * tells mpk_all_end() what to restore (mpk_all_sync() may open more). */
-uint64_t mpk_all_begin(void)
+uint64_t mpk_all_open(void)
 {
 	uint32_t old, all;
 
-	if (likely(!load_relaxed(&mpk_on)))
-		return 0;
 	old = pkru_read();
 	all = load_relaxed(&mpk_all_bits);
 	if (old & all)          /* a caller holding windows pays no write */

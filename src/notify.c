@@ -234,23 +234,6 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->rx_wakeups);
 }
 
-/*
- * The peer's lifecycle bits (RPAL_STATE_*), cached once seen.  A3: the
- * acquire pairs with the release that stored them after its last slot (R3),
- * so a ring found empty after SHUT_WR is empty for good.
- */
-uint32_t peer_update(struct rpal_conn *c)
-{
-	uint32_t st = load_relaxed(&c->peer_state);
-
-	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(conn_dead(c) && !c->peer->base)) {
-		uint32_t now = load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
-		if (now & ~st)
-			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_relaxed) | now;
-	}
-	return st;
-}
-
 static bool wait_done(struct rpal_conn *c, unsigned what)
 {
 	if (conn_dead(c) || conn_err(c))

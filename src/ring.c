@@ -111,13 +111,6 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
 			 (int)c->peer_pid, what, v);
 }
 
-/* The only values an unwritten slot at index idx may hold: the previous
- * lap's seq, or 0 in the first lap.  Anything else is a message or a lie. */
-static bool slot_empty(const struct rpal_conn *c, uint64_t idx, uint32_t seq)
-{
-	return seq == (uint32_t)(idx + 1 - (c->pring_mask + 1)) || (seq == 0 && idx <= c->pring_mask);
-}
-
 /*
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
@@ -163,25 +156,6 @@ void ring_consume(struct rpal_conn *c)
 	/* R1: our reads of the slot happened before the producer may reuse it. */
 	store_release(&c->me->rx_head, c->rx_head);
 	c->rx_msgs++;
-}
-
-/* Where the consumer is, for any thread: epoll waiters look while another
- * thread receives, so they read the copy in our block, not c->rx_head. */
-uint64_t ring_head(const struct rpal_conn *c)
-{
-	return load_relaxed(&c->me->rx_head);
-}
-
-/* Is there something to look at: a message, or a violation to report? */
-bool ring_readable(struct rpal_conn *c)
-{
-	uint64_t head = ring_head(c);
-
-	if (conn_err(c))
-		return true;
-	if (conn_dead(c) && !c->peer->base)
-		return false;
-	return !slot_empty(c, head, load_relaxed(&c->pring[head & c->pring_mask].seq));
 }
 
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
