@@ -92,6 +92,20 @@ static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int fl
 	return (ssize_t)len;
 }
 
+/*
+ * After publishing: wake (or, hosted, call) the consumer unless RPAL_MORE,
+ * then say which CPU we send from.  A consumer spins only for a producer on
+ * another CPU; one we never told spins for us even on our own CPU, until
+ * the scheduler's tick.  0, or <0 if a hosted receiver failed in the call.
+ */
+static int sent(struct rpal_conn *c, int flags)
+{
+	int ret = flags & RPAL_MORE ? 0 : notify_peer_rx(c);
+
+	cpu_note(&c->me->tx_cpu);
+	return ret;
+}
+
 RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
@@ -103,12 +117,11 @@ RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 		return err;
 	MPK_REENTER(c, rpal_send(fd, buf, len, flags));
 	ret = send_one(c, buf, len, flags);
-	if (ret >= 0 && !(flags & RPAL_MORE)) {
-		int e = notify_peer_rx(c);
+	if (ret >= 0) {
+		int e = sent(c, flags);
 		if (e)
 			ret = e;        /* hosted: the receiver failed in the call */
 	}
-	cpu_note(&c->me->tx_cpu);
 	return ret;
 }
 
@@ -131,12 +144,8 @@ RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, in
 			break;
 		}
 	}
-	if (!(flags & RPAL_MORE)) {
-		int e = notify_peer_rx(c);
-		if (e)
-			return e;
-	}
-	return (int)i;
+	err = sent(c, flags);
+	return err ? err : (int)i;
 }
 
 RPAL_EXPORT int rpal_flush(int fd)
@@ -193,9 +202,7 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 		return ret;
 	}
 	publish_buf(c, buf, len);
-	if (!(flags & RPAL_MORE))
-		return notify_peer_rx(c);
-	return 0;
+	return sent(c, flags);
 }
 
 /* ---------------------------------------------------------------- receive */

@@ -4,8 +4,111 @@
  * A peer blocked in rpal_recv(), and one blocked in rpal_epoll_wait() on an
  * rpal-only set, are not woken even once in a second of silence (counted by
  * their voluntary context switches), and still wake for the next message.
+ *
+ * And a waiter never spins for a peer that runs on its own CPU, whichever
+ * call sent (rpal_send, rpal_send_batch, rpal_send_buf): with a spin budget
+ * of a second and both processes on one CPU, the echoing peer must sleep
+ * for each message (a voluntary context switch); a spinner would instead
+ * keep its peer from running until the scheduler preempts it.
  */
+#include <sched.h>
+#include <sys/uio.h>
+
 #include "helpers.h"
+
+#define SAME_CPU_TRIPS 50
+
+enum send_kind { SEND_COPY, SEND_BATCH, SEND_BUF, SEND_KINDS };
+static const char *const send_names[SEND_KINDS] = { "rpal_send", "rpal_send_batch", "rpal_send_buf" };
+
+static void send_by(int fd, enum send_kind k, const char *msg, size_t len)
+{
+	struct iovec iov = { (void *)msg, len };
+	void *buf;
+
+	switch (k) {
+	case SEND_COPY:
+		t_ok(rpal_send(fd, msg, len, 0));
+		break;
+	case SEND_BATCH:
+		t_check(rpal_send_batch(fd, &iov, 1, 0) == 1, "rpal_send_batch");
+		break;
+	case SEND_BUF:
+		buf = rpal_buf_alloc(len);
+		t_check(buf, "rpal_buf_alloc");
+		memcpy(buf, msg, len);
+		t_ok(rpal_send_buf(fd, buf, len, 0));
+		break;
+	default:
+		break;
+	}
+}
+
+static void init_spinning(void)
+{
+	struct rpal_config cfg;
+
+	rpal_config_default(&cfg);
+	cfg.spin_us = 1000000;
+	t_ok(rpal_init(&cfg));
+}
+
+/* Echo with kind k until the peer closes; zero-copy buffers are released. */
+static void same_cpu_child(enum send_kind k)
+{
+	int fd = t_ok(rpal_connect("idle-cpu", NULL, 0));
+	struct rpal_msg m;
+
+	for (;;) {
+		int n = rpal_recv_msg(fd, &m, 1, 0);
+		if (n <= 0)
+			_exit(0);
+		send_by(fd, k, m.data, m.len);
+		rpal_msg_release(fd, &m, 1);
+	}
+}
+
+static void same_cpu_no_spin(void)
+{
+	cpu_set_t one;
+	int lfd, cpu = sched_getcpu();
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu, &one);
+	t_check(sched_setaffinity(0, sizeof(one), &one) == 0, "pin to CPU %d", cpu);
+	rpal_fini();
+	init_spinning();
+	lfd = t_ok(rpal_listen("idle-cpu", NULL));
+	for (enum send_kind k = 0; k < SEND_KINDS; k++) {
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			init_spinning();
+			same_cpu_child(k);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		long slept = -1, preempted = -1;
+		for (int i = 0; i < SAME_CPU_TRIPS; i++) {
+			char b[64];
+			send_by(fd, k, "ping", 4);
+			t_check(rpal_recv(fd, b, sizeof(b), 0) == 4, "echo %d by %s", i, send_names[k]);
+			if (i == 0) {   /* from here on the child has our CPU in its hint */
+				slept = t_proc_status(pid, "voluntary_ctxt_switches");
+				preempted = t_proc_status(pid, "nonvoluntary_ctxt_switches");
+			}
+		}
+		slept = t_proc_status(pid, "voluntary_ctxt_switches") - slept;
+		preempted = t_proc_status(pid, "nonvoluntary_ctxt_switches") - preempted;
+		printf("%s, both on CPU %d, spin budget 1 s: in %d round trips the peer slept %ld times, "
+		       "was preempted %ld times\n", send_names[k], cpu, SAME_CPU_TRIPS, slept, preempted);
+		t_check(slept >= SAME_CPU_TRIPS / 2,
+			"%s: the peer slept %ld times in %d round trips: it spun for us on its own CPU",
+			send_names[k], slept, SAME_CPU_TRIPS);
+		rpal_close(fd);
+		t_wait_ok(pid, "same-CPU peer");
+	}
+	rpal_close(lfd);
+}
 
 static void child(int use_epoll)
 {
@@ -59,6 +162,7 @@ int main(void)
 		t_wait_ok(pid, "idle peer");
 	}
 	rpal_close(lfd);
+	same_cpu_no_spin();
 	printf("PASS\n");
 	return 0;
 }
