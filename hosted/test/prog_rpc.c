@@ -6,7 +6,7 @@
  *                                        (EPOLL_CTL_MOD) and polling its set (timeout 0) while
  *                                        calls run, the set's other users (not its parked owner)
  *   prog_rpc client SERVICE THREADS N    THREADS connections x N checksummed round trips, then
- *                                        the probes below, then QUIT
+ *                                        the probes below (when hosted), then QUIT
  *   prog_rpc crasher SERVICE             ask the server to fault inside its handler; check that
  *                                        our send fails with ECONNRESET and that we go on
  *
@@ -14,6 +14,9 @@
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
  * write end it reports; the client checks its own send returned at once, then writes the pipe),
  * and 200 short-lived threads that each make one call (the heap must not grow).
+ * On QUIT, the server notes the most bytes left unread in any pipe of its process: a
+ * waiter that sleeps on a doorbell must empty it first, or the pipe fills up and a ring that finds
+ * it full brings no wake-up.
  *
  * With RPAL_PROTECT_PEERS set on a CPU with protection keys, the client also checks that no send
  * comes back with PKRU changed: a server parked inside rpal_epoll_wait() holds its windows on its
@@ -26,8 +29,11 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <cpuid.h>
+#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -73,10 +79,28 @@ static void meddle_note(int fd, int open) {
     }
 }
 
+/* The most bytes waiting in any pipe of this process (doorbells are pipes). */
+static long largest_unread_pipe(void) {
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    long most = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        int fd = atoi(e->d_name), n = 0;
+        if (fd != dirfd(d) && fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode) && ioctl(fd, FIONREAD, &n) == 0 &&
+            n > most)
+            most = n;
+    }
+    closedir(d);
+    return most;
+}
+
 static int server(const char *service, int meddle) {
     pid_t main_tid = (pid_t)syscall(SYS_gettid);
     struct epoll_event ev, evs[16];
     int lfd = rpal_listen(service, NULL), ep, quit = 0, open = 0;
+    long unread = -1;
     long served = 0, bad = 0;
 
     if (lfd < 0) {
@@ -157,6 +181,7 @@ static int server(const char *service, int meddle) {
                     break;
                 case OP_QUIT:
                     quit = 1;
+                    unread = largest_unread_pipe(); /* while the connections are open */
                     break;
                 }
                 atomic_store(&in_handler, 0);
@@ -171,6 +196,7 @@ static int server(const char *service, int meddle) {
                meddle_mods, meddle_waits);
     }
     printf("server: served %ld, bad %ld, run twice at once %ld\n", served, bad, twice);
+    printf("server: largest unread pipe %ld bytes\n", unread);
     return bad || twice ? 1 : 0;
 }
 
@@ -216,7 +242,9 @@ static void *work(void *arg) {
         return NULL;
     }
     unsigned seed = (unsigned)(uintptr_t)w;
+    const char *gap = getenv("PROG_RPC_GAP_US"); /* pause between round trips: the server parks */
     for (long i = 0; i < w->n; i++) {
+        if (gap) usleep((useconds_t)atoi(gap));
         struct req q = { .op = OP_ECHO, .seq = (uint32_t)i };
         struct rep r;
         for (size_t k = 0; k < sizeof q.data; k++) q.data[k] = (uint8_t)rand_r(&seed);
@@ -293,8 +321,18 @@ static int client(const char *service, int threads, long n) {
     if (pkru_probe)
         printf("client: PKRU changed across %ld of %ld sends\n", atomic_load(&pkru_changed), threads * n);
 
+    struct rpal_prog_stat st[16];
+    struct req q = { .op = OP_QUIT };
+    int np = rpal_hosted_stat(st, 16);
+    if (np <= 0) {              /* a plain process: no calls to probe */
+        printf("client: not hosted, no probes\n");
+        if (roundtrip(fd, &q, &r)) return 1;
+        rpal_close(fd);
+        return errors ? 1 : 0;
+    }
+
     /* Probes on the first connection. */
-    struct req q = { .op = OP_GETTID };
+    q.op = OP_GETTID;
     if (roundtrip(fd, &q, &r)) return 1;
     printf("client: gettid in handler %s the server's thread\n", r.a == r.b ? "is" : "is NOT");
     if (r.a != r.b) errors++;
@@ -318,8 +356,7 @@ static int client(const char *service, int threads, long n) {
     uint64_t calls;
     if (short_lived(fd, 200, &calls)) errors++;
 
-    struct rpal_prog_stat st[16];
-    int np = rpal_hosted_stat(st, 16);
+    np = rpal_hosted_stat(st, 16);
     for (int i = 0; i < np && i < 16; i++)
         printf("client: stat [%d] %s calls=%llu cycles=%llu handoffs=%llu\n", i, st[i].name,
                (unsigned long long)st[i].calls, (unsigned long long)st[i].call_cycles,

@@ -8,6 +8,9 @@
 #     thread re-arms the connections and polls the set;
 #     with protection keys on (RPAL_PROTECT_PEERS=2, where the CPU has them), no call leaves the
 #     server's open windows in the sender's PKRU;
+#     a plain process talks to a hosted server (connected mode, no calls), pausing between round
+#     trips so that the server sleeps for each one: no message lost, and the server's doorbells are
+#     emptied as it sleeps (no pipe left holding more than a byte or two);
 #  2. a fault inside a handler run by a call: the sender's send fails with ECONNRESET, the server
 #     is reported failed, the sender goes on and exits 0;
 #  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted.
@@ -76,6 +79,24 @@ if grep -qw ospke /proc/cpuinfo; then
 else
 	echo "skipped: protection keys (no ospke in /proc/cpuinfo)"
 fi
+
+# A plain-process client: the hosted server sleeps for each message and is woken by a doorbell.
+log=$(mktemp)
+timeout 60 "$RPAL" run "$PROG" server "$svc-x" > "$log" 2>&1 &
+pid=$!
+out=$(PROG_RPC_GAP_US=50 timeout 60 "$PROG" client "$svc-x" 1 3000 2>&1)
+rc=$?
+wait "$pid"
+src=$?
+echo "$out" | sed 's/^/  | /'
+sed 's/^/  | /' "$log"
+unread=$(sed -n 's/^server: largest unread pipe \([0-9]*\) bytes/\1/p' "$log")
+[ $rc -eq 0 ] && [ $src -eq 0 ] && echo "$out" | grep -q "client: 3000 round trips in .* 0 errors" &&
+	grep -q "server: served 3000, bad 0" "$log" && ok "a plain process and a hosted server: 3000 round trips" ||
+	bad "plain client to hosted server: rc $rc, server rc $src"
+[ -n "$unread" ] && [ "$unread" -le 2 ] && ok "the hosted server's doorbells were emptied ($unread bytes left at most)" ||
+	bad "a pipe of the hosted server holds ${unread:-?} unread bytes"
+rm -f "$log"
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-2" ::: "$PROG" crasher "$svc-2" 2>&1)
 rc=$?
