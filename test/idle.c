@@ -7,9 +7,10 @@
  *
  * And a waiter never spins for a peer that runs on its own CPU, whichever
  * call sent (rpal_send, rpal_send_batch, rpal_send_buf): with a spin budget
- * of a second and both processes on one CPU, the echoing peer must sleep
- * for each message (a voluntary context switch); a spinner would instead
- * keep its peer from running until the scheduler preempts it.
+ * of a second and both processes on one CPU, a spinner would keep its peer
+ * from running until the scheduler preempts it, a millisecond or more of CPU
+ * per message; the two processes must use far less for all the messages
+ * (their CPU time, from /proc/PID/schedstat).
  */
 #include <sched.h>
 #include <sys/uio.h>
@@ -17,6 +18,24 @@
 #include "helpers.h"
 
 #define SAME_CPU_TRIPS 50
+#define SAME_CPU_MAX_NS (25 * 1000000L)   /* a spinner needs 50 ms at least */
+
+/* Nanoseconds the main thread of pid has run (schedstat); -1 if unknown. */
+static long cpu_ns(pid_t pid)
+{
+	char path[64];
+	long long ns = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/schedstat", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	if (fscanf(f, "%lld", &ns) != 1)
+		ns = -1;
+	fclose(f);
+	return (long)ns;
+}
 
 enum send_kind { SEND_COPY, SEND_BATCH, SEND_BUF, SEND_KINDS };
 static const char *const send_names[SEND_KINDS] = { "rpal_send", "rpal_send_batch", "rpal_send_buf" };
@@ -76,6 +95,8 @@ static void same_cpu_no_spin(void)
 	CPU_ZERO(&one);
 	CPU_SET(cpu, &one);
 	t_check(sched_setaffinity(0, sizeof(one), &one) == 0, "pin to CPU %d", cpu);
+	if (cpu_ns(getpid()) < 0)
+		t_skip("no /proc/PID/schedstat: cannot tell a spinning waiter from a sleeping one");
 	rpal_fini();
 	init_spinning();
 	lfd = t_ok(rpal_listen("idle-cpu", NULL));
@@ -87,23 +108,23 @@ static void same_cpu_no_spin(void)
 			same_cpu_child(k);
 		}
 		int fd = t_ok(rpal_accept(lfd, 0));
-		long slept = -1, preempted = -1;
+		long mine = 0, its = 0;
 		for (int i = 0; i < SAME_CPU_TRIPS; i++) {
 			char b[64];
 			send_by(fd, k, "ping", 4);
 			t_check(rpal_recv(fd, b, sizeof(b), 0) == 4, "echo %d by %s", i, send_names[k]);
-			if (i == 0) {   /* from here on the child has our CPU in its hint */
-				slept = t_proc_status(pid, "voluntary_ctxt_switches");
-				preempted = t_proc_status(pid, "nonvoluntary_ctxt_switches");
+			if (i == 0) {   /* from here on each side has the other's CPU in its hint */
+				mine = cpu_ns(getpid());
+				its = cpu_ns(pid);
 			}
 		}
-		slept = t_proc_status(pid, "voluntary_ctxt_switches") - slept;
-		preempted = t_proc_status(pid, "nonvoluntary_ctxt_switches") - preempted;
-		printf("%s, both on CPU %d, spin budget 1 s: in %d round trips the peer slept %ld times, "
-		       "was preempted %ld times\n", send_names[k], cpu, SAME_CPU_TRIPS, slept, preempted);
-		t_check(slept >= SAME_CPU_TRIPS / 2,
-			"%s: the peer slept %ld times in %d round trips: it spun for us on its own CPU",
-			send_names[k], slept, SAME_CPU_TRIPS);
+		mine = cpu_ns(getpid()) - mine;
+		its = cpu_ns(pid) - its;
+		printf("%s, both on CPU %d, spin budget 1 s: %d round trips took %ld + %ld us of CPU\n",
+		       send_names[k], cpu, SAME_CPU_TRIPS - 1, mine / 1000, its / 1000);
+		t_check(mine + its < SAME_CPU_MAX_NS,
+			"%s: %ld us of CPU for %d round trips: a waiter spun for a peer on its own CPU",
+			send_names[k], (mine + its) / 1000, SAME_CPU_TRIPS - 1);
 		rpal_close(fd);
 		t_wait_ok(pid, "same-CPU peer");
 	}
