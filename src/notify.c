@@ -293,11 +293,14 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	 * peer's wake_seq, sampled before we advertise the sleep, so a wake that
 	 * lands before our wait makes it return at once; and on watch_seq, which
 	 * the watcher thread bumps when a peer hangs up or dies.  No timeout:
-	 * an idle connection costs nothing.  Without futex_waitv (Linux < 5.16)
-	 * we sleep in poll() on the doorbell, the socket and the pidfd.
+	 * an idle connection costs nothing.  A connection with a wake page
+	 * needs only FUTEX_WAIT on its word.  Without futex_waitv (Linux <
+	 * 5.16) the others sleep in poll() on the doorbell, the socket and the
+	 * pidfd: a doorbell byte drained by the connection's epoll set could
+	 * leave such a sleeper waiting, which a futex sleeper never is.
 	 */
 	for (;;) {
-		bool futex = !load_relaxed(&no_futex_waitv);
+		bool futex = c->wake_mine || !load_relaxed(&no_futex_waitv);
 		uint32_t bits = bit | (bit == RPAL_WAIT_RX ? (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL)
 							   : (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL));
 		const _Atomic uint32_t *word = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
