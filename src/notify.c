@@ -9,10 +9,10 @@
  *
  * With both barriers, at least one side sees the other's store: either the
  * waiter finds the message and does not sleep, or the peer sees the bit and
- * rings.  The doorbell is a pipe (see wire.h): rung and drained with
- * RWF_NOWAIT, which no flag the peer sets on the shared file can turn into a
- * blocking call; registered edge-triggered in epoll sets, and drained before
- * the next sleep.  The waiting word counts sleeps, so the peer rings
+ * rings.  The doorbell is a pipe (see wire.h): rung with a write that no
+ * flag the peer sets on the file it shares with us can make block (see
+ * doorbell_write); registered edge-triggered in epoll sets, and drained
+ * before the next sleep.  The waiting word counts sleeps, so the peer rings
  * once per sleep however many messages it publishes meanwhile.
  *
  * Several of our threads may sleep on one connection at once (two epoll
@@ -24,6 +24,7 @@
  */
 #include <assert.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <limits.h>
@@ -70,11 +71,34 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 	 * again where a wake-up costs more than the ceiling (cross-core). */
 }
 
+/* Do pipes take RWF_NOWAIT (Linux 6.4 on)?  0 unknown, 1 yes, 2 no. */
+static _Atomic int pipe_nowait_state;
+
+/* Asked at each handshake (doorbell_check), so known before any ring. */
+bool pipe_nowait(void)
+{
+	int st = load_relaxed(&pipe_nowait_state), p[2];
+
+	if (st == 0 && pipe2(p, O_CLOEXEC) == 0) {
+		char b = 0;
+		struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+
+		st = pwritev2(p[1], &iov, 1, -1, RWF_NOWAIT) == 1 ? 1 : errno == EOPNOTSUPP ? 2 : 0;
+		close(p[0]);
+		close(p[1]);
+		if (st)
+			store_relaxed(&pipe_nowait_state, st);
+	}
+	return st == 1;
+}
+
 /*
- * One byte into the peer's doorbell pipe.  A peer that died has closed the
- * read end: the write fails with EPIPE and raises SIGPIPE, which would kill
- * an application that does not ignore it.  So SIGPIPE is blocked on this
- * thread around the write, and the one we raised is taken back.
+ * One byte into the peer's doorbell pipe, without blocking: RWF_NOWAIT,
+ * or on a kernel whose pipes refuse it our own O_NONBLOCK file (see
+ * doorbell_check).  A peer that died has closed the read end: the write
+ * fails with EPIPE and raises SIGPIPE, which would kill an application
+ * that does not ignore it.  So SIGPIPE is blocked on this thread around
+ * the write, and the one we raised is taken back.
  */
 static void doorbell_write(int fd)
 {
@@ -82,11 +106,13 @@ static void doorbell_write(int fd)
 	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
 	struct timespec zero = { 0, 0 };
 	sigset_t pipe_set, old;
+	ssize_t r;
 
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	if (pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE))
+	r = load_relaxed(&pipe_nowait_state) == 1 ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) : write(fd, &b, 1);
+	if (r < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE))
 		sigtimedwait(&pipe_set, NULL, &zero);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
@@ -123,10 +149,10 @@ void notify_wake_rx(struct rpal_conn *c, uint64_t w)
 void doorbell_drain(struct rpal_conn *c)
 {
 	char buf[64];
-	struct iovec iov = { .iov_base = buf, .iov_len = sizeof(buf) };
 
+	/* Our read end is ours alone, opened O_NONBLOCK: a plain read. */
 	store_relaxed(&c->bell_dirty, false);
-	while (preadv2(c->doorbell, &iov, 1, -1, RWF_NOWAIT) == (ssize_t)sizeof(buf))
+	while (read(c->doorbell, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
 		;
 }
 
