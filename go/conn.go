@@ -58,10 +58,8 @@ type Conn struct {
 	// Doorbells: the peer's ring end (we ring it), our own ring end (to
 	// wake our own waiters), and our end twice (one file per direction,
 	// so a receiver and a sender can sleep on it at the same time).
-	// ringEnd is the write end we handed over, when selfBell is not it.
 	peerBell   int
 	selfBell   int
-	ringEnd    int
 	rxBell     *os.File
 	txBell     *os.File
 	rxRaw      syscall.RawConn
@@ -208,7 +206,7 @@ var oneByte = [][]byte{{0}}
 var pipeNowait = sync.OnceValue(func() bool {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return false // we cannot tell: a file of our own works on any kernel
+		return false // cannot tell: vmsplice works on any kernel
 	}
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
@@ -216,52 +214,30 @@ var pipeNowait = sync.OnceValue(func() bool {
 	return n == 1 && err == nil
 })
 
-// ownWriteEnd returns a doorbell write end that we can write without ever
-// blocking.  The peer shares the open file of a doorbell (it made it, or we
-// handed it over) and could clear O_NONBLOCK on it and fill the pipe.
-// RWF_NOWAIT ignores that flag; where pipes refuse it, we open the pipe
-// again through /proc/self/fd, a file of our own with O_NONBLOCK that the
-// peer cannot change, and close fd.
-func ownWriteEnd(fd int) (int, error) {
-	if pipeNowait() {
-		return fd, nil
-	}
-	own, err := reopenWriteEnd(fd)
-	if err != nil {
-		return -1, err
-	}
-	unix.Close(fd)
-	return own, nil
-}
+// ringByte is what vmsplice hands a doorbell: the pipe refers to its page
+// and the reader gets the byte as it is when read, so it never changes.
+var ringByte = [1]byte{0}
 
-// reopenWriteEnd opens the pipe of fd (either end) again, write-only and
-// non-blocking: a new open file, ours alone.
-func reopenWriteEnd(fd int) (int, error) {
-	path := fmt.Sprintf("/proc/self/fd/%d", fd)
-	own, err := unix.Open(path, unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("cannot open the doorbell again through %s, which this kernel needs "+
-			"(its pipes refuse RWF_NOWAIT: Linux < 6.4): %w", path, err)
-	}
-	return own, nil
-}
-
-// ringPipe writes one byte into a doorbell made by ownWriteEnd.
+// ringPipe writes one byte into a doorbell pipe without ever blocking,
+// whatever the peer does to the file we share with it (it could clear
+// O_NONBLOCK and fill the pipe): RWF_NOWAIT ignores the file's flags, and
+// where pipes refuse it, vmsplice with SPLICE_F_NONBLOCK does the same.
 func ringPipe(fd int) {
 	if pipeNowait() {
 		_, _ = unix.Pwritev2(fd, oneByte, -1, unix.RWF_NOWAIT)
-	} else {
-		_, _ = unix.Write(fd, oneByte[0])
+		return
 	}
+	iov := []unix.Iovec{{Base: &ringByte[0]}}
+	iov[0].SetLen(1)
+	_, _ = unix.Vmsplice(fd, iov, unix.SPLICE_F_NONBLOCK)
 }
 
 // ringBell wakes the peer once per value of its waiting word.  A peer that
 // sleeps on a futex waits on our wake_seq: we change that word, then
 // FUTEX_WAKE it (a wake landing before its FUTEX_WAIT makes the wait return
 // at once).  A peer that sleeps on its doorbell pipe (no futex bit, or the
-// bell bit beside it: it has sleepers of both kinds) gets one byte, written
-// so that it never blocks whatever the peer does to the file (ringPipe);
-// EAGAIN means unread bytes, hence a pending wake-up.
+// bell bit beside it: it has sleepers of both kinds) gets one byte
+// (ringPipe); EAGAIN means unread bytes, hence a pending wake-up.
 func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
 	if last.Swap(w) == w {
 		return
@@ -1133,9 +1109,6 @@ func (c *Conn) Close() error {
 		}
 		unix.Close(c.peerBell)
 		unix.Close(c.selfBell)
-		if c.ringEnd != c.selfBell {
-			unix.Close(c.ringEnd)
-		}
 		c.p.conns.Add(-1)
 		c.ackMu.Unlock()
 		c.txMu.Unlock()

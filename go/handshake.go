@@ -158,7 +158,6 @@ type side struct {
 	ringEnt   uint32
 	bell      int // the doorbell pipe's read end: we sleep on it
 	ringEnd   int // its write end: sent in our hello (a copy stays with us)
-	selfEnd   int // the write end we ring ourselves with (ownWriteEnd)
 	cpu       uint32
 }
 
@@ -208,19 +207,7 @@ func (p *process) newSide() (*side, error) {
 		p.freeBytes(addr)
 		return nil, fmt.Errorf("cannot create a doorbell: %w", err)
 	}
-	s.bell, s.ringEnd, s.selfEnd = fds[0], fds[1], fds[1]
-	// The peer shares the file of the end we hand over: where pipes refuse
-	// RWF_NOWAIT, we ring ourselves through a file of our own.
-	if !pipeNowait() {
-		own, err := reopenWriteEnd(fds[0])
-		if err != nil {
-			unix.Close(fds[0])
-			unix.Close(fds[1])
-			p.freeBytes(addr)
-			return nil, err
-		}
-		s.selfEnd = own
-	}
+	s.bell, s.ringEnd = fds[0], fds[1]
 	return s, nil
 }
 
@@ -230,9 +217,6 @@ func (p *process) dropSide(s *side) {
 	p.freeBytes(s.blockAddr)
 	unix.Close(s.bell)
 	unix.Close(s.ringEnd)
-	if s.selfEnd != s.ringEnd {
-		unix.Close(s.selfEnd)
-	}
 }
 
 func (p *process) helloFor(typ uint16, s *side, service string) hello {
@@ -296,21 +280,16 @@ func checkMemfd(fd int, size uint64) error {
 }
 
 // checkDoorbell: the peer's doorbell must be a pipe opened write-only.
-// Returns the descriptor to ring it with (ownWriteEnd), which replaces fd.
-func checkDoorbell(fd int) (int, error) {
+func checkDoorbell(fd int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return fd, refused(syscall.EPROTO, "peer's doorbell is not a pipe")
+		return refused(syscall.EPROTO, "peer's doorbell is not a pipe")
 	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil || fl&unix.O_ACCMODE != unix.O_WRONLY {
-		return fd, refused(syscall.EPROTO, "peer's doorbell is not a pipe's write end")
+		return refused(syscall.EPROTO, "peer's doorbell is not a pipe's write end")
 	}
-	own, err := ownWriteEnd(fd)
-	if err != nil {
-		return fd, refused(syscall.EPROTO, "peer's doorbell: %v", err)
-	}
-	return own, nil
+	return nil
 }
 
 // checkBlock compares the peer's mapped block with its hello (block_check()).
@@ -348,7 +327,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	if err := checkMemfd(fds[0], h.ArenaSize); err != nil {
 		return fail(err)
 	}
-	if fds[1], err = checkDoorbell(fds[1]); err != nil {
+	if err := checkDoorbell(fds[1]); err != nil {
 		return fail(err)
 	}
 	pm, err := p.mapPeer(fds[0], &h, int(cred.Pid))
@@ -385,7 +364,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		pring: unsafe.Add(pb, blockHdrSize), pringMask: uint64(h.RingEntries - 1),
 		packs: unsafe.Add(pb, uintptr(blockHdrSize+uint64(h.RingEntries)*slotSize)), packMask: uint64(h.AckEntries - 1),
 		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size,
-		peerBell: peerBell, selfBell: s.selfEnd, ringEnd: s.ringEnd,
+		peerBell: peerBell, selfBell: s.ringEnd,
 		out: make(map[uint64]struct{}), outLimit: int(h.AckEntries),
 		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
 		cpu: s.cpu,

@@ -642,7 +642,7 @@ static int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, 
 	if (!ret)
 		ret = memfd_check(fds[0], h.arena_size, why, whylen);
 	if (!ret)
-		ret = doorbell_check(&fds[1], why, whylen);
+		ret = doorbell_check(fds[1], why, whylen);
 	if (!ret) {
 		pthread_mutex_lock(&rpal_g.lock);
 		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], page, type == RPAL_HS_HELLO, out,

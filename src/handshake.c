@@ -258,36 +258,15 @@ int wake_page_check(int fd, char *why, size_t whylen)
 	return 0;
 }
 
-/*
- * The peer's doorbell: the write end of a pipe.  We ring it with a write
- * that must never block, whatever the peer does: it shares this open file
- * and could clear O_NONBLOCK on it and fill the pipe.  RWF_NOWAIT makes
- * one write non-blocking whatever the file says, but pipes take it only
- * from Linux 6.4.  Before that we ring a file of our own instead: opening
- * the pipe again through /proc/self/fd, with O_NONBLOCK that only we can
- * change.  *fd is replaced by it.
- */
-int doorbell_check(int *fd, char *why, size_t whylen)
+/* The peer's doorbell: the write end of a pipe (see doorbell_write()). */
+int doorbell_check(int fd, char *why, size_t whylen)
 {
-	char path[40];
 	struct stat st;
-	int fl = fcntl(*fd, F_GETFL), own;
+	int fl = fcntl(fd, F_GETFL);
 
-	if (fstat(*fd, &st) < 0 || !S_ISFIFO(st.st_mode))
+	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
 		return WHY("peer's doorbell is not a pipe");
 	if (fl < 0 || (fl & O_ACCMODE) != O_WRONLY)
 		return WHY("peer's doorbell is not the write end of a pipe");
-	if (pipe_nowait())
-		return 0;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", *fd);
-	own = open(path, O_WRONLY | O_NONBLOCK | O_CLOEXEC);
-	if (own < 0) {
-		int e = errno;
-		snprintf(why, whylen, "cannot open the peer's doorbell again through %s (%s), which this "
-			 "kernel needs: its pipes refuse RWF_NOWAIT (Linux < 6.4)", path, strerror(e));
-		return e == ENXIO ? -EPIPE : -e;
-	}
-	close(*fd);
-	*fd = own;
 	return 0;
 }

@@ -335,7 +335,7 @@ int block_check(const struct rpal_block *pb, const struct rpal_hello *h, uintptr
 int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds);
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
-int doorbell_check(int *fd, char *why, size_t whylen);
+int doorbell_check(int fd, char *why, size_t whylen);
 
 /* ring.c */
 struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries);
@@ -381,7 +381,6 @@ void notify_wake_rx(struct rpal_conn *c, uint64_t w);
 void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
-bool pipe_nowait(void);
 void wait_begin(struct rpal_conn *c, uint32_t bits);
 void wait_end(struct rpal_conn *c, uint32_t bits);
 

@@ -74,8 +74,7 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 /* Do pipes take RWF_NOWAIT (Linux 6.4 on)?  0 unknown, 1 yes, 2 no. */
 static _Atomic int pipe_nowait_state;
 
-/* Asked at each handshake (doorbell_check), so known before any ring. */
-bool pipe_nowait(void)
+static bool pipe_nowait(void)
 {
 	int st = load_relaxed(&pipe_nowait_state), p[2];
 
@@ -93,27 +92,33 @@ bool pipe_nowait(void)
 }
 
 /*
- * One byte into the peer's doorbell pipe, without blocking: RWF_NOWAIT,
- * or on a kernel whose pipes refuse it our own O_NONBLOCK file (see
- * doorbell_check).  A peer that died has closed the read end: the write
- * fails with EPIPE and raises SIGPIPE, which would kill an application
- * that does not ignore it.  So SIGPIPE is blocked on this thread around
- * the write, and the one we raised is taken back.
+ * One byte into the peer's doorbell pipe.  The write must never block,
+ * whatever the peer does: it shares the open file of its write end with us
+ * and could clear O_NONBLOCK on it and fill the pipe.  RWF_NOWAIT makes one
+ * write non-blocking whatever the file says, but pipes take it only from
+ * Linux 6.4 (before, EOPNOTSUPP); there vmsplice() with SPLICE_F_NONBLOCK
+ * does the same.  The pipe then refers to our page, and the peer reads the
+ * byte as it is when it reads: we ring from a constant.
+ *
+ * A peer that died has closed the read end: the write fails with EPIPE and
+ * raises SIGPIPE, which would kill an application that does not ignore it.
+ * So SIGPIPE is blocked on this thread around the write, and the one we
+ * raised is taken back.
  */
 static void doorbell_write(int fd)
 {
-	char b = 0;
-	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
-	struct timespec zero = { 0, 0 };
+	static const char zero;
+	struct iovec iov = { .iov_base = (void *)&zero, .iov_len = 1 };
+	struct timespec ts0 = { 0, 0 };
 	sigset_t pipe_set, old;
 	ssize_t r;
 
 	sigemptyset(&pipe_set);
 	sigaddset(&pipe_set, SIGPIPE);
 	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	r = load_relaxed(&pipe_nowait_state) == 1 ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) : write(fd, &b, 1);
+	r = pipe_nowait() ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) : vmsplice(fd, &iov, 1, SPLICE_F_NONBLOCK);
 	if (r < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE))
-		sigtimedwait(&pipe_set, NULL, &zero);
+		sigtimedwait(&pipe_set, NULL, &ts0);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 }
 

@@ -153,8 +153,8 @@ enum {
 	/* The doorbell is the write end of a pipe whose read end the sender
 	 * keeps and sleeps on; the receiver rings it with a write that cannot
 	 * block whatever the owner does to the file's flags: pwritev2 with
-	 * RWF_NOWAIT, or before Linux 6.4 a write to its own O_NONBLOCK file
-	 * opened through /proc/self/fd (PROTOCOL.md §6). */
+	 * RWF_NOWAIT, or before Linux 6.4 vmsplice with SPLICE_F_NONBLOCK
+	 * (PROTOCOL.md §6). */
 	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
 };
 

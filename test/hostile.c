@@ -7,9 +7,12 @@
  * serving another connection.  A peer that never acknowledges exhausts its
  * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
  * comes back when it goes.  A peer that scribbles on the shared wake page
- * causes spurious wake-ups, nothing else.
+ * causes spurious wake-ups, nothing else.  A peer that makes the doorbell
+ * it gave us blocking and fills it cannot make a send that rings it block.
  */
 #include <limits.h>
+#include <pthread.h>
+#include <sys/prctl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include "rawpeer.h"
@@ -82,6 +85,12 @@ static void hostile_child(enum fault f)
 	while (rpal_recv_msg(fd, &m, 1, 0) > 0)
 		rpal_msg_release(fd, &m, 1);
 	exit(0);
+}
+
+static void *send_one(void *p)
+{
+	t_ok(rpal_send(*(int *)p, "ring", 4, 0));
+	return NULL;
 }
 
 static void check_other(int good)
@@ -259,6 +268,48 @@ int main(void)
 		check_other(good);
 		t_wait_ok(pid, "scribbler");
 		rpal_close(fd);
+	}
+	printf("a peer that makes its doorbell blocking and fills it: ringing it never blocks\n");
+	{
+		int sync[2];
+		t_check(pipe(sync) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int fd = t_ok(rpal_connect("victim", NULL, 0));
+			struct rpal_conn *c = obj_get(fd);
+			/* Say we sleep on the doorbell, and never drain it. */
+			wait_begin(c, RPAL_WAIT_RX | RPAL_WAIT_RX_BELL);
+			prctl(PR_SET_PDEATHSIG, SIGKILL);   /* gone with a failed test */
+			t_check(write(sync[1], "s", 1) == 1, "sync");
+			pause();
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char b;
+		t_check(read(sync[0], &b, 1) == 1, "the peer's sleep");
+		/* The peer shares this file: what it can do, done from here. */
+		struct rpal_conn *c = obj_get(fd);
+		static char fill[4096];
+		while (write(c->peer_doorbell, fill, sizeof(fill)) > 0)
+			;
+		t_check(errno == EAGAIN, "filling the doorbell: %s", strerror(errno));
+		t_check(fcntl(c->peer_doorbell, F_SETFL, 0) == 0, "clear O_NONBLOCK");
+		pthread_t th;
+		t_check(pthread_create(&th, NULL, send_one, &fd) == 0, "pthread_create");
+		uint64_t t0 = t_now_ns();
+		while (pthread_tryjoin_np(th, NULL) != 0) {
+			t_check(t_now_ns() - t0 < 2000000000ull, "rpal_send still blocked after 2 s");
+			usleep(1000);
+		}
+		t_check(c->tx_wakeups > 0, "the send did not ring the doorbell");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		rpal_close(fd);
+		close(sync[0]);
+		close(sync[1]);
+		check_other(good);
 	}
 	rpal_close(good);
 	t_wait_ok(gpid, "good peer");
