@@ -7,6 +7,7 @@
 #define RPAL_TEST_HELPERS_H
 
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -64,6 +65,26 @@ static inline uint64_t t_now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void *t_accept_one(void *listener)
+{
+	return (void *)(intptr_t)t_ok(rpal_accept(*(int *)listener, 0));
+}
+
+/* This process connected to itself through a new service: *conn is the
+ * connecting end, *accepted the other; returns the listener. */
+static inline int t_self_pair(const char *service, int *conn, int *accepted)
+{
+	int lfd = (int)t_ok(rpal_listen(service, NULL));
+	pthread_t th;
+	void *r;
+
+	t_check(pthread_create(&th, NULL, t_accept_one, &lfd) == 0, "pthread_create");
+	*conn = (int)t_ok(rpal_connect(service, NULL, 0));
+	pthread_join(th, &r);
+	*accepted = (int)(intptr_t)r;
+	return lfd;
 }
 
 /* Wait for a child; fail unless it exited with status 0. */

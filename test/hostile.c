@@ -87,6 +87,14 @@ static void hostile_child(enum fault f)
 	exit(0);
 }
 
+/* In a forked child, which inherits no rpal object: connect afresh. */
+static int child_connect(void)
+{
+	rpal_fini();
+	t_ok(rpal_init(NULL));
+	return (int)t_ok(rpal_connect("victim", NULL, 0));
+}
+
 static void *send_one(void *p)
 {
 	t_ok(rpal_send(*(int *)p, "ring", 4, 0));
@@ -113,9 +121,7 @@ int main(void)
 	/* A well-behaved peer that answers ping with pong. */
 	gpid = fork();
 	if (gpid == 0) {
-		rpal_fini();
-		t_ok(rpal_init(NULL));
-		int fd = t_ok(rpal_connect("victim", NULL, 0));
+		int fd = child_connect();
 		char b[16];
 		long n;
 		while ((n = rpal_recv(fd, b, sizeof(b), 0)) > 0)
@@ -174,9 +180,7 @@ int main(void)
 			static struct rpal_msg m[512];
 			int n = 0, fd;
 			char c;
-			rpal_fini();
-			t_ok(rpal_init(NULL));
-			fd = t_ok(rpal_connect("victim", NULL, 0));
+			fd = child_connect();
 			/* Take messages but never release them. */
 			while (read(p[0], &c, 1) == 0 || c != 'q')
 				;
@@ -207,9 +211,7 @@ int main(void)
 		if (pid == 0) {
 			static struct rpal_msg m[512];
 			int fd2, n = 0;
-			rpal_fini();
-			t_ok(rpal_init(NULL));
-			fd2 = t_ok(rpal_connect("victim", NULL, 0));
+			fd2 = child_connect();
 			for (;;) {
 				int k = rpal_recv_msg(fd2, m + n, 1, 0);
 				if (k <= 0)
@@ -242,9 +244,7 @@ int main(void)
 	{
 		pid_t pid = fork();
 		if (pid == 0) {
-			rpal_fini();
-			t_ok(rpal_init(NULL));
-			int fd = t_ok(rpal_connect("victim", NULL, 0));
+			int fd = child_connect();
 			struct rpal_conn *c = obj_get(fd);
 			t_check(c && c->wake_page, "no wake page was negotiated");
 			/* Both words, for 300 ms, while the victim sleeps in rpal_recv. */
@@ -275,9 +275,7 @@ int main(void)
 		t_check(pipe(sync) == 0, "pipe");
 		pid_t pid = fork();
 		if (pid == 0) {
-			rpal_fini();
-			t_ok(rpal_init(NULL));
-			int fd = t_ok(rpal_connect("victim", NULL, 0));
+			int fd = child_connect();
 			struct rpal_conn *c = obj_get(fd);
 			/* Say we sleep on the doorbell, and never drain it. */
 			wait_begin(c, RPAL_WAIT_RX | RPAL_WAIT_RX_BELL);

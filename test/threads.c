@@ -5,7 +5,6 @@
  * receivers releasing buffers the senders' allocator takes back.  Run under
  * ThreadSanitizer, it checks the ring and allocator synchronisation.
  */
-#include <pthread.h>
 
 #include "helpers.h"
 
@@ -62,31 +61,20 @@ static void *receiver(void *p)
 	return NULL;
 }
 
-static void *acceptor(void *p)
-{
-	int *fds = p;
-
-	fds[1] = (int)t_ok(rpal_accept(fds[0], 0));
-	return NULL;
-}
-
 int main(void)
 {
 	struct rpal_stats st0, st;
 	struct dir ab, ba;
-	pthread_t th[4], at;
-	int fds[2];
+	pthread_t th[4];
+	int lfd, a, b;
 
 	count = t_scaled(200000);
 	t_ok(rpal_init(NULL));
 	t_ok(rpal_stats(&st0));
-	fds[0] = t_ok(rpal_listen("self", NULL));
-	t_check(pthread_create(&at, NULL, acceptor, fds) == 0, "pthread_create");
-	int a = t_ok(rpal_connect("self", NULL, 0));
-	pthread_join(at, NULL);
+	lfd = t_self_pair("self", &a, &b);
 
-	ab = (struct dir){ .tx = a, .rx = fds[1], .name = "a->b" };
-	ba = (struct dir){ .tx = fds[1], .rx = a, .name = "b->a" };
+	ab = (struct dir){ .tx = a, .rx = b, .name = "a->b" };
+	ba = (struct dir){ .tx = b, .rx = a, .name = "b->a" };
 	printf("%ld messages each way, 4 threads, one process\n", count);
 	pthread_create(&th[0], NULL, sender, &ab);
 	pthread_create(&th[1], NULL, receiver, &ab);
@@ -96,12 +84,12 @@ int main(void)
 		pthread_join(th[i], NULL);
 
 	struct rpal_conn_info ca, cb;
-	t_check(t_eventually((rpal_conn_info(a, &ca), rpal_conn_info(fds[1], &cb),
+	t_check(t_eventually((rpal_conn_info(a, &ca), rpal_conn_info(b, &cb),
 			      ca.bufs_outstanding == 0 && cb.bufs_outstanding == 0), 2000),
 		"buffers outstanding: %u and %u", ca.bufs_outstanding, cb.bufs_outstanding);
 	t_ok(rpal_close(a));
-	t_ok(rpal_close(fds[1]));
-	t_ok(rpal_close(fds[0]));
+	t_ok(rpal_close(b));
+	t_ok(rpal_close(lfd));
 	t_check(t_eventually((rpal_stats(&st), st.arena_used == st0.arena_used), 2000),
 		"arena %zu, was %zu after closing", st.arena_used, st0.arena_used);
 	printf("PASS\n");

@@ -9,7 +9,6 @@
  * writer sees no EPOLLOUT while the ring is full and sees it within 2 s once
  * the peer reads.  Run as is and under old_kernel (no futex_waitv).
  */
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <sys/epoll.h>
@@ -51,18 +50,10 @@ static void *writer(void *p)
 	return NULL;
 }
 
-static void *acceptor(void *p)
-{
-	int *fds = p;
-
-	fds[1] = (int)t_ok(rpal_accept(fds[0], 0));
-	return NULL;
-}
-
 int main(void)
 {
-	pthread_t rt, wt, at;
-	int fds[2], efd, sent_full = 0;
+	pthread_t rt, wt;
+	int lfd, peer, efd, sent_full = 0;
 	char fill[64] = { 0 };
 
 	struct rpal_config cfg;
@@ -70,11 +61,7 @@ int main(void)
 	rpal_config_default(&cfg);
 	cfg.spin_us = 0;        /* every wait a sleep: the case under test */
 	t_ok(rpal_init(&cfg));
-	fds[0] = t_ok(rpal_listen("self", NULL));
-	t_check(pthread_create(&at, NULL, acceptor, fds) == 0, "pthread_create");
-	int peer = t_ok(rpal_connect("self", NULL, 0));
-	pthread_join(at, NULL);
-	reader_fd = fds[1];
+	lfd = t_self_pair("self", &peer, &reader_fd);
 
 	/* Fill the reader's side's outgoing ring: the peer never reads it. */
 	ssize_t r;
@@ -119,7 +106,7 @@ int main(void)
 	t_ok(rpal_close(ep));
 	t_ok(rpal_close(peer));
 	t_ok(rpal_close(reader_fd));
-	t_ok(rpal_close(fds[0]));
+	t_ok(rpal_close(lfd));
 	close(efd);
 	printf("PASS\n");
 	return 0;
