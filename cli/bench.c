@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,11 @@ static void usage(FILE *f)
 "                        by size, at least 100)\n"
 "  -r, --rate N          cpu: messages per second (default 1000); adds cpu\n"
 "  -T, --seconds T       cpu: duration (default 2); adds cpu\n"
+"  -R, --rounds N        run every case N times (default 1), interleaved: each\n"
+"                        case once, then each again, and so on; report each\n"
+"                        case's median run (by p50; throughput and CPU by mean).\n"
+"                        On a VM whose speed drifts, the cases then share its\n"
+"                        fast and slow spells, and ratios between them hold\n"
 "      --warmup N        unrecorded messages before each run (default 1000)\n"
 "      --timeout S       kill a run after S seconds (default 600)\n"
 "      --json[=FILE]     write results as JSON to FILE, or to stdout instead\n"
@@ -195,6 +201,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		{ "large-count", required_argument, NULL, OPT_LARGE_COUNT },
 		{ "rate", required_argument, NULL, 'r' },
 		{ "seconds", required_argument, NULL, 'T' },
+		{ "rounds", required_argument, NULL, 'R' },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "json", optional_argument, NULL, OPT_JSON },
@@ -214,7 +221,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		.transports = ~0u, .placements = 1u << PL_SPLIT, .waits = 3,
 		.suites = 1u << SU_LATENCY | 1u << SU_THROUGHPUT, .size = 32, .count = 1000000,
 		.batch = 32, .rate = 1000, .seconds = 2, .warmup = 1000, .timeout_s = 600,
-		.spin_us = 1000000,
+		.spin_us = 1000000, .rounds = 1,
 		.progress = isatty(2),
 	};
 	o->ncpu = pick_cpus(cpu);
@@ -225,7 +232,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		n += snprintf(o->cmdline + n, sizeof(o->cmdline) - n, "%s%s", i ? " " : "rpal ", argv[i]);
 
 	optind = 1;
-	while ((c = getopt_long(argc, argv, "t:p:s:n:w:S:b:r:T:lvh", lo, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "t:p:s:n:w:S:b:r:T:R:lvh", lo, NULL)) != -1) {
 		switch (c) {
 		case 't':
 			if (parse_list(optarg, "transport", find_transport, &o->transports))
@@ -288,6 +295,14 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			}
 			cpu_opt = 1;
+			break;
+		case 'R':
+			if (parse_u64(optarg, &v) || v < 1 || v > MAX_ROUNDS) {
+				fprintf(stderr, "rpal bench: --rounds must be 1..%d, not \"%s\"\n", MAX_ROUNDS,
+					optarg);
+				return -1;
+			}
+			o->rounds = (unsigned)v;
 			break;
 		case OPT_WARMUP:
 			if (parse_u64(optarg, &v) || v > 1000000) {
@@ -379,22 +394,39 @@ static void describe(const struct run_spec *s, char *buf, size_t n)
 		 s->size, s->zerocopy ? " zero-copy" : "");
 }
 
-/* Run one cell and file its results or its error. */
-static void cell(const struct bench_opts *o, struct run_spec *s, struct report *r, size_t *cap)
+/* Run one case once; false (error filed) if it failed. */
+static bool run_case(const struct bench_opts *o, struct run_spec *s, struct report *r, struct run_out *out)
 {
-	struct run_out out;
 	char what[160];
 
 	spec_cpus(s);
 	describe(s, what, sizeof(what));
-	run_one(o, s, r->tsc_hz, &out);
-	if (!out.ok) {
-		fprintf(stderr, "rpal bench: %s: %s\n", what, out.err);
+	run_one(o, s, r->tsc_hz, out);
+	if (!out->ok) {
+		fprintf(stderr, "rpal bench: %s: %s\n", what, out->err);
 		if (r->nerrs < sizeof(r->errs) / sizeof(r->errs[0]))
-			snprintf(r->errs[r->nerrs++], sizeof(r->errs[0]), "%s: %s", what, out.err);
-		return;
+			snprintf(r->errs[r->nerrs++], sizeof(r->errs[0]), "%s: %s", what, out->err);
+		return false;
 	}
-	if (r->nres + out.nres > *cap) {
+	if (out->res[0].skew)
+		fprintf(stderr, "rpal bench: %s: %llu one-way samples < 0 (TSC skew between CPUs), "
+			"clamped to 0\n", what, (unsigned long long)out->res[0].skew);
+	if (o->verbose)
+		fprintf(stderr, "  %-48s p50 %llu %s\n", what, (unsigned long long)out->res[0].st.p50,
+			out->res[0].unit);
+	return true;
+}
+
+/* The key a run is ranked by among its rounds. */
+static double round_key(const struct result *x)
+{
+	return x->metric == M_THROUGHPUT || x->metric == M_CPU ? x->st.mean : (double)x->st.p50;
+}
+
+/* File a case's median run, per figure, among its n runs. */
+static void file_case(struct run_out *runs, unsigned n, struct report *r, size_t *cap)
+{
+	if (r->nres + runs[0].nres > *cap) {
 		*cap = *cap * 2 + 16;
 		r->res = realloc(r->res, *cap * sizeof(*r->res));
 		if (!r->res) {
@@ -402,14 +434,80 @@ static void cell(const struct bench_opts *o, struct run_spec *s, struct report *
 			exit(1);
 		}
 	}
-	for (unsigned i = 0; i < out.nres; i++)
-		r->res[r->nres++] = out.res[i];
-	if (out.res[0].skew)
-		fprintf(stderr, "rpal bench: %s: %llu one-way samples < 0 (TSC skew between CPUs), "
-			"clamped to 0\n", what, (unsigned long long)out.res[0].skew);
-	if (o->verbose)
-		fprintf(stderr, "  %-48s p50 %llu %s\n", what, (unsigned long long)out.res[0].st.p50,
-			out.res[0].unit);
+	for (unsigned i = 0; i < runs[0].nres; i++) {
+		double key[MAX_ROUNDS];
+		struct result *x = &r->res[r->nres++];
+
+		for (unsigned k = 0; k < n; k++)
+			key[k] = round_key(&runs[k].res[i]);
+		*x = runs[stats_median_index(key, n)].res[i];
+		x->rounds = n;
+		memcpy(x->round_key, key, n * sizeof(key[0]));
+	}
+}
+
+/* Every case the options ask for, in report order. */
+static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
+{
+	struct run_spec *v = NULL;
+	unsigned cap = 0;
+
+	*n = 0;
+	for (int pl = 0; pl < PL_NR; pl++) {
+		if (!(o->placements & (1u << pl)))
+			continue;
+		for (int su = 0; su < SU_NR; su++) {
+			if (!(o->suites & (1u << su)))
+				continue;
+			for (unsigned ti = 0; ti < nr_transports; ti++) {
+				const struct transport *t = transports[ti];
+
+				if (!(o->transports & (1u << ti)) || (t->unavailable && t->unavailable()))
+					continue;
+				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
+					struct run_spec s = {
+						.transport = (int)ti, .placement = pl, .suite = su,
+						.wait = (t->flags & TF_WAIT) ? w : WAIT_NONE,
+						.size = o->size, .count = o->count, .warmup = o->warmup,
+						.batch = o->batch, .rate = o->rate,
+						.spin_us = o->spin_us,
+					};
+
+					if ((t->flags & TF_WAIT) && !(o->waits & (1u << w)))
+						continue;
+					if (!(t->flags & TF_WAIT) && w != WAIT_SLEEP)
+						continue;
+					if (su == SU_CPU) {
+						s.count = (uint64_t)(o->rate * o->seconds);
+						if (!s.count)
+							s.count = 1;
+						s.warmup = o->warmup < 100 ? o->warmup : 100;
+					}
+					for (unsigned k = 0; k < (su == SU_LARGE ? 3u : 1u); k++)
+						for (int zc = 0; zc < (su == SU_LARGE ? 2 : 1); zc++) {
+							if (zc && !(t->flags & TF_ZEROCOPY))
+								continue;
+							if (su == SU_LARGE) {
+								s.size = large_sizes[k];
+								s.zerocopy = zc;
+								s.count = large_count(o, s.size);
+								s.warmup = 10;
+							}
+							if (*n == cap) {
+								cap = cap * 2 + 16;
+								v = realloc(v, cap * sizeof(*v));
+								if (!v) {
+									fprintf(stderr, "rpal bench: out of memory\n");
+									exit(1);
+								}
+							}
+							v[(*n)++] = s;
+						}
+				}
+			}
+		}
+	}
+	return v;
 }
 
 int cmd_bench(int argc, char **argv)
@@ -433,54 +531,27 @@ int cmd_bench(int argc, char **argv)
 		return 1;
 	}
 
-	for (int pl = 0; pl < PL_NR; pl++) {
-		if (!(o.placements & (1u << pl)))
-			continue;
-		for (int su = 0; su < SU_NR; su++) {
-			if (!(o.suites & (1u << su)))
-				continue;
-			for (unsigned ti = 0; ti < nr_transports; ti++) {
-				const struct transport *t = transports[ti];
+	/* Round by round over all cases, so that each case's runs spread
+	 * over the whole bench, as every other case's do. */
+	unsigned ncase, R = o.rounds;
+	struct run_spec *cases = plan(&o, &ncase);
+	struct run_out *runs = ncase ? calloc((size_t)ncase * R, sizeof(*runs)) : NULL;
+	bool *failed = ncase ? calloc(ncase, sizeof(*failed)) : NULL;
 
-				if (!(o.transports & (1u << ti)) || (t->unavailable && t->unavailable()))
-					continue;
-				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
-					struct run_spec s = {
-						.transport = (int)ti, .placement = pl, .suite = su,
-						.wait = (t->flags & TF_WAIT) ? w : WAIT_NONE,
-						.size = o.size, .count = o.count, .warmup = o.warmup,
-						.batch = o.batch, .rate = o.rate,
-						.spin_us = o.spin_us,
-					};
-
-					if ((t->flags & TF_WAIT) && !(o.waits & (1u << w)))
-						continue;
-					if (!(t->flags & TF_WAIT) && w != WAIT_SLEEP)
-						continue;
-					if (su == SU_CPU) {
-						s.count = (uint64_t)(o.rate * o.seconds);
-						if (!s.count)
-							s.count = 1;
-						s.warmup = o.warmup < 100 ? o.warmup : 100;
-					}
-					if (su != SU_LARGE) {
-						cell(&o, &s, &r, &cap);
-						continue;
-					}
-					for (unsigned k = 0; k < 3; k++)
-						for (int zc = 0; zc < 2; zc++) {
-							if (zc && !(t->flags & TF_ZEROCOPY))
-								continue;
-							s.size = large_sizes[k];
-							s.zerocopy = zc;
-							s.count = large_count(&o, s.size);
-							s.warmup = 10;
-							cell(&o, &s, &r, &cap);
-						}
-				}
-			}
-		}
+	if (ncase && (!runs || !failed)) {
+		fprintf(stderr, "rpal bench: out of memory\n");
+		return 1;
 	}
+	for (unsigned k = 0; k < R; k++)
+		for (unsigned i = 0; i < ncase; i++)
+			if (!failed[i] && !run_case(&o, &cases[i], &r, &runs[(size_t)i * R + k]))
+				failed[i] = true;    /* filed once; its other rounds are not run */
+	for (unsigned i = 0; i < ncase; i++)
+		if (!failed[i])
+			file_case(&runs[(size_t)i * R], R, &r, &cap);
+	free(runs);
+	free(failed);
+	free(cases);
 
 	if (o.json_path) {
 		FILE *f = strcmp(o.json_path, "-") ? fopen(o.json_path, "w") : stdout;

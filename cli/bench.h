@@ -49,6 +49,7 @@ struct bench_opts {
 	double seconds;
 	unsigned warmup;
 	unsigned timeout_s;		/* per run */
+	unsigned rounds;		/* runs of each cell, interleaved; median reported */
 	unsigned spin_us;		/* rpal spin_us for --wait spin */
 	const char *json_path;		/* NULL: none; "-": stdout, no table */
 	const char *plot_path;
@@ -161,6 +162,7 @@ enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_CALL_RTT, M_SWITCH_PAIR, M
 extern const char *const metric_name[M_NR];
 
 #define CDF_POINTS 201			/* quantiles kept for --plot */
+#define MAX_ROUNDS 64			/* --rounds */
 
 struct result {
 	int transport;
@@ -180,6 +182,8 @@ struct result {
 	int has_counts;			/* wake-ups and sleeps per message, both sides */
 	double wakeups_per_msg, sleeps_per_msg;
 	uint64_t cdf[CDF_POINTS];	/* oneway: cycles at quantile i/(N-1), tail-weighted */
+	unsigned rounds;		/* runs behind it: it is the median one by round_key */
+	double round_key[MAX_ROUNDS];	/* each run's p50 (throughput, CPU: mean) */
 };
 
 struct run_out {

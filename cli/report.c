@@ -236,6 +236,9 @@ void report_table(const struct report *r, FILE *f)
 		sysconf(_SC_NPROCESSORS_ONLN), u.release, r->tsc_hz / 1e9,
 		r->invariant ? " (invariant)" : " (NOT invariant)", r->hypervisor ? ", under a hypervisor" : "");
 	fprintf(f, "command: %s\n", o->cmdline);
+	if (o->rounds > 1)
+		fprintf(f, "each case ran %u times, interleaved with the others; shown: its median run\n",
+			o->rounds);
 	for (int pl = 0; pl < PL_NR; pl++) {
 		snprintf(t, sizeof(t), "one-way latency, client send -> server has the message, %zu B, %llu msgs",
 			 o->size, (unsigned long long)o->count);
@@ -282,13 +285,18 @@ static void jstr(FILE *f, const char *s)
 }
 
 /* Integral figures as "123.0": valid JSON, and a float to strict readers. */
-static void jnum(FILE *f, const char *key, double v)
+static void jval(FILE *f, double v)
 {
-	fprintf(f, ", \"%s\": ", key);
 	if (v == (double)(uint64_t)v && v < 1e15)
 		fprintf(f, "%llu.0", (unsigned long long)v);
 	else
 		fprintf(f, "%.6f", v);
+}
+
+static void jnum(FILE *f, const char *key, double v)
+{
+	fprintf(f, ", \"%s\": ", key);
+	jval(f, v);
 }
 
 int report_json(const struct report *r, FILE *f)
@@ -315,9 +323,9 @@ int report_json(const struct report *r, FILE *f)
 	jstr(f, o->cmdline);
 	fprintf(f, ",\n  \"rpal_version\": \"0.1\",\n  \"options\": {\"size\": %zu, \"count\": %llu, "
 		"\"batch\": %u, \"warmup\": %u, \"rate\": %.1f, \"seconds\": %.3f, "
-		"\"spin_us\": %u},\n  \"results\": [",
+		"\"spin_us\": %u, \"rounds\": %u},\n  \"results\": [",
 		o->size, (unsigned long long)o->count, o->batch, o->warmup, o->rate, o->seconds,
-		o->spin_us);
+		o->spin_us, o->rounds);
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
 		const char *w = wait_name(x->wait);
@@ -348,6 +356,14 @@ int report_json(const struct report *r, FILE *f)
 			if (x->metric == M_ONEWAY)
 				fprintf(f, ", \"tsc_skew_clamped\": %llu", (unsigned long long)x->skew);
 		}
+		/* The run shown is the median of these. */
+		fprintf(f, ", \"rounds\": %u, \"%s\": [", x->rounds,
+			x->metric == M_THROUGHPUT || x->metric == M_CPU ? "round_means" : "round_p50s");
+		for (unsigned k = 0; k < x->rounds; k++) {
+			fputs(k ? ", " : "", f);
+			jval(f, x->round_key[k]);
+		}
+		fputc(']', f);
 		if (x->has_counts) {
 			jnum(f, "wakeups_per_msg", x->wakeups_per_msg);
 			jnum(f, "sleeps_per_msg", x->sleeps_per_msg);

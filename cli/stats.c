@@ -102,3 +102,16 @@ void stats_compute(uint64_t *v, size_t n, struct stats *st)
 	st->p999 = stats_rank(v, n, 99900);
 	st->max = v[n - 1];
 }
+
+unsigned stats_median_index(const double *key, unsigned n)
+{
+	/* Few keys (rounds): count, for each, those before it in order. */
+	for (unsigned i = 0; i < n; i++) {
+		unsigned below = 0;
+		for (unsigned j = 0; j < n; j++)
+			below += key[j] < key[i] || (key[j] == key[i] && j < i);
+		if (below == (n - 1) / 2)
+			return i;
+	}
+	return 0;
+}

@@ -26,4 +26,8 @@ uint64_t stats_rank(const uint64_t *v, size_t n, uint32_t pm);
 /* Sort v and fill *st.  n == 0 gives all zeroes. */
 void stats_compute(uint64_t *v, size_t n, struct stats *st);
 
+/* The index of the median of key[0..n) (the lower one of two middles; the
+ * first of equal keys); n >= 1, at most 64. */
+unsigned stats_median_index(const double *key, unsigned n);
+
 #endif

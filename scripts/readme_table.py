@@ -49,6 +49,11 @@ def table(doc, svg):
            "" if m.get("invariant_tsc", True) else " (not invariant)"),
         "",
     ]
+    rounds = doc.get("options", {}).get("rounds", 1)
+    if rounds > 1:
+        out += ["Each case ran %d times, interleaved with the others (round after round, so all "
+                "cases share the VM's fast and slow spells); each row is its median run, by p50 "
+                "(throughput and CPU: by mean)." % rounds, ""]
     placements = []
     for r in res:
         if r["placement"] not in placements:

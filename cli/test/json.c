@@ -7,6 +7,8 @@
  *     --plot too: exit 0, no errors, each transport has every metric (rpal
  *     with both waits; rpal-hosted also call_rtt and switch_pair),
  *     unavailable ones are listed with a reason.
+ *   json.c RPAL rounds: --rounds 3 runs every case once per round, in the
+ *     same order each round, and shows each figure's median run.
  * It checks shape and logic only: never how fast anything was.
  */
 #include <stdio.h>
@@ -150,6 +152,80 @@ static int shape(char *rpal)
 	return fails ? 1 : 0;
 }
 
+/* --rounds 3: each case run three times, one round after another, and
+ * each figure the median run's, with all three runs' keys listed. */
+static int rounds(char *rpal)
+{
+	char *argv[] = { rpal, "bench", "--transport", "pipe,eventfd", "--count", "500", "--suite",
+			 "latency,throughput", "--rounds", "3", "--json", "--no-progress", "--verbose", NULL };
+	char line[4][160];
+	struct out o;
+	struct jval *d;
+
+	printf("json: %s bench --transport pipe,eventfd --count 500 --suite latency,throughput --rounds 3 "
+	       "--json --verbose\n", rpal);
+	if (runcmd(argv, &o)) {
+		printf("FAIL: cannot run %s\n", rpal);
+		return 1;
+	}
+	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
+	/* --verbose: a line per run, in run order: four cases, three times. */
+	{
+		const char *p = o.buf[1];
+		int n = 0;
+
+		for (; *p; n++) {
+			const char *e = strchr(p, '\n');
+			size_t len = e ? (size_t)(e - p) : strlen(p);
+			const char *cut = strstr(p, " p50 ");
+			if (cut && (size_t)(cut - p) < len)
+				len = (size_t)(cut - p);
+			if (n < 4)
+				snprintf(line[n], sizeof(line[n]), "%.*s", (int)len, p);
+			else
+				CHECK(len == strlen(line[n % 4]) && !strncmp(p, line[n % 4], len),
+				      "run %d is not round %d's run of case %d: %.*s", n, n / 4 + 1, n % 4 + 1,
+				      (int)len, p);
+			p = e ? e + 1 : p + strlen(p);
+		}
+		CHECK(n == 12, "%d runs, want 4 cases x 3 rounds", n);
+	}
+	d = check_doc(o.buf[0]);
+	if (d) {
+		const struct jval *res = json_get(d, "results"), *opt = json_get(d, "options");
+
+		CHECK(is(json_get(opt, "rounds"), J_NUM) && json_get(opt, "rounds")->num == 3,
+		      "options.rounds is not 3");
+		CHECK(res && res->n == 6, "%zu results, want 6 (2 transports x oneway, rtt, throughput)",
+		      res ? res->n : 0);
+		for (size_t i = 0; res && i < res->n; i++) {
+			const struct jval *r = res->items[i];
+			int tp = !strcmp(str(r, "metric") ? str(r, "metric") : "", "throughput");
+			const struct jval *keys = json_get(r, tp ? "round_means" : "round_p50s");
+			double k[3], shown = json_get(r, tp ? "mean" : "p50")->num;
+
+			CHECK(is(json_get(r, "rounds"), J_NUM) && json_get(r, "rounds")->num == 3,
+			      "results[%zu].rounds is not 3", i);
+			CHECK(tp || json_get(r, "count")->num == 500, "results[%zu].count is not one run's 500", i);
+			if (!is(keys, J_ARR) || keys->n != 3) {
+				CHECK(0, "results[%zu] lacks its three runs' %s", i, tp ? "means" : "p50s");
+				continue;
+			}
+			for (int j = 0; j < 3; j++)
+				k[j] = keys->items[j]->num;
+			/* The median of three: neither below both others nor above both. */
+			double lo = k[0] < k[1] ? k[0] : k[1], hi = k[0] < k[1] ? k[1] : k[0];
+			double med = k[2] < lo ? lo : k[2] > hi ? hi : k[2];
+			CHECK(shown == med, "results[%zu] shows %g, not the median of %g %g %g", i, shown, k[0],
+			      k[1], k[2]);
+		}
+	}
+	json_free(d);
+	out_free(&o);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}
+
 static int smoke(char *rpal)
 {
 	char json[] = "/tmp/rpal-bench-smoke-XXXXXX", svg[64];
@@ -259,13 +335,15 @@ static int smoke(char *rpal)
 int main(int argc, char **argv)
 {
 	if (argc != 3 || access(argv[1], X_OK)) {
-		printf("usage: %s PATH/TO/rpal shape|smoke\n", argv[0]);
+		printf("usage: %s PATH/TO/rpal shape|smoke|rounds\n", argv[0]);
 		return 1;
 	}
 	if (!strcmp(argv[2], "shape"))
 		return shape(argv[1]);
 	if (!strcmp(argv[2], "smoke"))
 		return smoke(argv[1]);
+	if (!strcmp(argv[2], "rounds"))
+		return rounds(argv[1]);
 	printf("unknown mode %s\n", argv[2]);
 	return 1;
 }

@@ -2,7 +2,8 @@
 /*
  * Description: the bench's order statistics: the radix sort agrees with
  * qsort on random and adversarial data, nearest-rank percentiles match
- * hand-computed ranks (no off-by-one at p50, p99, p99.9, max), mean is exact.
+ * hand-computed ranks (no off-by-one at p50, p99, p99.9, max), mean is exact,
+ * and the median round is picked right.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +83,16 @@ int main(void)
 	CHECK(st.p99 == 990, "p99 %llu, want 990", (unsigned long long)st.p99);
 	CHECK(st.p999 == 999, "p99.9 %llu, want 999", (unsigned long long)st.p999);
 	CHECK(st.mean == 500.5, "mean %f, want 500.5", st.mean);
+
+	printf("stats: median index: odd, even (lower middle), ties (first), one key\n");
+	{
+		double odd[] = { 30, 10, 50, 20, 40 }, even[] = { 4, 1, 3, 2 }, ties[] = { 7, 5, 7, 7 },
+		       one[] = { 9 };
+		CHECK(stats_median_index(odd, 5) == 0, "odd: %u, want 0", stats_median_index(odd, 5));
+		CHECK(stats_median_index(even, 4) == 3, "even: %u, want 3", stats_median_index(even, 4));
+		CHECK(stats_median_index(ties, 4) == 0, "ties: %u, want 0", stats_median_index(ties, 4));
+		CHECK(stats_median_index(one, 1) == 0, "one: %u", stats_median_index(one, 1));
+	}
 
 	printf("stats: small n: p50 of {10, 20} is 10, p99 of 10 samples is the max\n");
 	v[0] = 20, v[1] = 10;
