@@ -256,11 +256,12 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 {
 	struct rpal_host_prog *prog = &host->progs[r->prog];
 	uint64_t t0 = __rdtsc();
-	/* The receiver may open protection-key windows of its own program
-	 * (protect_peers): they must not stay open on this thread.  Only then:
-	 * reading PKRU twice is a tenth of a call. */
-	bool pkru_check = r->writes_pkru;
-	uint32_t pkru = pkru_check ? pkru_read() : 0;
+	/* PKRU must come back as it was.  A receiver that opens protection-key
+	 * windows of its own program (protect_peers) may leave them open, and
+	 * one that trapped or faulted comes back through a signal handler,
+	 * which the kernel runs with its default PKRU.  The check after a
+	 * clean park is for the first case only: a tenth of a call. */
+	uint32_t pkru = host->pku ? pkru_read() : 0;
 	/* We hold r: nobody else writes its counters.  Each store below is
 	 * absolute, so a CAS that fails and stores again counts once. */
 	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
@@ -305,14 +306,16 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		break;
 	}
 	s->cur = NULL;
-	if (pkru_check && pkru_read() != pkru)
-		pkru_write(pkru);
 	if (likely(!(r->fault_sig | r->trapped))) {
+		if (r->writes_pkru && pkru_read() != pkru)
+			pkru_write(pkru);
 		if (wake)
 			kick(r);
 		return 1;
 	}
 	/* It faulted or trapped: we still hold it. */
+	if (host->pku && pkru_read() != pkru)
+		pkru_write(pkru);
 	store_relaxed(&r->calls, calls);
 	store_relaxed(&r->call_tsc, tsc0 + (__rdtsc() - t0));
 	r->sender = NULL;

@@ -20,7 +20,9 @@
  *
  * With RPAL_PROTECT_PEERS set on a CPU with protection keys, the client also checks that no send
  * comes back with PKRU changed: a server parked inside rpal_epoll_wait() holds its windows on its
- * peers open, and a call must not leave them open on the sender's thread. */
+ * peers open, and a call must not leave them open on the sender's thread; and a call whose
+ * handler makes a syscall (GETTID) comes back through a signal handler, which runs with the
+ * kernel's default PKRU, not the key of its own that the client opened. */
 #include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -209,7 +211,7 @@ struct worker {
 };
 
 static bool pkru_probe;                 /* RPAL_PROTECT_PEERS set and the CPU has OSPKE */
-static atomic_long pkru_changed;
+static atomic_long pkru_changed, pkru_sends;
 
 static uint32_t pkru_read(void) {
     uint32_t eax, edx;
@@ -220,7 +222,10 @@ static uint32_t pkru_read(void) {
 static int roundtrip(int fd, struct req *q, struct rep *r) {
     uint32_t pkru = pkru_probe ? pkru_read() : 0;
     ssize_t s = rpal_send(fd, q, sizeof *q, 0);
-    if (pkru_probe && pkru_read() != pkru) atomic_fetch_add(&pkru_changed, 1);
+    if (pkru_probe) {
+        atomic_fetch_add(&pkru_sends, 1);
+        if (pkru_read() != pkru) atomic_fetch_add(&pkru_changed, 1);
+    }
     if (s != (ssize_t)sizeof *q) {
         fprintf(stderr, "client: send: %s\n", rpal_strerror((int)s));
         return -1;
@@ -308,6 +313,13 @@ static int client(const char *service, int threads, long n) {
         return 1;
     }
     if (threads > 64) threads = 64;
+    /* A key of our own, open (as for memory we protect ourselves): our PKRU then differs from
+     * the kernel's default, which a signal handler runs with, so a call that came back through
+     * one (a syscall or fault in the handler) without restoring PKRU shows. */
+    if (pkru_probe && syscall(SYS_pkey_alloc, 0, 0) < 0) {
+        fprintf(stderr, "client: pkey_alloc: %s\n", strerror(errno));
+        return 1;
+    }
     long t0 = now_ms();
     for (int i = 0; i < threads; i++) {
         w[i] = (struct worker){ .service = service, .n = n };
@@ -318,8 +330,6 @@ static int client(const char *service, int threads, long n) {
         errors += w[i].errors;
     }
     printf("client: %ld round trips in %ld ms, %ld errors\n", threads * n, now_ms() - t0, errors);
-    if (pkru_probe)
-        printf("client: PKRU changed across %ld of %ld sends\n", atomic_load(&pkru_changed), threads * n);
 
     struct rpal_prog_stat st[16];
     struct req q = { .op = OP_QUIT };
@@ -355,6 +365,10 @@ static int client(const char *service, int threads, long n) {
 
     uint64_t calls;
     if (short_lived(fd, 200, &calls)) errors++;
+
+    if (pkru_probe)
+        printf("client: PKRU changed across %ld of %ld sends (GETTID's hand-off included)\n",
+               atomic_load(&pkru_changed), atomic_load(&pkru_sends));
 
     np = rpal_hosted_stat(st, 16);
     for (int i = 0; i < np && i < 16; i++)

@@ -7,7 +7,9 @@
 #     nothing in the heap (their sender records go with them); calls run while another server
 #     thread re-arms the connections and polls the set;
 #     with protection keys on (RPAL_PROTECT_PEERS=2, where the CPU has them), no call leaves the
-#     server's open windows in the sender's PKRU;
+#     server's open windows in the sender's PKRU; with them off in the server (0), a call whose
+#     handler hands a syscall off (it comes back through a signal handler) leaves the sender's
+#     own key open;
 #     a plain process talks to a hosted server (connected mode, no calls), pausing between round
 #     trips so that the server sleeps for each one: no message lost, and the server's doorbells are
 #     emptied as it sleeps (no pipe left holding more than a byte or two);
@@ -73,9 +75,17 @@ if grep -qw ospke /proc/cpuinfo; then
 	rc=$?
 	echo "$out" | sed 's/^/  | /'
 	calls=$(echo "$out" | sed -n 's/^client: stat \[0\] .* calls=\([0-9]*\) .*/\1/p')
-	[ $rc -eq 0 ] && [ "${calls:-0}" -ge 20000 ] && echo "$out" | grep -q "client: PKRU changed across 0 of 20000 sends" &&
+	[ $rc -eq 0 ] && [ "${calls:-0}" -ge 20000 ] && echo "$out" | grep -q "client: PKRU changed across 0 of 2[0-9]\{4\} sends" &&
 		ok "protection keys on: $calls calls, none left the server's windows open in the sender" ||
 		bad "protection keys on: rc $rc, ${calls:-0} calls, or PKRU changed across a call"
+	# Keys off for the server: the sender's own key must survive a call that hands off.
+	out=$(RPAL_PROTECT_PEERS=0 timeout 60 "$RPAL" run --stat "$PROG" server "$svc-j" ::: "$PROG" client "$svc-j" 1 2000 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  | /'
+	handoffs=$(echo "$out" | sed -n 's/^client: stat \[0\] .* handoffs=\([0-9]*\).*/\1/p')
+	[ $rc -eq 0 ] && [ "${handoffs:-0}" -ge 1 ] && echo "$out" | grep -q "client: PKRU changed across 0 of" &&
+		ok "protection keys off in the server: the sender's own key is open again after $handoffs hand-offs" ||
+		bad "protection keys off in the server: rc $rc, ${handoffs:-0} hand-offs, or PKRU changed across a call"
 else
 	echo "skipped: protection keys (no ospke in /proc/cpuinfo)"
 fi
