@@ -237,7 +237,7 @@ void report_table(const struct report *r, FILE *f)
 		r->invariant ? " (invariant)" : " (NOT invariant)", r->hypervisor ? ", under a hypervisor" : "");
 	fprintf(f, "command: %s\n", o->cmdline);
 	if (o->rounds > 1)
-		fprintf(f, "each case ran %u times, interleaved with the others; shown: its median run\n",
+		fprintf(f, "each case ran %u times, round after round; shown: its median run\n",
 			o->rounds);
 	for (int pl = 0; pl < PL_NR; pl++) {
 		snprintf(t, sizeof(t), "one-way latency, client send -> server has the message, %zu B, %llu msgs",

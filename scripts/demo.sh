@@ -13,9 +13,9 @@ placement=split
 if [ "$(nproc)" -lt 2 ]; then
 	placement=same-core	# split needs two CPUs
 fi
-# 3 rounds of 30k ping-pongs per transport, interleaved so that the VM's
-# slow and fast spells fall on every transport alike (the RFC used 1M
-# messages; --count 1000000 reproduces it).
+# 3 rounds of 30k ping-pongs per transport, round after round, each shown
+# by its median run: a slow spell of the VM during one run does not show
+# (the RFC used 1M messages; --count 1000000 reproduces it).
 "$RPAL" bench --transport all --placement "$placement" --count 30000 --rounds 3 \
 	--suite latency,throughput,cpu --rate 1000 --seconds 0.4 \
 	--json="$BUILD/bench.json" --plot "$BUILD/bench.svg"

@@ -51,9 +51,10 @@ def table(doc, svg):
     ]
     rounds = doc.get("options", {}).get("rounds", 1)
     if rounds > 1:
-        out += ["Each case ran %d times, interleaved with the others (round after round, so all "
-                "cases share the VM's fast and slow spells); each row is its median run, by p50 "
-                "(throughput and CPU: by mean)." % rounds, ""]
+        out += ["Each case ran %d times, round after round, so that its runs spread over the "
+                "whole bench; each row is its median run, by p50 (throughput and CPU: by mean): "
+                "a slow spell of the VM that hits a minority of a case's runs does not show. "
+                "Every run's figure is in the JSON." % rounds, ""]
     placements = []
     for r in res:
         if r["placement"] not in placements:
