@@ -232,3 +232,42 @@ func TestRingBellKinds(t *testing.T) {
 		}
 	}
 }
+
+// A peer shares the open file of the doorbell it handed us and may make it
+// blocking and fill the pipe: ringing it must still return at once
+// (RWF_NOWAIT, or vmsplice with SPLICE_F_NONBLOCK where pipes refuse it).
+func TestRingBellNeverBlocks(t *testing.T) {
+	c1, _, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a := c1.(*Stream).Conn()
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := unix.Write(a.peerBell, chunk); err != nil {
+			if err != unix.EAGAIN {
+				t.Fatalf("filling the doorbell: %v", err)
+			}
+			break
+		}
+	}
+	fl, err := unix.FcntlInt(uintptr(a.peerBell), unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(a.peerBell), unix.F_SETFL, fl&^unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.FcntlInt(uintptr(a.peerBell), unix.F_SETFL, fl)
+	done := make(chan struct{})
+	go func() {
+		a.ringBell(20*waitEpoch|waitRX, waitRXFutex, waitRXBell, &a.lastRungRX)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Second):
+		t.Fatal("ringing a full doorbell made blocking still blocks after 2 s")
+	}
+}
