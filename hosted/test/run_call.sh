@@ -70,19 +70,23 @@ mods=$(echo "$out" | sed -n 's/^server: another thread re-armed connections \([0
 	bad "the meddling thread did not get in (${mods:-nothing})"
 
 # Protection keys: the server parks inside rpal_epoll_wait() with its windows on its peers open.
-if grep -qw ospke /proc/cpuinfo; then
-	out=$(RPAL_PROTECT_PEERS=2 timeout 60 "$RPAL" run --stat "$PROG" server "$svc-k" ::: "$PROG" client "$svc-k" 1 20000 2>&1)
+# keys_run PROTECT SVC N: server and a client of N round trips, with RPAL_PROTECT_PEERS=PROTECT;
+# sets out, rc, and stat (the client's "stat [0]" line: the server program's counters).
+keys_run() {
+	out=$(RPAL_PROTECT_PEERS=$1 timeout 60 "$RPAL" run --stat "$PROG" server "$svc-$2" ::: "$PROG" client "$svc-$2" 1 "$3" 2>&1)
 	rc=$?
 	echo "$out" | sed 's/^/  | /'
-	calls=$(echo "$out" | sed -n 's/^client: stat \[0\] .* calls=\([0-9]*\) .*/\1/p')
+	stat=$(echo "$out" | grep "^client: stat \[0\] ")
+}
+if grep -qw ospke /proc/cpuinfo; then
+	keys_run 2 k 20000
+	calls=$(echo "$stat" | sed -n 's/.* calls=\([0-9]*\) .*/\1/p')
 	[ $rc -eq 0 ] && [ "${calls:-0}" -ge 20000 ] && echo "$out" | grep -q "client: PKRU changed across 0 of 2[0-9]\{4\} sends" &&
 		ok "protection keys on: $calls calls, none left the server's windows open in the sender" ||
 		bad "protection keys on: rc $rc, ${calls:-0} calls, or PKRU changed across a call"
 	# Keys off for the server: the sender's own key must survive a call that hands off.
-	out=$(RPAL_PROTECT_PEERS=0 timeout 60 "$RPAL" run --stat "$PROG" server "$svc-j" ::: "$PROG" client "$svc-j" 1 2000 2>&1)
-	rc=$?
-	echo "$out" | sed 's/^/  | /'
-	handoffs=$(echo "$out" | sed -n 's/^client: stat \[0\] .* handoffs=\([0-9]*\).*/\1/p')
+	keys_run 0 j 2000
+	handoffs=$(echo "$stat" | sed -n 's/.* handoffs=\([0-9]*\).*/\1/p')
 	[ $rc -eq 0 ] && [ "${handoffs:-0}" -ge 1 ] && echo "$out" | grep -q "client: PKRU changed across 0 of" &&
 		ok "protection keys off in the server: the sender's own key is open again after $handoffs hand-offs" ||
 		bad "protection keys off in the server: rc $rc, ${handoffs:-0} hand-offs, or PKRU changed across a call"
