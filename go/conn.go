@@ -199,45 +199,25 @@ func (c *Conn) publish(data []byte, n uint32, addr uint64, flags uint32) {
 	c.txMsgs.Add(1)
 }
 
-var oneByte = [][]byte{{0}}
+var oneByte = []byte{0}
 
-// pipeNowait says whether pipes take RWF_NOWAIT (Linux 6.4 on; before,
-// EOPNOTSUPP), probed once on a pipe of our own.
-var pipeNowait = sync.OnceValue(func() bool {
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-		return false // cannot tell: vmsplice works on any kernel
-	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
-	n, err := unix.Pwritev2(p[1], oneByte, -1, unix.RWF_NOWAIT)
-	return n == 1 && err == nil
-})
-
-// ringByte is what vmsplice hands a doorbell: the pipe refers to its page
-// and the reader gets the byte as it is when read, so it never changes.
-var ringByte = [1]byte{0}
-
-// ringPipe writes one byte into a doorbell pipe without ever blocking,
+// ringSocket sends one byte into a doorbell socket without ever blocking,
 // whatever the peer does to the file we share with it (it could clear
-// O_NONBLOCK and fill the pipe): RWF_NOWAIT ignores the file's flags, and
-// where pipes refuse it, vmsplice with SPLICE_F_NONBLOCK does the same.
-func ringPipe(fd int) {
-	if pipeNowait() {
-		_, _ = unix.Pwritev2(fd, oneByte, -1, unix.RWF_NOWAIT)
-		return
-	}
-	iov := []unix.Iovec{{Base: &ringByte[0]}}
-	iov[0].SetLen(1)
-	_, _ = unix.Vmsplice(fd, iov, unix.SPLICE_F_NONBLOCK)
+// O_NONBLOCK and fill the socket): MSG_DONTWAIT ignores the file's flags,
+// and MSG_NOSIGNAL turns a dead peer's SIGPIPE into EPIPE.  A socket, not a
+// pipe: a pipe's every read and write takes its mutex, which the peer could
+// hold indefinitely (a splice from an idle socket into the pipe waits with
+// it held), and the ring would hang.
+func ringSocket(fd int) {
+	_ = unix.Sendto(fd, oneByte, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
 }
 
 // ringBell wakes the peer once per value of its waiting word.  A peer that
 // sleeps on a futex waits on our wake_seq: we change that word, then
 // FUTEX_WAKE it (a wake landing before its FUTEX_WAIT makes the wait return
-// at once).  A peer that sleeps on its doorbell pipe (no futex bit, or the
+// at once).  A peer that sleeps on its doorbell (no futex bit, or the
 // bell bit beside it: it has sleepers of both kinds) gets one byte
-// (ringPipe); EAGAIN means unread bytes, hence a pending wake-up.
+// (ringSocket); EAGAIN means unread bytes, hence a pending wake-up.
 func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
 	if last.Swap(w) == w {
 		return
@@ -249,7 +229,7 @@ func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64)
 			uintptr(math.MaxInt32), 0, 0, 0)
 	}
 	if w&futexBit == 0 || w&bellBit != 0 {
-		ringPipe(c.peerBell)
+		ringSocket(c.peerBell)
 	}
 	c.wakeups.Add(1)
 }
@@ -636,9 +616,9 @@ var errWouldBlock = fmt.Errorf("no message ready: %w", syscall.EAGAIN)
 // ------------------------------------------------------------ waiting
 
 // selfRing wakes our own sleepers (peer death, violation) through our copy
-// of the doorbell's write end.
+// of the doorbell end we handed the peer.
 func (c *Conn) selfRing() {
-	ringPipe(c.selfBell)
+	ringSocket(c.selfBell)
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
@@ -717,7 +697,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	if bit == waitTX {
 		flags = bit | waitTXBell
 	}
-	var buf [64]byte
+	var buf [256]byte
 	for {
 		if c.closed.Load() {
 			return net.ErrClosed
@@ -736,11 +716,13 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// other direction: the peer rings once per value of our
 			// waiting word, so the next sleep is advertised afresh.  The
 			// first call drains what earlier rings left (the netpoller
-			// forgets readiness that predates this call).  A pipe read
-			// returning less than asked for has emptied the pipe.
+			// forgets readiness that predates this call).  A read
+			// returning less than asked for has emptied the doorbell;
+			// a peer that floods it is read at most 16 KiB of, and what
+			// is left costs no wake-up (every send is a new edge).
 			rung := !first
 			first = false
-			for {
+			for i := 0; i < 64; i++ {
 				n, err := unix.Read(int(fd), buf[:])
 				if n > 0 {
 					rung = true

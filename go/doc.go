@@ -12,7 +12,7 @@
 // in the ring slot, a larger one stays in a buffer of the sender's arena
 // that the receiver reads in place and acknowledges.  A waiting side spins
 // briefly, then advertises that it sleeps and parks its goroutine in the Go
-// netpoller on a doorbell pipe; the peer makes a system call only to wake a
+// netpoller on a doorbell socket; the peer makes a system call only to wake a
 // side that said it sleeps.
 //
 // Conn is the message API (zero copy with Read/Message.Ack and

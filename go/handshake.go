@@ -156,8 +156,8 @@ type side struct {
 	block     unsafe.Pointer
 	nonce     uint64
 	ringEnt   uint32
-	bell      int // the doorbell pipe's read end: we sleep on it
-	ringEnd   int // its write end: sent in our hello (a copy stays with us)
+	bell      int // our end of the doorbell socket pair: we sleep on it
+	ringEnd   int // the other end: sent in our hello (a copy stays with us)
 	cpu       uint32
 }
 
@@ -202,11 +202,16 @@ func (p *process) newSide() (*side, error) {
 	*(*uint32)(unsafe.Add(b, bAckOff)) = blockHdrSize + n*slotSize
 	*(*uint32)(unsafe.Add(b, bTxCPU)) = s.cpu // noCPU unless pinned to one
 	*(*uint32)(unsafe.Add(b, bRxCPU)) = s.cpu
-	var fds [2]int
-	if err := unix.Pipe2(fds[:], unix.O_NONBLOCK|unix.O_CLOEXEC); err != nil {
+	// The doorbell: a Unix stream socket pair (ringSocket says why not a
+	// pipe).  Our end refuses passed descriptors where the kernel can
+	// (6.16 on): a peer could otherwise make our drain the last holder
+	// of a file whose release blocks.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
 		p.freeBytes(addr)
 		return nil, fmt.Errorf("cannot create a doorbell: %w", err)
 	}
+	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) // ENOPROTOOPT before 6.16
 	s.bell, s.ringEnd = fds[0], fds[1]
 	return s, nil
 }
@@ -279,15 +284,29 @@ func checkMemfd(fd int, size uint64) error {
 	return nil
 }
 
-// checkDoorbell: the peer's doorbell must be a pipe opened write-only.
+// checkDoorbell: the peer's doorbell must be a connected Unix stream socket
+// whose other end is unnamed, as socketpair makes (doorbell_check() in C);
+// one connected to a named socket could be a third party's.
 func checkDoorbell(fd int) error {
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
-		return refused(syscall.EPROTO, "peer's doorbell is not a pipe")
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return refused(syscall.EPROTO, "peer's doorbell is not a socket")
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil || fl&unix.O_ACCMODE != unix.O_WRONLY {
-		return refused(syscall.EPROTO, "peer's doorbell is not a pipe's write end")
+	dom, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err1 != nil || err2 != nil || dom != unix.AF_UNIX || typ != unix.SOCK_STREAM {
+		return refused(syscall.EPROTO, "peer's doorbell is not a Unix stream socket")
+	}
+	// The raw call: unix.Getpeername shows an unnamed address and the
+	// abstract name "\x00" alike; only the length tells them apart.
+	var sa unix.RawSockaddrUnix
+	n := uint32(unsafe.Sizeof(sa))
+	_, _, e := unix.Syscall(unix.SYS_GETPEERNAME, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return refused(syscall.EPROTO, "peer's doorbell is not connected: %v", e)
+	}
+	if n != uint32(unsafe.Sizeof(sa.Family)) {
+		return refused(syscall.EPROTO, "peer's doorbell is connected to a named socket, not to the peer's own end")
 	}
 	return nil
 }

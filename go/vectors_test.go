@@ -42,7 +42,7 @@ func TestVectorHello(t *testing.T) {
 			t.Fatalf("%s: %v", tc.file, err)
 		}
 		want := hello{
-			Magic: helloMagic, Version: 2, Type: tc.typ, Size: 128, Pid: tc.pid, Slot: tc.slot, NrSlots: 256,
+			Magic: helloMagic, Version: 3, Type: tc.typ, Size: 128, Pid: tc.pid, Slot: tc.slot, NrSlots: 256,
 			RegionBase: vecBase, SlotSize: vecSlot, ArenaSize: 64 << 20, ArenaNonce: tc.arenaNonce,
 			Block: tc.block, BlockNonce: tc.bnonce, RingEntries: 8, AckEntries: 8,
 		}
@@ -87,7 +87,7 @@ func TestVectorRefuse(t *testing.T) {
 func TestVectorArenaHeader(t *testing.T) {
 	b := vector(t, "arena_hdr.bin")
 	le := binary.LittleEndian
-	if len(b) != arenaHdrSize || le.Uint32(b[ahMagic:]) != arenaMagic || le.Uint16(b[ahVersion:]) != 2 ||
+	if len(b) != arenaHdrSize || le.Uint32(b[ahMagic:]) != arenaMagic || le.Uint16(b[ahVersion:]) != 3 ||
 		le.Uint16(b[ahHdrSize:]) != 48 || le.Uint32(b[ahSlot:]) != 3 || le.Uint32(b[ahPid:]) != 4242 ||
 		le.Uint64(b[ahArenaSize:]) != 64<<20 || le.Uint64(b[ahBase:]) != vecBase+3*vecSlot ||
 		le.Uint64(b[ahHeapOff:]) != 4096 || le.Uint64(b[ahNonce:]) != 0x1122334455667788 {

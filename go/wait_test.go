@@ -234,8 +234,7 @@ func TestRingBellKinds(t *testing.T) {
 }
 
 // A peer shares the open file of the doorbell it handed us and may make it
-// blocking and fill the pipe: ringing it must still return at once
-// (RWF_NOWAIT, or vmsplice with SPLICE_F_NONBLOCK where pipes refuse it).
+// blocking and fill it: ringing it must still return at once (MSG_DONTWAIT).
 func TestRingBellNeverBlocks(t *testing.T) {
 	c1, _, stop, err := streamPair(t)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 
 // Wire constants from docs/PROTOCOL.md (mirrored from src/wire.h).
 const (
-	WireVersion = 2
+	WireVersion = 3
 
 	helloMagic = 0x4c415052 // "RPAL"
 	arenaMagic = 0x414e5241 // "ARNA"

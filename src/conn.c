@@ -27,6 +27,10 @@
 
 #include "internal.h"
 
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83   /* Linux 6.16; glibc defines it later */
+#endif
+
 /* ------------------------------------------------------------ objects */
 void *_Atomic obj_top[OBJ_TOP];
 
@@ -583,20 +587,27 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 	return conn_poll_peer(c);
 }
 
-/* Our half of a handshake: a fresh block and doorbell pair. */
+/*
+ * Our half of a handshake: a fresh block and doorbell pair.  The doorbell
+ * is a stream socket pair (see doorbell_write()): we sleep on one end and
+ * hand the other to the peer.  Where the kernel can (Linux 6.16 on), our
+ * end refuses passed descriptors: a peer could otherwise make our drain
+ * the last holder of a file whose release blocks.
+ */
 static int side_create(struct rpal_block **blk, int *bell, int *ring)
 {
-	int p[2];
+	int p[2], no = 0;
 
 	linger_sweep(false);
 	*blk = block_create(rpal_g.cfg.ring_entries, rpal_g.cfg.ring_entries);
 	if (!*blk)
 		return rpal_fail(ENOMEM, "arena exhausted: no room for a connection block");
-	if (pipe2(p, O_NONBLOCK | O_CLOEXEC) < 0) {
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) < 0) {
 		int e = errno;
 		block_destroy(*blk);
 		return rpal_fail(e, "cannot create a doorbell");
 	}
+	setsockopt(p[0], SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));   /* ENOPROTOOPT before 6.16 */
 	*bell = p[0];
 	*ring = p[1];
 	return 0;

@@ -576,7 +576,7 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 		uint32_t bits = 0;
 
 		/* A doorbell sleep (in T, where the doorbell is an edge) starts
-		 * with an empty pipe, or a full one would take every later ring. */
+		 * with an empty doorbell, or a full one would take every later ring. */
 		if (!futex && load_relaxed(&r->c->bell_dirty))
 			doorbell_drain(r->c);
 		if (r->disabled || conn_dead(r->c) || conn_err(r->c) || (parked && r->c->local))

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -258,15 +259,28 @@ int wake_page_check(int fd, char *why, size_t whylen)
 	return 0;
 }
 
-/* The peer's doorbell: the write end of a pipe (see doorbell_write()). */
+/*
+ * The peer's doorbell: one end of a connected Unix stream socket whose
+ * other end is unnamed, as socketpair() makes (see doorbell_write()).  A
+ * socket connected to a named one could be a third party's, which would
+ * receive our rings; a pipe is what wire version 2 used.
+ */
 int doorbell_check(int fd, char *why, size_t whylen)
 {
+	struct sockaddr_un peer;
+	socklen_t len = sizeof(peer);
 	struct stat st;
-	int fl = fcntl(fd, F_GETFL);
+	int domain = 0, type = 0;
+	socklen_t il = sizeof(int);
 
-	if (fstat(fd, &st) < 0 || !S_ISFIFO(st.st_mode))
-		return WHY("peer's doorbell is not a pipe");
-	if (fl < 0 || (fl & O_ACCMODE) != O_WRONLY)
-		return WHY("peer's doorbell is not the write end of a pipe");
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return WHY("peer's doorbell is not a socket");
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &il) < 0 || domain != AF_UNIX ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &il) < 0 || type != SOCK_STREAM)
+		return WHY("peer's doorbell is not a Unix stream socket");
+	if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)
+		return WHY("peer's doorbell is not connected: %s", strerror(errno));
+	if (len != sizeof(sa_family_t))
+		return WHY("peer's doorbell is connected to a named socket, not to the peer's own end");
 	return 0;
 }

@@ -9,10 +9,10 @@
  *
  * With both barriers, at least one side sees the other's store: either the
  * waiter finds the message and does not sleep, or the peer sees the bit and
- * rings.  The doorbell is a pipe (see wire.h): rung with a write that no
- * flag the peer sets on the file it shares with us can make block (see
- * doorbell_write); registered edge-triggered in epoll sets, and drained
- * before the next sleep.  The waiting word counts sleeps, so the peer rings
+ * rings.  The doorbell is a Unix stream socket pair (see wire.h): rung with
+ * a send that nothing the peer does to the end it shares with us can make
+ * block (see doorbell_write); registered edge-triggered in epoll sets, and
+ * drained before the next sleep.  The waiting word counts sleeps, so the peer rings
  * once per sleep however many messages it publishes meanwhile.
  *
  * Several of our threads may sleep on one connection at once (two epoll
@@ -24,13 +24,11 @@
  */
 #include <assert.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,59 +69,29 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 	 * again where a wake-up costs more than the ceiling (cross-core). */
 }
 
-/* Do pipes take RWF_NOWAIT (Linux 6.4 on)?  0 unknown, 1 yes, 2 no. */
-static _Atomic int pipe_nowait_state;
-
-static bool pipe_nowait(void)
-{
-	int st = load_relaxed(&pipe_nowait_state), p[2];
-
-	if (st == 0 && pipe2(p, O_CLOEXEC) == 0) {
-		char b = 0;
-		struct iovec iov = { .iov_base = &b, .iov_len = 1 };
-
-		st = pwritev2(p[1], &iov, 1, -1, RWF_NOWAIT) == 1 ? 1 : errno == EOPNOTSUPP ? 2 : 0;
-		close(p[0]);
-		close(p[1]);
-		if (st)
-			store_relaxed(&pipe_nowait_state, st);
-	}
-	return st == 1;
-}
-
 /*
- * One byte into the peer's doorbell pipe.  The write must never block,
- * whatever the peer does: it shares the open file of its write end with us
- * and could clear O_NONBLOCK on it and fill the pipe.  RWF_NOWAIT makes one
- * write non-blocking whatever the file says, but pipes take it only from
- * Linux 6.4 (before, EOPNOTSUPP); there vmsplice() with SPLICE_F_NONBLOCK
- * does the same.  The pipe then refers to our page, and the peer reads the
- * byte as it is when it reads: we ring from a constant.
+ * One byte into the peer's doorbell socket.  The send must never block,
+ * whatever the peer does: it shares the open file with us and could clear
+ * O_NONBLOCK on it and fill its buffer, so MSG_DONTWAIT makes this one send
+ * non-blocking whatever the file says.  A peer that died has closed its
+ * end: the send fails with EPIPE, and MSG_NOSIGNAL keeps it from raising
+ * SIGPIPE, which would kill an application that does not ignore it.
  *
- * A peer that died has closed the read end: the write fails with EPIPE and
- * raises SIGPIPE, which would kill an application that does not ignore it.
- * So SIGPIPE is blocked on this thread around the write, and the one we
- * raised is taken back.
+ * Why a socket and not a pipe: every pipe operation takes the pipe's mutex,
+ * which a peer holding the write end can keep for as long as it likes (a
+ * splice() from an idle socket into the pipe waits with it held), and a
+ * ring or a drain would then hang, unkillable.  A Unix stream socket holds
+ * no lock across a wait that the peer could start.
  */
 static void doorbell_write(int fd)
 {
 	static const char zero;
-	struct iovec iov = { .iov_base = (void *)&zero, .iov_len = 1 };
-	struct timespec ts0 = { 0, 0 };
-	sigset_t pipe_set, old;
-	ssize_t r;
 
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, &old);
-	r = pipe_nowait() ? pwritev2(fd, &iov, 1, -1, RWF_NOWAIT) : vmsplice(fd, &iov, 1, SPLICE_F_NONBLOCK);
-	if (r < 0 && errno == EPIPE && !sigismember(&old, SIGPIPE))
-		sigtimedwait(&pipe_set, NULL, &ts0);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	(void)!send(fd, &zero, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 /* Ring once per sleep of the peer, on the futex, the doorbell, or both if
- * it has sleepers on each.  EAGAIN means the pipe is full: the peer has
+ * it has sleepers on each.  EAGAIN means the socket is full: the peer has
  * unread bytes, hence an edge, and will wake anyway. */
 static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
 			  uint64_t *last, uint64_t *count)
@@ -150,15 +118,24 @@ void notify_wake_rx(struct rpal_conn *c, uint64_t w)
 	ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->tx_wakeups);
 }
 
-/* Empty my doorbell before advertising a new sleep. */
+/*
+ * Empty my doorbell before advertising a new sleep.  An honest peer rings
+ * once per sleep, so a few bytes at most wait here; a peer that floods it
+ * must not keep us reading forever, so reads stop after 16 KiB and the
+ * doorbell stays marked for the next sleep to drain.  Leftover bytes cost
+ * no wake-up: every ring into a socket is a new edge.
+ */
 void doorbell_drain(struct rpal_conn *c)
 {
-	char buf[64];
+	char buf[256];
+	int i;
 
-	/* Our read end is ours alone, opened O_NONBLOCK: a plain read. */
+	/* Our end is ours alone, non-blocking: a plain read. */
 	store_relaxed(&c->bell_dirty, false);
-	while (read(c->doorbell, buf, sizeof(buf)) == (ssize_t)sizeof(buf))
-		;
+	for (i = 0; i < 64; i++)
+		if (read(c->doorbell, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
+			return;
+	store_relaxed(&c->bell_dirty, true);
 }
 
 /*

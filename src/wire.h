@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RPAL_WIRE_VERSION   2u
+#define RPAL_WIRE_VERSION   3u   /* 3: the doorbell is a socket, not a pipe */
 #define RPAL_HELLO_MAGIC    0x4c415052u   /* "RPAL" */
 #define RPAL_ARENA_MAGIC    0x414e5241u   /* "ARNA" */
 #define RPAL_BLOCK_MAGIC    0x4b434c42u   /* "BLCK" */
@@ -150,11 +150,10 @@ _Static_assert(offsetof(struct rpal_block, wake_seq) == 648, "block layout");
 enum {
 	RPAL_HS_HELLO   = 1,   /* client -> server, with [arena memfd, doorbell] */
 	RPAL_HS_WELCOME = 2,   /* server -> client, with [arena memfd, doorbell] */
-	/* The doorbell is the write end of a pipe whose read end the sender
-	 * keeps and sleeps on; the receiver rings it with a write that cannot
-	 * block whatever the owner does to the file's flags: pwritev2 with
-	 * RWF_NOWAIT, or before Linux 6.4 vmsplice with SPLICE_F_NONBLOCK
-	 * (PROTOCOL.md §6). */
+	/* The doorbell is one end of a Unix stream socket pair whose other
+	 * end the sender keeps and sleeps on; the receiver rings it with
+	 * send(MSG_DONTWAIT | MSG_NOSIGNAL), which nothing the owner does to
+	 * the shared file can make block (PROTOCOL.md §6). */
 	RPAL_HS_REFUSE  = 3,   /* either way, no fds; then the sender closes */
 };
 

@@ -18,13 +18,14 @@
 /* What to break in the hello. */
 enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
-	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_NOT_SOCKET_BELL, RAW_BAD_PID, RAW_BAD_REGION,
+	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"none", "garbage bytes", "short hello", "bad magic", "bad version", "no descriptors",
-	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell not a pipe write end",
+	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell a pipe (wire v2)",
+	"doorbell connected to a named socket",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch",
 };
@@ -42,6 +43,21 @@ static inline int raw_connect(const char *service)
 	return s;
 }
 
+/* A stream socket connected to a listener (*l) with an abstract name. */
+static inline int named_socket_client(int *l_out)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len = offsetof(struct sockaddr_un, sun_path) + 1 +
+			(socklen_t)snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "rpal-test-%d", (int)getpid());
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	t_check(l >= 0 && c >= 0, "socket");
+	t_check(bind(l, (struct sockaddr *)&sa, len) == 0 && listen(l, 1) == 0, "bind: %s", strerror(errno));
+	t_check(connect(c, (struct sockaddr *)&sa, len) == 0, "connect: %s", strerror(errno));
+	*l_out = l;
+	return c;
+}
+
 /*
  * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
  * Returns the socket; the caller reads the answer.
@@ -50,11 +66,11 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 {
 	struct rpal_block *blk = block_create(64, 64);
 	struct rpal_hello h;
-	int s = raw_connect(service), sv[2], fds[2], nfds = 2, extra = -1;
+	int s = raw_connect(service), sv[2], pp[2] = { -1, -1 }, fds[2], nfds = 2, extra = -1, listener = -1;
 	unsigned char junk[128];
 
 	t_check(blk, "block_create");
-	t_check(pipe2(sv, O_CLOEXEC) == 0, "pipe");
+	t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
 	hello_fill(&h, RPAL_HS_HELLO, blk, service, 0);
 	fds[0] = rpal_g.memfd;
 	fds[1] = sv[1];
@@ -82,8 +98,13 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
 		fds[0] = extra;
 		break;
-	case RAW_NOT_SOCKET_BELL:
-		fds[1] = sv[0];         /* the read end: we could not ring it */
+	case RAW_PIPE_BELL:             /* what wire version 2 sent */
+		t_check(pipe2(pp, O_CLOEXEC) == 0, "pipe");
+		fds[1] = pp[1];
+		break;
+	case RAW_NAMED_BELL:            /* could be a third party's socket */
+		extra = named_socket_client(&listener);
+		fds[1] = extra;
 		break;
 	case RAW_BAD_PID: h.pid = 1; break;
 	case RAW_BAD_REGION: h.slot_size *= 2; break;
@@ -97,6 +118,12 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		close(extra);
 	close(sv[0]);
 	close(sv[1]);
+	if (pp[0] >= 0) {
+		close(pp[0]);
+		close(pp[1]);
+	}
+	if (listener >= 0)
+		close(listener);
 	return s;
 }
 

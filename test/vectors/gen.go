@@ -26,12 +26,14 @@ const (
 
 var le = binary.LittleEndian
 
+const wireVersion = 3 // PROTOCOL.md, first line
+
 func slotBase(slot uint64) uint64 { return regionBase + slot*slotSize }
 
 func hello(typ uint16, pid, slot uint32, arenaNonce, block, blockNonce uint64, service string) []byte {
 	b := make([]byte, 128)
 	le.PutUint32(b[0:], 0x4c415052) // "RPAL"
-	le.PutUint16(b[4:], 2)          // version
+	le.PutUint16(b[4:], wireVersion)
 	le.PutUint16(b[6:], typ)
 	le.PutUint32(b[8:], 128)
 	le.PutUint32(b[12:], 0) // features
@@ -54,7 +56,7 @@ func hello(typ uint16, pid, slot uint32, arenaNonce, block, blockNonce uint64, s
 func refuse(errno int32, reason string) []byte {
 	b := make([]byte, 128)
 	le.PutUint32(b[0:], 0x4c415052)
-	le.PutUint16(b[4:], 2)
+	le.PutUint16(b[4:], wireVersion)
 	le.PutUint16(b[6:], 3)
 	le.PutUint32(b[8:], 128)
 	le.PutUint32(b[12:], uint32(errno))
@@ -65,7 +67,7 @@ func refuse(errno int32, reason string) []byte {
 func arenaHdr(slot, pid uint32, nonce uint64) []byte {
 	b := make([]byte, 48)
 	le.PutUint32(b[0:], 0x414e5241) // "ARNA"
-	le.PutUint16(b[4:], 2)
+	le.PutUint16(b[4:], wireVersion)
 	le.PutUint16(b[6:], 48)
 	le.PutUint32(b[8:], slot)
 	le.PutUint32(b[12:], pid)
@@ -87,22 +89,22 @@ func block() []byte {
 	ackOff := ringOff + 64*ringEntries
 	b := make([]byte, ackOff+16*ackEntries)
 	le.PutUint32(b[0:], 0x4b434c42) // "BLCK"
-	le.PutUint16(b[4:], 2)
+	le.PutUint16(b[4:], wireVersion)
 	le.PutUint16(b[6:], 768)
 	le.PutUint64(b[8:], 0x0123456789abcdef) // nonce (odd)
 	le.PutUint32(b[16:], ringEntries)
 	le.PutUint32(b[20:], ackEntries)
 	le.PutUint32(b[24:], uint32(ringOff))
 	le.PutUint32(b[28:], uint32(ackOff))
-	le.PutUint32(b[32:], 1)          // state: SHUT_WR
-	le.PutUint32(b[36:], 1)          // tx_cpu hint: CPU 1
-	le.PutUint32(b[40:], 0xffffffff) // rx_cpu hint: unknown
-	le.PutUint64(b[128:], 3)  // tail
-	le.PutUint64(b[256:], 2)  // rx_head
-	le.PutUint64(b[384:], 1)  // ack_tail
-	le.PutUint64(b[512:], 0)  // ack_head
+	le.PutUint32(b[32:], 1)            // state: SHUT_WR
+	le.PutUint32(b[36:], 1)            // tx_cpu hint: CPU 1
+	le.PutUint32(b[40:], 0xffffffff)   // rx_cpu hint: unknown
+	le.PutUint64(b[128:], 3)           // tail
+	le.PutUint64(b[256:], 2)           // rx_head
+	le.PutUint64(b[384:], 1)           // ack_tail
+	le.PutUint64(b[512:], 0)           // ack_head
 	le.PutUint64(b[640:], 3*64|0x10|1) // waiting: 3 sleeps, RX, on the doorbell (RX_BELL, no RX_FUTEX)
-	le.PutUint32(b[648:], 7)      // wake_seq: 7 futex wakes sent to the peer
+	le.PutUint32(b[648:], 7)           // wake_seq: 7 futex wakes sent to the peer
 	slot := func(i int) []byte { return b[ringOff+64*i : ringOff+64*(i+1)] }
 	s := slot(0)
 	le.PutUint32(s[0:], 1)
