@@ -4,25 +4,29 @@
  * calls that kernel lacks fail as it would, with a seccomp filter that this
  * process and everything it starts inherit.
  *
- *   old_kernel 6.1 PROGRAM [ARG...]    pipes refuse RWF_NOWAIT (before 6.4)
+ *   old_kernel 6.1 PROGRAM [ARG...]    no SO_PASSRIGHTS (before 6.16)
  *   old_kernel 5.15 PROGRAM [ARG...]   that, and no futex_waitv (before 5.16)
  *
- * Before 6.4, preadv2() and pwritev2() with RWF_NOWAIT fail on a pipe with
- * EOPNOTSUPP; the filter makes them fail so on any file (the library uses
- * the flag on pipes only).  Before 5.16, futex_waitv() is ENOSYS.
+ * Before 6.16, setsockopt(SOL_SOCKET, SO_PASSRIGHTS) fails with
+ * ENOPROTOOPT, so a doorbell takes passed descriptors; before 5.16,
+ * futex_waitv() is ENOSYS.  Only what the filter changes is checked: a
+ * host that really is older answers the same way.
  */
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/filter.h>
-#include <linux/fs.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
 
 #if defined(__x86_64__)
 #define THIS_ARCH AUDIT_ARCH_X86_64
@@ -47,12 +51,13 @@ static int install(int hide_waitv)
 		f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_futex_waitv, 0, 1);
 		f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);
 	}
-	/* preadv2, pwritev2 (fd, iov, n, pos_l, pos_h, flags) with RWF_NOWAIT */
-	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_preadv2, 1, 0);
-	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_pwritev2, 0, 3);
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(5));
-	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, RWF_NOWAIT, 0, 1);
-	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EOPNOTSUPP);
+	/* setsockopt(fd, SOL_SOCKET, SO_PASSRIGHTS, ...) */
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_setsockopt, 0, 5);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(1));
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SOL_SOCKET, 0, 3);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, ARG_LO(2));
+	f[n++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SO_PASSRIGHTS, 0, 1);
+	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOPROTOOPT);
 	f[n++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
 
 	struct sock_fprog prog = { .len = (unsigned short)n, .filter = f };
@@ -65,20 +70,19 @@ static int install(int hide_waitv)
 /* The filter must be what the test sees, or it tests nothing. */
 static int check(int hide_waitv)
 {
-	char b = 0;
-	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
-	int p[2];
+	int s = socket(AF_UNIX, SOCK_STREAM, 0), no = 0;
 	long r;
 
-	if (pipe(p) < 0)
+	if (s < 0)
 		return -1;
-	r = pwritev2(p[1], &iov, 1, -1, RWF_NOWAIT);
-	close(p[0]);
-	close(p[1]);
-	if (r != -1 || errno != EOPNOTSUPP)
+	r = setsockopt(s, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));
+	close(s);
+	if (r != -1 || errno != ENOPROTOOPT)
 		return -1;
+	if (!hide_waitv)
+		return 0;
 	r = syscall(SYS_futex_waitv, NULL, 0, 0, NULL, 0);
-	return hide_waitv ? (r == -1 && errno == ENOSYS ? 0 : -1) : (r == -1 && errno != ENOSYS ? 0 : -1);
+	return r == -1 && errno == ENOSYS ? 0 : -1;
 }
 #endif
 
@@ -101,7 +105,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "old_kernel: the filter does not act as Linux %s would\n", argv[1]);
 		return 1;
 	}
-	printf("as on Linux %s: pipes refuse RWF_NOWAIT%s\n", argv[1],
+	printf("as on Linux %s: no SO_PASSRIGHTS%s\n", argv[1],
 	       hide_waitv ? ", futex_waitv() is ENOSYS" : "");
 	fflush(stdout);
 	execvp(argv[2], argv + 2);
