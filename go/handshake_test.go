@@ -6,9 +6,13 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestConfigEnv(t *testing.T) {
@@ -125,5 +129,64 @@ func TestBadHello(t *testing.T) {
 		t.Fatalf("refusals recorded: %v", errs)
 	} else {
 		t.Log(errs)
+	}
+}
+
+// The doorbell a peer hands over must be one end of a Unix stream socket
+// pair: not a pipe (wire version 2), not a datagram socket, not unconnected,
+// not connected to a named socket that could be a third party's.
+func TestCheckDoorbell(t *testing.T) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	pair := func(typ int) int {
+		fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		return fds[1]
+	}
+	lone, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lone)
+	l, err := net.Listen("unix", "@rpal-test-doorbell-"+strconv.Itoa(os.Getpid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	named, err := net.Dial("unix", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	f, err := named.(*net.UnixConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, tc := range []struct {
+		name string
+		fd   int
+		want string // "" for accepted
+	}{
+		{"socket pair end", pair(unix.SOCK_STREAM), ""},
+		{"pipe write end", p[1], "not a socket"},
+		{"datagram pair end", pair(unix.SOCK_DGRAM), "not a Unix stream socket"},
+		{"unconnected socket", lone, "not connected"},
+		{"connected to a named socket", int(f.Fd()), "named socket"},
+	} {
+		err := checkDoorbell(tc.fd)
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: refused: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: got %v, want an error saying %q", tc.name, err, tc.want)
+		}
 	}
 }

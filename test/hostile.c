@@ -8,7 +8,9 @@
  * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
  * comes back when it goes.  A peer that scribbles on the shared wake page
  * causes spurious wake-ups, nothing else.  A peer that makes the doorbell
- * it gave us blocking and fills it cannot make a send that rings it block.
+ * it gave us blocking, fills it and ties it up in waiting splices cannot
+ * make a send that rings it block; one that floods ours, passes descriptors
+ * through it and ties it up cannot make our waits hang or leak.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -99,6 +101,59 @@ static void *send_one(void *p)
 {
 	t_ok(rpal_send(*(int *)p, "ring", 4, 0));
 	return NULL;
+}
+
+/* One byte with a descriptor attached; 0 or -errno. */
+static int send_fd(int sock, int fd)
+{
+	char cb[CMSG_SPACE(sizeof(int))] = { 0 }, b = 0;
+	struct iovec iov = { .iov_base = &b, .iov_len = 1 };
+	struct msghdr m = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof(cb) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+	return sendmsg(sock, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == 1 ? 0 : -errno;
+}
+
+/*
+ * What a holder of a doorbell file can start on it and leave waiting: a
+ * splice out of it (nothing ever comes: no one sends the other way), one
+ * into it from an empty pipe, and one into it from an idle socket (only a
+ * pipe takes that: it then holds the pipe's lock while it waits, so wire
+ * version 2's pipe doorbells hung every ring), each on a thread of its own
+ * that waits until the process dies.
+ */
+struct splice_arg {
+	int in, out;
+};
+
+static void *splice_for_ever(void *p)
+{
+	struct splice_arg *a = p;
+
+	splice(a->in, NULL, a->out, NULL, 1, 0);
+	pause();
+	return NULL;
+}
+
+static void tie_up(int bell)
+{
+	static struct splice_arg args[3];
+	int in[2], out[2], idle[2];
+	pthread_t th;
+
+	t_check(pipe(in) == 0 && pipe(out) == 0, "pipe");
+	t_check(socketpair(AF_UNIX, SOCK_STREAM, 0, idle) == 0, "socketpair");
+	t_check(fcntl(bell, F_SETFL, 0) == 0, "clear O_NONBLOCK");     /* or splice won't wait */
+	args[0] = (struct splice_arg){ bell, out[1] };
+	args[1] = (struct splice_arg){ in[0], bell };
+	args[2] = (struct splice_arg){ idle[0], bell };
+	for (int i = 0; i < 3; i++)
+		t_check(pthread_create(&th, NULL, splice_for_ever, &args[i]) == 0, "pthread_create");
+	usleep(50000);          /* the splices are waiting */
 }
 
 static void check_other(int good)
@@ -269,42 +324,117 @@ int main(void)
 		t_wait_ok(pid, "scribbler");
 		rpal_close(fd);
 	}
-	printf("a peer that makes its doorbell blocking and fills it: ringing it never blocks\n");
+	printf("a peer that ties its doorbell up in splices, or makes it blocking and fills it: ringing it never blocks\n");
 	{
-		int sync[2];
-		t_check(pipe(sync) == 0, "pipe");
+		int sync[2], cmd[2];
+		t_check(pipe(sync) == 0 && pipe(cmd) == 0, "pipe");
 		pid_t pid = fork();
 		if (pid == 0) {
 			int fd = child_connect();
 			struct rpal_conn *c = obj_get(fd);
-			/* Say we sleep on the doorbell, and never drain it. */
-			wait_begin(c, RPAL_WAIT_RX | RPAL_WAIT_RX_BELL);
+			char b;
 			prctl(PR_SET_PDEATHSIG, SIGKILL);   /* gone with a failed test */
-			t_check(write(sync[1], "s", 1) == 1, "sync");
-			pause();
+			/* Say we sleep on the doorbell when told, and never drain it. */
+			while (read(cmd[0], &b, 1) == 1) {
+				wait_begin(c, RPAL_WAIT_RX | RPAL_WAIT_RX_BELL);
+				t_check(write(sync[1], "s", 1) == 1, "sync");
+			}
 			exit(0);
 		}
 		int fd = t_ok(rpal_accept(lfd, 0));
-		char b;
-		t_check(read(sync[0], &b, 1) == 1, "the peer's sleep");
-		/* The peer shares this file: what it can do, done from here. */
 		struct rpal_conn *c = obj_get(fd);
 		static char fill[4096];
-		while (write(c->peer_doorbell, fill, sizeof(fill)) > 0)
-			;
-		t_check(errno == EAGAIN, "filling the doorbell: %s", strerror(errno));
-		t_check(fcntl(c->peer_doorbell, F_SETFL, 0) == 0, "clear O_NONBLOCK");
-		pthread_t th;
-		t_check(pthread_create(&th, NULL, send_one, &fd) == 0, "pthread_create");
-		uint64_t t0 = t_now_ns();
-		while (pthread_tryjoin_np(th, NULL) != 0) {
-			t_check(t_now_ns() - t0 < 2000000000ull, "rpal_send still blocked after 2 s");
-			usleep(1000);
+		char b;
+		for (int step = 0; step < 2; step++) {
+			pid_t tier = -1;
+			t_check(write(cmd[1], "s", 1) == 1 && read(sync[0], &b, 1) == 1, "the peer's sleep");
+			/* The peer shares this file: what it can do, done from here. */
+			if (step == 0) {
+				/* A copy of our own: a child's inherited rpal
+				 * descriptors are closed at fork. */
+				int bell = dup(c->peer_doorbell);
+				tier = fork();
+				if (tier == 0) {        /* shares the file; killed below */
+					prctl(PR_SET_PDEATHSIG, SIGKILL);
+					tie_up(bell);
+					t_check(write(sync[1], "t", 1) == 1, "sync");
+					pause();
+				}
+				t_check(read(sync[0], &b, 1) == 1, "the splices");
+				close(bell);
+			} else {
+				t_check(fcntl(c->peer_doorbell, F_SETFL, O_NONBLOCK) == 0, "set O_NONBLOCK");
+				while (write(c->peer_doorbell, fill, sizeof(fill)) > 0)
+					;
+				t_check(errno == EAGAIN, "filling the doorbell: %s", strerror(errno));
+				t_check(fcntl(c->peer_doorbell, F_SETFL, 0) == 0, "clear O_NONBLOCK");
+			}
+			uint64_t rung = c->tx_wakeups, t0 = t_now_ns();
+			pthread_t th;
+			t_check(pthread_create(&th, NULL, send_one, &fd) == 0, "pthread_create");
+			bool done;
+			while (!(done = pthread_tryjoin_np(th, NULL) == 0) && t_now_ns() - t0 < 2000000000ull)
+				usleep(1000);
+			if (tier > 0) {
+				kill(tier, SIGKILL);    /* also frees a send stuck on a lock */
+				waitpid(tier, NULL, 0);
+			}
+			t_check(done, "%s: rpal_send still blocked after 2 s", step ? "full and blocking" : "tied up");
+			t_check(c->tx_wakeups == rung + 1, "%s: the send did not ring the doorbell",
+				step ? "full and blocking" : "tied up");
 		}
-		t_check(c->tx_wakeups > 0, "the send did not ring the doorbell");
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		rpal_close(fd);
+		close(sync[0]);
+		close(sync[1]);
+		close(cmd[0]);
+		close(cmd[1]);
+		check_other(good);
+	}
+	printf("a peer that floods our doorbell, passes descriptors through it and ties it up: we drain a bounded amount and go on\n");
+	{
+		int sync[2], ep = rpal_epoll_create(0), pp[2], fds1;
+		t_check(pipe(sync) == 0 && pipe(pp) == 0 && ep >= 0, "setup");
+		pid_t pid = fork();
+		if (pid == 0) {
+			int fd = child_connect();
+			struct rpal_conn *c = obj_get(fd);
+			static char junk[4096];
+			char ok;
+
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			/* A descriptor with a ring: refused from Linux 6.16 on
+			 * (SO_PASSRIGHTS), discarded by the drain before. */
+			ok = send_fd(c->peer_doorbell, pp[0]) == 0 ? 'p' : 'r';
+			tie_up(c->peer_doorbell);
+			t_check(write(sync[1], &ok, 1) == 1, "sync");
+			for (;;)        /* flood, for as long as we live */
+				send(c->peer_doorbell, junk, sizeof(junk), MSG_NOSIGNAL);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char how;
+		t_check(read(sync[0], &how, 1) == 1, "the peer's flood");
+		printf("  a descriptor sent with a ring was %s\n", how == 'p' ? "passed (before 6.16): the drain discards it" :
+		       "refused (SO_PASSRIGHTS)");
+		fds1 = t_count_fds();
+		struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 1 };
+		t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "add the connection");
+		ev.data.u64 = 2;        /* an ordinary descriptor: a doorbell sleep */
+		t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &ev) == 0, "add a pipe");
+		for (int i = 0; i < 20; i++) {
+			uint64_t t0 = t_now_ns();
+			int n = rpal_epoll_wait(ep, &ev, 1, 20);
+			t_check(n >= 0, "rpal_epoll_wait: %s", rpal_strerror(n));
+			t_check(t_now_ns() - t0 < 2000000000ull, "a wait of 20 ms took %.1f s", (t_now_ns() - t0) / 1e9);
+		}
+		t_check(t_count_fds() == fds1, "descriptors: %d, were %d", t_count_fds(), fds1);
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		rpal_close(fd);
+		rpal_close(ep);
+		close(pp[0]);
+		close(pp[1]);
 		close(sync[0]);
 		close(sync[1]);
 		check_other(good);
