@@ -55,11 +55,13 @@ type Conn struct {
 	bufLo     uint64 // BUF payloads must lie in [bufLo, bufHi)
 	bufHi     uint64
 
-	// Doorbells: the peer's ring end (we ring it), our own ring end (to
-	// wake our own waiters), and our end twice (one file per direction,
-	// so a receiver and a sender can sleep on it at the same time).
+	// Doorbells: the peer's ring end (we ring it), and our end twice (one
+	// file per direction, so a receiver and a sender can sleep on it at
+	// the same time).  bellMu orders deadline changes on those files
+	// against wakeAll, which leaves them expired for good.
 	peerBell   int
-	selfBell   int
+	bellMu     sync.Mutex
+	wokeAll    bool
 	rxBell     *os.File
 	txBell     *os.File
 	rxRaw      syscall.RawConn
@@ -438,7 +440,7 @@ func (c *Conn) fail(what string, v uint64) error {
 	if c.violation.CompareAndSwap(nil, e) {
 		// Closed for I/O: tell the peer we neither read nor write.
 		atomic.OrUint32(c.u32(c.me, bState), stateShutWr|stateClosed)
-		c.selfRing()
+		c.wakeAll()
 	}
 	return c.violation.Load()
 }
@@ -615,10 +617,18 @@ var errWouldBlock = fmt.Errorf("no message ready: %w", syscall.EAGAIN)
 
 // ------------------------------------------------------------ waiting
 
-// selfRing wakes our own sleepers (peer death, violation) through our copy
-// of the doorbell end we handed the peer.
-func (c *Conn) selfRing() {
-	ringSocket(c.selfBell)
+// wakeAll ends, for good, every sleep on our doorbell, once the peer is
+// dead or broke the protocol (the sleepers then see that and return): it
+// expires our own files' read deadlines.  A ring through the end we handed
+// the peer would not do: the peer shares that socket, and may have shut it
+// down or filled it.
+func (c *Conn) wakeAll() {
+	past := time.Unix(1, 0)
+	c.bellMu.Lock()
+	c.wokeAll = true
+	_ = c.rxBell.SetReadDeadline(past)
+	_ = c.txBell.SetReadDeadline(past)
+	c.bellMu.Unlock()
 }
 
 func nowNano() int64 { return time.Now().UnixNano() }
@@ -734,14 +744,17 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			return rung || ready()
 		})
 		atomic.AndUint64(waiting, ^flags)
+		if err != nil && c.closed.Load() {
+			return net.ErrClosed
+		}
+		if ready() { // wakeAll's expired deadline included
+			break
+		}
 		if err != nil {
-			if c.closed.Load() || errors.Is(err, os.ErrClosed) {
+			if errors.Is(err, os.ErrClosed) {
 				return net.ErrClosed
 			}
 			return err // os.ErrDeadlineExceeded
-		}
-		if ready() {
-			break
 		}
 	}
 	sp.slept(time.Since(t0))
@@ -802,7 +815,7 @@ func (c *Conn) markDead(processExited bool) {
 		c.txMu.Unlock()
 	}
 	if !c.closed.Load() {
-		c.selfRing()
+		c.wakeAll()
 	}
 }
 
@@ -1090,7 +1103,6 @@ func (c *Conn) Close() error {
 			c.drainAcks()
 		}
 		unix.Close(c.peerBell)
-		unix.Close(c.selfBell)
 		c.p.conns.Add(-1)
 		c.ackMu.Unlock()
 		c.txMu.Unlock()
@@ -1153,10 +1165,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		return c.opErr("set", net.ErrClosed)
 	}
 	c.rdDeadline.Store(deadlineNano(t))
-	if err := c.rxBell.SetReadDeadline(t); err != nil {
-		return c.opErr("set", err)
-	}
-	return nil
+	return c.setBellDeadline(c.rxBell, t)
 }
 
 // SetWriteDeadline bounds Send and Write while they wait for room.
@@ -1165,7 +1174,18 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 		return c.opErr("set", net.ErrClosed)
 	}
 	c.wrDeadline.Store(deadlineNano(t))
-	if err := c.txBell.SetReadDeadline(t); err != nil {
+	return c.setBellDeadline(c.txBell, t)
+}
+
+// setBellDeadline passes a deadline on to the file a waiter parks on,
+// unless wakeAll has expired it for good.
+func (c *Conn) setBellDeadline(f *os.File, t time.Time) error {
+	c.bellMu.Lock()
+	defer c.bellMu.Unlock()
+	if c.wokeAll {
+		return nil
+	}
+	if err := f.SetReadDeadline(t); err != nil {
 		return c.opErr("set", err)
 	}
 	return nil

@@ -157,7 +157,7 @@ type side struct {
 	nonce     uint64
 	ringEnt   uint32
 	bell      int // our end of the doorbell socket pair: we sleep on it
-	ringEnd   int // the other end: sent in our hello (a copy stays with us)
+	ringEnd   int // the other end: sent in our hello, then closed
 	cpu       uint32
 }
 
@@ -382,8 +382,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		peer: pm, pb: pb,
 		pring: unsafe.Add(pb, blockHdrSize), pringMask: uint64(h.RingEntries - 1),
 		packs: unsafe.Add(pb, uintptr(blockHdrSize+uint64(h.RingEntries)*slotSize)), packMask: uint64(h.AckEntries - 1),
-		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size,
-		peerBell: peerBell, selfBell: s.ringEnd,
+		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size, peerBell: peerBell,
 		out: make(map[uint64]struct{}), outLimit: int(h.AckEntries),
 		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
 		cpu: s.cpu,
@@ -510,6 +509,7 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 		p.dropSide(s)
 		return nil, fmt.Errorf("bad welcome from %s: %w", service, err)
 	}
+	unix.Close(s.ringEnd) // the peer has it: we keep no copy (wakeAll says why)
 	_ = uc.SetDeadline(time.Time{})
 	ok = true
 	c.watch()
@@ -677,6 +677,7 @@ func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
 	}
 	w := p.helloFor(hsWelcome, s, "")
 	_, _, err = uc.WriteMsgUnix(w.marshal(), unix.UnixRights(p.memfd, s.ringEnd), nil)
+	unix.Close(s.ringEnd) // the peer has it: we keep no copy (wakeAll says why)
 	if err != nil {
 		c.Close()
 		return nil, fmt.Errorf("client pid %d went away during the handshake: %w", cred.Pid, err)

@@ -156,7 +156,6 @@ func TestVectorBlock(t *testing.T) {
 	// byte past the arena: a violation.
 	le.PutUint64(mem[blockHdrSize+slotSize+sAddr:], peerBase+64<<20-4095)
 	c.rxHead = 1
-	c.selfBell = -1
 	if _, err := c.peek(&s); err == nil {
 		t.Fatal("out-of-range BUF accepted")
 	} else {

@@ -270,3 +270,46 @@ func TestRingBellNeverBlocks(t *testing.T) {
 		t.Fatal("ringing a full doorbell made blocking still blocks after 2 s")
 	}
 }
+
+// A peer shares the doorbell end we handed it, and may shut it down or
+// fill it before it dies.  Our sleepers must still be woken by its death
+// (and by a violation): those wakes cannot go through that socket.
+func TestDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
+	for _, sabotage := range []string{"shut down", "filled"} {
+		c1, c2, stop, err := streamPair(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+		// b is the hostile peer: b.peerBell is the end a handed it.
+		if sabotage == "shut down" {
+			if err := unix.Shutdown(b.peerBell, unix.SHUT_WR); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			junk := make([]byte, 4096)
+			for {
+				if _, err := unix.SendmsgN(b.peerBell, junk, nil, nil, unix.MSG_DONTWAIT); err != nil {
+					break
+				}
+			}
+		}
+		done := make(chan error, 1)
+		go func() {
+			var buf [64]byte
+			_, err := a.Recv(buf[:])
+			done <- err
+		}()
+		time.Sleep(100 * time.Millisecond) // a sleeps on its doorbell
+		a.markDead(false)                  // what its watcher does on a hang-up
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: Recv returned no error after the peer's death", sabotage)
+			}
+		case <-time.After(2 * time.Second):
+			t.Errorf("%s: Recv still asleep 2 s after the peer's death", sabotage)
+		}
+		stop()
+	}
+}
