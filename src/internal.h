@@ -185,6 +185,7 @@ struct rpal_conn {
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */
 	_Atomic bool bell_dirty;      /* my doorbell has bytes to drain (any of our sleepers) */
+	_Atomic bool bell_eof;        /* the peer shut its end down: stays readable, rings no more */
 	/* Our sleepers on this connection, 16 bits per kind (notify.c). */
 	_Atomic uint64_t wait_count;
 	int pidfd;

@@ -132,9 +132,14 @@ void doorbell_drain(struct rpal_conn *c)
 
 	/* Our end is ours alone, non-blocking: a plain read. */
 	store_relaxed(&c->bell_dirty, false);
-	for (i = 0; i < 64; i++)
-		if (read(c->doorbell, buf, sizeof(buf)) != (ssize_t)sizeof(buf))
+	for (i = 0; i < 64; i++) {
+		ssize_t n = read(c->doorbell, buf, sizeof(buf));
+
+		if (n == 0)     /* see the poll() in conn_wait() */
+			store_relaxed(&c->bell_eof, true);
+		if (n != (ssize_t)sizeof(buf))
 			return;
+	}
 	store_relaxed(&c->bell_dirty, true);
 }
 
@@ -341,8 +346,10 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);
 		} else {
+			/* A doorbell at end of file (its peer end closed or
+			 * shut down) is readable for ever: poll() would spin. */
 			struct pollfd pfd[3] = {
-				{ .fd = c->doorbell, .events = POLLIN },
+				{ .fd = load_relaxed(&c->bell_eof) ? -1 : c->doorbell, .events = POLLIN },
 				{ .fd = c->fd, .events = POLLRDHUP },
 				{ .fd = c->pidfd, .events = POLLIN },
 			};

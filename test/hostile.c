@@ -10,7 +10,8 @@
  * causes spurious wake-ups, nothing else.  A peer that makes the doorbell
  * it gave us blocking, fills it and ties it up in waiting splices cannot
  * make a send that rings it block; one that floods ours, passes descriptors
- * through it and ties it up cannot make our waits hang or leak.
+ * through it and ties it up cannot make our waits hang or leak; one that
+ * shuts it down cannot make a blocking receive spin.
  */
 #include <limits.h>
 #include <pthread.h>
@@ -154,6 +155,16 @@ static void tie_up(int bell)
 	for (int i = 0; i < 3; i++)
 		t_check(pthread_create(&th, NULL, splice_for_ever, &args[i]) == 0, "pthread_create");
 	usleep(50000);          /* the splices are waiting */
+}
+
+/* A blocking receive that ends when the peer goes. */
+static void *recv_one(void *p)
+{
+	char b[16];
+	long n = rpal_recv(*(int *)p, b, sizeof(b), 0);
+
+	t_check(n <= 0, "received %ld bytes from a peer that sends nothing", n);
+	return NULL;
 }
 
 static void check_other(int good)
@@ -437,6 +448,52 @@ int main(void)
 		close(pp[1]);
 		close(sync[0]);
 		close(sync[1]);
+		check_other(good);
+	}
+	printf("a peer without a wake page that shuts our doorbell down: a blocking receive sleeps, never spins\n");
+	{
+		int sync[2];
+		t_check(pipe(sync) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			/* A raw peer (a HELLO with no features, as the Go
+			 * package sends): under Linux < 5.16 our blocking
+			 * calls then poll() the doorbell. */
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int s = raw_hello("victim", RAW_NONE, 0), fds[4], nfds;
+			unsigned char buf[256];
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			struct pollfd pw = { .fd = s, .events = POLLIN };
+			t_check(poll(&pw, 1, 5000) == 1, "no answer within 5 s");
+			int n = hs_recvmsg(s, buf, sizeof(buf), fds, 4, &nfds), err;
+			char why[200] = "";
+			if (n > 0 && refuse_parse(buf, (size_t)n, &err, why, sizeof(why)) == 0)
+				t_fail("refused: %s", why);
+			t_check(n > 0 && nfds >= 2, "no welcome: %d, %d descriptors", n, nfds);
+			t_check(shutdown(fds[1], SHUT_WR) == 0, "shutdown: %s", strerror(errno));
+			t_check(write(sync[1], "s", 1) == 1, "sync");
+			pause();
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char b;
+		close(sync[1]);         /* a failed child ends the read */
+		t_check(read(sync[0], &b, 1) == 1, "the peer's shutdown");
+		pthread_t th;
+		clockid_t cpu;
+		struct timespec used;
+		t_check(pthread_create(&th, NULL, recv_one, &fd) == 0, "pthread_create");
+		t_check(pthread_getcpuclockid(th, &cpu) == 0, "pthread_getcpuclockid");
+		usleep(300000);
+		t_check(clock_gettime(cpu, &used) == 0, "clock_gettime");
+		printf("  the receiver used %.1f ms of CPU in 300 ms\n", used.tv_sec * 1e3 + used.tv_nsec / 1e6);
+		kill(pid, SIGKILL);     /* its death ends the receive */
+		waitpid(pid, NULL, 0);
+		pthread_join(th, NULL);
+		t_check(used.tv_sec == 0 && used.tv_nsec < 100000000, "the receiver spun instead of sleeping");
+		rpal_close(fd);
+		close(sync[0]);
 		check_other(good);
 	}
 	rpal_close(good);
