@@ -707,7 +707,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	if bit == waitTX {
 		flags = bit | waitTXBell
 	}
-	var buf [256]byte
+	var buf [4096]byte
 	for {
 		if c.closed.Load() {
 			return net.ErrClosed
@@ -732,7 +732,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// is left costs no wake-up (every send is a new edge).
 			rung := !first
 			first = false
-			for i := 0; i < 64; i++ {
+			for i := 0; i < 4; i++ {
 				n, err := unix.Read(int(fd), buf[:])
 				if n > 0 {
 					rung = true

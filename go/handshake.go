@@ -286,7 +286,8 @@ func checkMemfd(fd int, size uint64) error {
 
 // checkDoorbell: the peer's doorbell must be a connected Unix stream socket
 // whose other end is unnamed, as socketpair makes (doorbell_check() in C);
-// one connected to a named socket could be a third party's.
+// one connected to a named socket could be a third party's.  On success the
+// end is shut for reading (we only send on it).
 func checkDoorbell(fd int) error {
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
@@ -307,6 +308,16 @@ func checkDoorbell(fd int) error {
 	}
 	if n != uint32(unsafe.Sizeof(sa.Family)) {
 		return refused(syscall.EPROTO, "peer's doorbell is connected to a named socket, not to the peer's own end")
+	}
+	// Nothing may wait in the end we hold: we never read it, so closing
+	// it would release whatever descriptors the peer sent into it, and
+	// releasing a lingering socket blocks.  Shut for reading, it refuses
+	// the peer's later sends; what came before must be nothing.
+	if err := unix.Shutdown(fd, unix.SHUT_RD); err != nil {
+		return refused(syscall.EPROTO, "cannot shut the peer's doorbell for reading: %v", err)
+	}
+	if q, err := unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil || q != 0 {
+		return refused(syscall.EPROTO, "peer's doorbell came with %d bytes queued in it", q)
 	}
 	return nil
 }

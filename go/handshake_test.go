@@ -133,8 +133,9 @@ func TestBadHello(t *testing.T) {
 }
 
 // The doorbell a peer hands over must be one end of a Unix stream socket
-// pair: not a pipe (wire version 2), not a datagram socket, not unconnected,
-// not connected to a named socket that could be a third party's.
+// pair with nothing queued in it: not a pipe (wire version 2), not a
+// datagram socket, not unconnected, not connected to a named socket that
+// could be a third party's.  An accepted one no longer takes the peer's sends.
 func TestCheckDoorbell(t *testing.T) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
@@ -142,12 +143,17 @@ func TestCheckDoorbell(t *testing.T) {
 	}
 	defer unix.Close(p[0])
 	defer unix.Close(p[1])
-	pair := func(typ int) int {
+	pair := func(typ int, queued bool) int {
 		fds, err := unix.Socketpair(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { unix.Close(fds[0]); unix.Close(fds[1]) })
+		if queued {
+			if _, err := unix.Write(fds[0], []byte{1}); err != nil {
+				t.Fatal(err)
+			}
+		}
 		return fds[1]
 	}
 	lone, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -175,9 +181,10 @@ func TestCheckDoorbell(t *testing.T) {
 		fd   int
 		want string // "" for accepted
 	}{
-		{"socket pair end", pair(unix.SOCK_STREAM), ""},
+		{"socket pair end", pair(unix.SOCK_STREAM, false), ""},
+		{"socket pair end with a byte queued", pair(unix.SOCK_STREAM, true), "queued"},
 		{"pipe write end", p[1], "not a socket"},
-		{"datagram pair end", pair(unix.SOCK_DGRAM), "not a Unix stream socket"},
+		{"datagram pair end", pair(unix.SOCK_DGRAM, false), "not a Unix stream socket"},
 		{"unconnected socket", lone, "not connected"},
 		{"connected to a named socket", int(f.Fd()), "named socket"},
 	} {
@@ -188,5 +195,18 @@ func TestCheckDoorbell(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%s: got %v, want an error saying %q", tc.name, err, tc.want)
 		}
+	}
+	// An accepted doorbell no longer takes the peer's sends.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if err := checkDoorbell(fds[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.SendmsgN(fds[0], []byte{1}, nil, nil, unix.MSG_NOSIGNAL); err != unix.EPIPE {
+		t.Errorf("the peer's send into the end we hold: %v, want EPIPE", err)
 	}
 }

@@ -9,6 +9,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -263,14 +264,15 @@ int wake_page_check(int fd, char *why, size_t whylen)
  * The peer's doorbell: one end of a connected Unix stream socket whose
  * other end is unnamed, as socketpair() makes (see doorbell_write()).  A
  * socket connected to a named one could be a third party's, which would
- * receive our rings; a pipe is what wire version 2 used.
+ * receive our rings; a pipe is what wire version 2 used.  On success the
+ * end is shut for reading (we only send on it).
  */
 int doorbell_check(int fd, char *why, size_t whylen)
 {
 	struct sockaddr_un peer;
 	socklen_t len = sizeof(peer);
 	struct stat st;
-	int domain = 0, type = 0;
+	int domain = 0, type = 0, queued = -1;
 	socklen_t il = sizeof(int);
 
 	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
@@ -282,5 +284,13 @@ int doorbell_check(int fd, char *why, size_t whylen)
 		return WHY("peer's doorbell is not connected: %s", strerror(errno));
 	if (len != sizeof(sa_family_t))
 		return WHY("peer's doorbell is connected to a named socket, not to the peer's own end");
+	/* Nothing may wait in the end we hold: we never read it, so our
+	 * close() would release whatever descriptors the peer sent into it,
+	 * and releasing a lingering socket blocks.  Shut for reading, it
+	 * refuses the peer's later sends; what came before must be nothing. */
+	if (shutdown(fd, SHUT_RD) < 0)
+		return WHY("cannot shut the peer's doorbell for reading: %s", strerror(errno));
+	if (ioctl(fd, FIONREAD, &queued) < 0 || queued != 0)
+		return WHY("peer's doorbell came with %d bytes queued in it", queued);
 	return 0;
 }

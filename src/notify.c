@@ -127,12 +127,12 @@ void notify_wake_rx(struct rpal_conn *c, uint64_t w)
  */
 void doorbell_drain(struct rpal_conn *c)
 {
-	char buf[256];
+	char buf[4096];
 	int i;
 
 	/* Our end is ours alone, non-blocking: a plain read. */
 	store_relaxed(&c->bell_dirty, false);
-	for (i = 0; i < 64; i++) {
+	for (i = 0; i < 4; i++) {
 		ssize_t n = read(c->doorbell, buf, sizeof(buf));
 
 		if (n == 0)     /* see the poll() in conn_wait() */

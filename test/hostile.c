@@ -13,7 +13,9 @@
  * through it and ties it up cannot make our waits hang or leak; one that
  * shuts it down cannot make a blocking receive spin.
  */
+#include <arpa/inet.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <sys/prctl.h>
 #include <linux/futex.h>
@@ -155,6 +157,33 @@ static void tie_up(int bell)
 	for (int i = 0; i < 3; i++)
 		t_check(pthread_create(&th, NULL, splice_for_ever, &args[i]) == 0, "pthread_create");
 	usleep(50000);          /* the splices are waiting */
+}
+
+/*
+ * A TCP socket whose release blocks: set to linger 30 s, with data the
+ * other side (a listener that never accepts) does not take.  -1 where the
+ * machine has no loopback TCP.
+ */
+static int lingering_socket(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	struct linger lg = { .l_onoff = 1, .l_linger = 30 };
+	int l = socket(AF_INET, SOCK_STREAM, 0), s = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+	static char junk[65536];
+
+	if (l < 0 || s < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&sa, &len) < 0 || connect(s, (struct sockaddr *)&sa, len) < 0) {
+		close(l);
+		close(s);
+		return -1;
+	}
+	setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	fcntl(s, F_SETFL, O_NONBLOCK);
+	while (send(s, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
+		;
+	return s;               /* the listener stays open, unread, in this process */
 }
 
 /* A blocking receive that ends when the peer goes. */
@@ -446,6 +475,37 @@ int main(void)
 		rpal_close(ep);
 		close(pp[0]);
 		close(pp[1]);
+		close(sync[0]);
+		close(sync[1]);
+		check_other(good);
+	}
+	printf("a peer that sends a lingering socket into the doorbell end we hold: refused, and our close stays quick\n");
+	{
+		int sync[2];
+		t_check(pipe(sync) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			int fd = child_connect();
+			struct rpal_conn *c = obj_get(fd);
+			int tcp = lingering_socket(), r;
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			/* From its own end: what it sends lands in the end we hold,
+			 * which we never read, so our close would release it. */
+			r = send_fd(c->doorbell, tcp >= 0 ? tcp : sync[0]);
+			t_check(write(sync[1], r == -EPIPE ? "r" : "p", 1) == 1, "sync");
+			pause();        /* not close(tcp): it would wait out the linger */
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		char how;
+		t_check(read(sync[0], &how, 1) == 1, "the peer's send");
+		t_check(how == 'r', "the peer could send a descriptor into the doorbell end we hold");
+		uint64_t t0 = t_now_ns();
+		rpal_close(fd);
+		printf("  its send failed with EPIPE; rpal_close took %.1f ms\n", (t_now_ns() - t0) / 1e6);
+		t_check(t_now_ns() - t0 < 2000000000ull, "rpal_close took over 2 s");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
 		close(sync[0]);
 		close(sync[1]);
 		check_other(good);

@@ -18,14 +18,14 @@
 /* What to break in the hello. */
 enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
-	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
+	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"none", "garbage bytes", "short hello", "bad magic", "bad version", "no descriptors",
 	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell a pipe (wire v2)",
-	"doorbell connected to a named socket",
+	"doorbell connected to a named socket", "doorbell with bytes queued in it",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch",
 };
@@ -101,6 +101,9 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_PIPE_BELL:             /* what wire version 2 sent */
 		t_check(pipe2(pp, O_CLOEXEC) == 0, "pipe");
 		fds[1] = pp[1];
+		break;
+	case RAW_QUEUED_BELL:           /* could hide descriptors we would release */
+		t_check(write(sv[0], "x", 1) == 1, "write");
 		break;
 	case RAW_NAMED_BELL:            /* could be a third party's socket */
 		extra = named_socket_client(&listener);
