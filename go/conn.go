@@ -60,6 +60,7 @@ type Conn struct {
 	// the same time).  bellMu orders deadline changes on those files
 	// against wakeAll, which leaves them expired for good.
 	peerBell   int
+	drainBuf   [2][1024]byte // per direction: what a waiter reads off our doorbell
 	bellMu     sync.Mutex
 	wokeAll    bool
 	rxBell     *os.File
@@ -707,7 +708,13 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	if bit == waitTX {
 		flags = bit | waitTXBell
 	}
-	var buf [4096]byte
+	// The closure below would move a local buffer to the heap on every
+	// call; each direction has one waiter at a time (rxMu, txMu).
+	dir := 0
+	if bit == waitTX {
+		dir = 1
+	}
+	buf := &c.drainBuf[dir]
 	for {
 		if c.closed.Load() {
 			return net.ErrClosed
@@ -732,7 +739,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// is left costs no wake-up (every send is a new edge).
 			rung := !first
 			first = false
-			for i := 0; i < 4; i++ {
+			for i := 0; i < 16; i++ {
 				n, err := unix.Read(int(fd), buf[:])
 				if n > 0 {
 					rung = true
