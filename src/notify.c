@@ -12,8 +12,8 @@
  * rings.  The doorbell is a Unix stream socket pair (see wire.h): rung with
  * a send that nothing the peer does to the end it shares with us can make
  * block (see doorbell_write); registered edge-triggered in epoll sets, and
- * drained before the next sleep.  The waiting word counts sleeps, so the peer rings
- * once per sleep however many messages it publishes meanwhile.
+ * drained before the next sleep.  The waiting word counts sleeps, so the
+ * peer rings once per sleep however many messages it publishes meanwhile.
  *
  * Several of our threads may sleep on one connection at once (two epoll
  * waiters, or one plus a blocking send or receive), so sleepers are counted
