@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   3u
+#define RPAL_HOST_VERSION   4u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
@@ -107,6 +107,9 @@ struct rpal_host_rcv {
 	uint32_t writes_pkru;         /* its program uses protection keys (protect_peers) */
 	uint32_t reserved;
 	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
+	/* TSC when it last resumed from a park, on whichever thread: a call's
+	 * time runs from here to the sender's return (call.c's do_call). */
+	uint64_t run_tsc;
 	/* Set by the sender before it switches in: the receiver's cookie of the
 	 * connection the call delivers on (rpal_block.hosted_cookie), 0 when
 	 * it must look at every connection.  A hint: the receiver checks it. */

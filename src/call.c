@@ -255,7 +255,6 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie)
 {
 	struct rpal_host_prog *prog = &host->progs[r->prog];
-	uint64_t t0 = __rdtsc();
 	/* PKRU must come back as it was.  A receiver that opens protection-key
 	 * windows of its own program (protect_peers) may leave them open, and
 	 * one that trapped or faulted comes back through a signal handler,
@@ -265,6 +264,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	/* We hold r: nobody else writes its counters.  Each store below is
 	 * absolute, so a CAS that fails and stores again counts once. */
 	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
+	uint64_t ran = 0;       /* TSC cycles r ran here, over every rescan */
 	uint32_t st, want;
 	bool wake = false;
 
@@ -277,6 +277,9 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 			s->selector = SUD_BLOCK;
 		hosted_switch_wrfs((hosted_ctx *)&s->ctx, (hosted_ctx *)&r->ctx);
 		s->selector = SUD_ALLOW;
+		/* r stamped run_tsc as it resumed (epoll.c's park): the
+		 * clock read on the message's way in is the receiver's. */
+		ran += __rdtsc() - r->run_tsc;
 		if (unlikely(r->fault_sig | r->trapped))
 			break;
 		/* It parked: publish that, unless a message or its own thread
@@ -295,7 +298,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 				/* Count while we still hold it: whoever claims
 				 * it next sees the sums (the CAS releases). */
 				store_relaxed(&r->calls, calls);
-				store_relaxed(&r->call_tsc, tsc0 + (__rdtsc() - t0));
+				store_relaxed(&r->call_tsc, tsc0 + ran);
 			}
 		} while (!atomic_compare_exchange_weak(&r->state, &st, want));
 		if (want == RCV_BORROWED)
@@ -317,7 +320,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	if (host->pku && pkru_read() != pkru)
 		pkru_write(pkru);
 	store_relaxed(&r->calls, calls);
-	store_relaxed(&r->call_tsc, tsc0 + (__rdtsc() - t0));
+	store_relaxed(&r->call_tsc, tsc0 + ran);
 	r->sender = NULL;
 	r->cookie = 0;
 	if (unlikely(r->fault_sig)) {
@@ -589,5 +592,6 @@ int call_park_own(struct rpal_host_rcv *r)
 	}
 	r->ctx.fs = rdfsbase();         /* what a borrower loads: our TCB */
 	hosted_switch((hosted_ctx *)&r->ctx, (hosted_ctx *)&r->idle);
+	r->run_tsc = __rdtsc();         /* maybe a borrower's call: see do_call */
 	return r->reason;
 }

@@ -13,6 +13,8 @@
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
  * write end it reports; the client checks its own send returned at once, then writes the pipe),
+ * SPIN (the handler spins for a given number of TSC cycles: the server program's call cycles must
+ * grow by at least that much per call, and by no more than the client's whole loop took),
  * and 200 short-lived threads that each make one call (the heap must not grow).
  * On QUIT, the server notes the most bytes left unread in any pipe of its process: a
  * waiter that sleeps on a doorbell must empty it first, or the pipe fills up and a ring that finds
@@ -39,6 +41,7 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include <x86intrin.h>
 #include <rpal.h>
 
 #include "rpc_proto.h"
@@ -178,6 +181,11 @@ static int server(const char *service, int meddle) {
                     r.a = (int64_t)syscall(SYS_gettid) == main_tid;
                     break;
                 }
+                case OP_SPIN: {
+                    uint64_t end = __rdtsc() + q.sum;
+                    while (__rdtsc() < end) __builtin_ia32_pause();
+                    break;
+                }
                 case OP_CRASH:
                     *(volatile int *)(uintptr_t)q.sum = 1; /* q.sum = 0: a null write */
                     break;
@@ -303,6 +311,29 @@ static long short_lived(int fd, int nthreads, uint64_t *calls) {
     return errors;
 }
 
+/* Time-slice accounting: calls whose handler spins SPIN_CYCLES each run on our thread, so the
+ * server program's call cycles grow by at least that much per call, and by no more than our
+ * loop took in all (a stale or doubled start time shows as more). */
+#define SPIN_CALLS 200
+#define SPIN_CYCLES 100000ull
+static int accounting_probe(int fd) {
+    struct rpal_prog_stat st[2];
+    struct req q = { .op = OP_SPIN, .sum = SPIN_CYCLES };
+    struct rep r;
+    if (rpal_hosted_stat(st, 2) < 1) return 1;
+    uint64_t n0 = st[0].calls, c0 = st[0].call_cycles, t0 = __rdtsc();
+    for (int i = 0; i < SPIN_CALLS; i++)
+        if (roundtrip(fd, &q, &r)) return 1;
+    uint64_t took = __rdtsc() - t0;
+    if (rpal_hosted_stat(st, 2) < 1) return 1;
+    uint64_t calls = st[0].calls - n0, cycles = st[0].call_cycles - c0;
+    bool ok = calls > 0 && cycles >= calls * SPIN_CYCLES && cycles <= took;
+    printf("client: accounting %s: %llu of %d spins of %llu cycles were calls, counted %llu cycles; "
+           "the loop took %llu\n", ok ? "ok" : "WRONG", (unsigned long long)calls, SPIN_CALLS,
+           SPIN_CYCLES, (unsigned long long)cycles, (unsigned long long)took);
+    return ok ? 0 : 1;
+}
+
 static int client(const char *service, int threads, long n) {
     struct worker w[64];
     struct rep r;
@@ -368,6 +399,8 @@ static int client(const char *service, int threads, long n) {
     } else {
         printf("client: the blocked read completed on the server's thread\n");
     }
+
+    if (accounting_probe(fd)) errors++;
 
     uint64_t calls;
     if (short_lived(fd, 200, &calls)) errors++;

@@ -3,7 +3,9 @@
 #  1. 1 client thread x 1,000,000 checksummed round trips, each an RPAL call (the server program's
 #     call counter says so), then 4 threads x 250,000 into one server;
 #     gettid() inside a handler run by a call is the server thread's; a handler blocked in read()
-#     does not block the sender (lazy switch); 200 threads that each make a call and end leave
+#     does not block the sender (lazy switch); the server program's call cycles grow by at least
+#     what handlers that spin a known number of TSC cycles ran, and by no more than the client's
+#     loop took (time-slice accounting); 200 threads that each make a call and end leave
 #     nothing in the heap (their sender records go with them); calls run while another server
 #     thread re-arms the connections and polls the set;
 #     with protection keys on (RPAL_PROTECT_PEERS=2, where the CPU has them), no call leaves the
@@ -42,9 +44,9 @@ stress() {
 	[ "${calls:-0}" -ge "$min_calls" ] && ok "$calls RPAL calls into the server (at least $min_calls)" ||
 		bad "only ${calls:-0} RPAL calls (wanted $min_calls): the call path was not used"
 	# Never more calls than requests sent before the stat line: the stress, 205 from short-lived
-	# threads, GETTID and BLOCK.
-	[ "${calls:-0}" -le $((total + 207)) ] && ok "no call counted twice (at most $((total + 207)))" ||
-		bad "$calls calls counted for $((total + 207)) requests"
+	# threads, GETTID, BLOCK and 200 SPINs.
+	[ "${calls:-0}" -le $((total + 407)) ] && ok "no call counted twice (at most $((total + 407)))" ||
+		bad "$calls calls counted for $((total + 407)) requests"
 	echo "$out" | grep -q "gettid in handler is the server's thread" && ok "gettid() in a call is the server thread's" ||
 		bad "gettid in a call"
 	grow=$(echo "$out" | sed -n 's/^client: 200 short-lived sender threads (\([0-9]*\) calls, 0 errors): heap grew by \(-*[0-9]*\) bytes/\1 \2/p')
@@ -52,6 +54,8 @@ stress() {
 	[ -n "$grow" ] && [ "${grow%% *}" -ge 100 ] && [ "${grow##* }" -lt 2000 ] &&
 		ok "200 threads that made calls and ended left ${grow##* } bytes in the heap (${grow%% *} calls)" ||
 		bad "short-lived sender threads: ${grow:-no report} (calls, bytes left)"
+	echo "$out" | grep -q "^client: accounting ok: [1-9]" && ok "callee cycles counted: at least each call's spin, at most the loop's time" ||
+		bad "time-slice accounting: $(echo "$out" | grep "^client: accounting" || echo no report)"
 	echo "$out" | grep -q "the blocked read completed on the server's thread" &&
 		echo "$out" | grep -q "send returned in [0-9] ms" && ok "a blocking read in a call does not block the sender" ||
 		bad "blocking read in a call"
