@@ -5,6 +5,12 @@
  * Each sample is one round trip timed with lfence;rdtsc; the timing overhead (an empty timed
  * region) is printed and not subtracted.  A second line per row gives the median cost per round trip
  * of batches of 1000 back-to-back round trips (no fences inside: throughput, not latency).
+ *   (d) the floor of `rpal bench`'s one-way figure for rpal-hosted: its method (a client rdtscp
+ *       stamp in a 32-byte message, the server's rdtscp once it has copied it) around a bare
+ *       wrfsbase switch, with the sender two calls deep and the receiver parked two calls deep, as
+ *       librpal's are (so the receiver's first returns are mispredicted, as there); then the same
+ *       plus the two things an RPAL call cannot drop: the claim's compare-and-swap and the clock
+ *       read that times the callee.  Median and mean of N one-way samples, nothing subtracted.
  *   hosted_bench_switch [N] [CPU]      (default 1000000 round trips; pinned to CPU if given) */
 #include "hosted.h"
 
@@ -82,6 +88,80 @@ static void bench(const char *name, void (*fn)(hosted_ctx *, hosted_ctx *), uint
            (unsigned long long)s[nb / 2], s[nb / 2] / cpn);
 }
 
+/* (d): a message, a receiver coroutine two frames deep, a sender two frames deep. */
+static volatile uint64_t floor_msg[4];
+static uint64_t *floor_out;
+static long floor_n, floor_i;
+static int floor_claim;                 /* 1: add the CAS and the callee clock read */
+static _Atomic unsigned floor_state;
+static uint64_t floor_run_tsc;
+
+static inline uint64_t stamp(void) {
+    unsigned aux;
+    return __rdtscp(&aux);
+}
+
+__attribute__((noinline)) static void floor_park(void) {
+    sw(&co_ctx, &main_ctx);
+    if (floor_claim) floor_run_tsc = __rdtsc();
+}
+
+__attribute__((noinline)) static const uint64_t *floor_wait(uint64_t *copy) {
+    floor_park();
+    memcpy(copy, (const void *)floor_msg, sizeof floor_msg);
+    return copy;
+}
+
+static void floor_receiver(void *arg) {
+    (void)arg;
+    uint64_t copy[4];
+    for (;;) {
+        const uint64_t *m = floor_wait(copy);
+        uint64_t now = stamp();
+        if (floor_i < floor_n) floor_out[floor_i++] = now - m[0];
+    }
+}
+
+__attribute__((noinline)) static void floor_deliver(void) {
+    unsigned parked = 0;
+    if (floor_claim && !__atomic_compare_exchange_n(&floor_state, &parked, 1, 0, __ATOMIC_ACQ_REL,
+                                                    __ATOMIC_RELAXED))
+        abort();
+    sw(&main_ctx, &co_ctx);
+    if (floor_claim) {
+        floor_run_tsc = __rdtsc() - floor_run_tsc; /* what the accounting adds up */
+        __atomic_store_n(&floor_state, 0, __ATOMIC_RELEASE);
+    }
+}
+
+__attribute__((noinline)) static void floor_send(const uint64_t *b) {
+    memcpy((void *)floor_msg, b, sizeof floor_msg);
+    floor_deliver();
+}
+
+static void bench_floor(const char *name, int claim, uint64_t *s, long n, double cpn) {
+    static char stack[64 << 10] __attribute__((aligned(64)));
+    sw = hosted_switch_wrfs;
+    hosted_ctx_make(&co_ctx, stack, sizeof stack, floor_receiver, NULL);
+    co_ctx.fs = (uintptr_t)fake_tcb;
+    floor_claim = claim;
+    sw(&main_ctx, &co_ctx); /* the receiver parks */
+    floor_out = s;
+    for (int pass = 0; pass < 2; pass++) { /* a warm-up pass, then the measured one */
+        floor_n = pass ? n : n / 10;
+        floor_i = 0;
+        for (long i = 0; i < floor_n; i++) {
+            uint64_t b[4] = { 0, 1, 2, 3 };
+            b[0] = stamp();
+            floor_send(b);
+        }
+    }
+    double sum = 0;
+    for (long i = 0; i < n; i++) sum += (double)s[i];
+    report(name, s, n, cpn);
+    printf("%-44s mean   %7.1f cycles (%6.1f ns)\n", "", sum / n, sum / n / cpn);
+}
+
 int main(int argc, char **argv) {
     long n = argc > 1 ? atol(argv[1]) : 1000000;
     if (n < 100) n = 100;
@@ -112,6 +192,10 @@ int main(int argc, char **argv) {
         printf("(b) skipped: no FSGSBASE\n");
     bench("(c) round trip + arch_prctl both ways", hosted_switch_prctl, (uintptr_t)fake_tcb, s,
           n / 10, cpn);
+    if (hosted_have_fsgsbase()) {
+        bench_floor("(d) one-way floor, bare switch", 0, s, n, cpn);
+        bench_floor("    plus the claim CAS and the callee clock", 1, s, n, cpn);
+    }
     free(s);
     return 0;
 }
