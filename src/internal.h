@@ -25,6 +25,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -337,6 +338,35 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds);
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
 int doorbell_check(int fd, char *why, size_t whylen);
+
+/*
+ * Copy an inline payload (n <= RPAL_INLINE_MAX) with at most three pairs of
+ * fixed-size moves, overlapping where n is not a multiple: the libc memcpy
+ * costs a PLT jump and its size dispatch on every small message.
+ */
+_Static_assert(RPAL_INLINE_MAX <= 48, "copy_inline moves at most three 16-byte blocks");
+static inline void copy_inline(void *dst, const void *src, size_t n)
+{
+	unsigned char *d = dst;
+	const unsigned char *s = src;
+
+	if (n >= 16) {
+		memcpy(d, s, 16);
+		if (n > 32)
+			memcpy(d + 16, s + 16, 16);
+		memcpy(d + n - 16, s + n - 16, 16);
+	} else if (n >= 8) {
+		memcpy(d, s, 8);
+		memcpy(d + n - 8, s + n - 8, 8);
+	} else if (n >= 4) {
+		memcpy(d, s, 4);
+		memcpy(d + n - 4, s + n - 4, 4);
+	} else if (n) {
+		d[0] = s[0];
+		d[n / 2] = s[n / 2];
+		d[n - 1] = s[n - 1];
+	}
+}
 
 /* ring.c */
 struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries);

@@ -264,7 +264,7 @@ RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	if (s.len > len)
 		return rpal_fail(EMSGSIZE, "message of %u bytes does not fit in %zu", s.len, len);
 	if (s.flags == RPAL_SLOT_INLINE) {
-		memcpy(buf, s.data, s.len);
+		copy_inline(buf, s.data, s.len);
 		ring_consume(c);
 		notify_peer_tx(c, false);
 	} else {
@@ -304,7 +304,7 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 				break;
 			m->len = s.len;
 			if (s.flags == RPAL_SLOT_INLINE) {
-				memcpy(m->inline_copy, s.data, s.len);
+				copy_inline(m->inline_copy, s.data, s.len);
 				m->data = m->inline_copy;
 				m->flags = 0;
 				m->token = 0;

@@ -80,7 +80,7 @@ void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t 
 	s->flags = flags;
 	s->addr = addr;
 	if (flags & RPAL_SLOT_INLINE)
-		memcpy(s->data, data, len);
+		copy_inline(s->data, data, len);
 	/* R0: contents before seq. */
 	store_release(&s->seq, (uint32_t)(c->tail + 1));
 	c->tail++;

@@ -6,7 +6,7 @@
  */
 #include "helpers.h"
 
-static const size_t sizes[] = { 1, 7, 39, 40, 41, 64, 100, 2048, 2049, 4096, 65536, 1 << 20 };
+static const size_t sizes[] = { 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 39, 40, 41, 64, 100, 2048, 2049, 4096, 65536, 1 << 20 };
 
 static void fill(unsigned char *p, size_t n, uint64_t seed)
 {
