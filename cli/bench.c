@@ -525,6 +525,7 @@ int cmd_bench(int argc, char **argv)
 	if (!r.invariant)
 		fprintf(stderr, "rpal bench: warning: CPUID reports no invariant TSC; cycle counts "
 			"may drift with frequency changes\n");
+	r.tsc_step = tsc_step();
 	r.tsc_hz = tsc_calibrate(100);
 	if (r.tsc_hz <= 0) {
 		fprintf(stderr, "rpal bench: cannot calibrate the TSC against CLOCK_MONOTONIC\n");

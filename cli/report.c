@@ -235,6 +235,10 @@ void report_table(const struct report *r, FILE *f)
 	fprintf(f, "rpal bench: %s, %ld CPUs online, Linux %s; TSC %.3f GHz%s%s\n", model,
 		sysconf(_SC_NPROCESSORS_ONLN), u.release, r->tsc_hz / 1e9,
 		r->invariant ? " (invariant)" : " (NOT invariant)", r->hypervisor ? ", under a hypervisor" : "");
+	if (r->tsc_step > 1)
+		fprintf(f, "the TSC counts in steps of %llu cycles (%.1f ns): every sample is a multiple of "
+			"it (means are not), and medians one step apart may be the same speed\n",
+			(unsigned long long)r->tsc_step, ns(r, (double)r->tsc_step));
 	fprintf(f, "command: %s\n", o->cmdline);
 	if (o->rounds > 1)
 		fprintf(f, "each case ran %u times, round after round; shown: its median run\n",
@@ -317,8 +321,9 @@ int report_json(const struct report *r, FILE *f)
 	jstr(f, u.release);
 	fprintf(f, ", \"arch\": ");
 	jstr(f, u.machine);
-	fprintf(f, ", \"invariant_tsc\": %s, \"hypervisor\": %s},\n",
-		r->invariant ? "true" : "false", r->hypervisor ? "true" : "false");
+	fprintf(f, ", \"invariant_tsc\": %s, \"hypervisor\": %s, \"tsc_step_cycles\": %llu},\n",
+		r->invariant ? "true" : "false", r->hypervisor ? "true" : "false",
+		(unsigned long long)r->tsc_step);
 	fprintf(f, "  \"date\": \"%s\",\n  \"command\": ", date);
 	jstr(f, o->cmdline);
 	fprintf(f, ",\n  \"rpal_version\": \"0.1\",\n  \"options\": {\"size\": %zu, \"count\": %llu, "

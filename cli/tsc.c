@@ -23,6 +23,46 @@ int tsc_hypervisor(void)
 	return !!(c & (1u << 31));
 }
 
+/*
+ * The largest step up to TSC_STEP_MAX that 95 % of the differences are
+ * multiples of.  Not their greatest common divisor: a VM's scaled clock
+ * rounds now and then (a difference of 25 or 27 among 26s, or of 1), and its
+ * phase can shift across an exit to the hypervisor.  Differences after a
+ * step back (a migration) are left out.
+ */
+#define TSC_STEP_MAX 256
+
+uint64_t tsc_step_of(const uint64_t *reads, unsigned n)
+{
+	for (uint64_t step = TSC_STEP_MAX; step > 1; step--) {
+		unsigned all = 0, whole = 0;
+
+		for (unsigned i = 1; i < n; i++) {
+			if (reads[i] <= reads[i - 1])
+				continue;
+			all++;
+			whole += (reads[i] - reads[i - 1]) % step == 0;
+		}
+		if (all && whole * 100ull >= all * 95ull)
+			return step;
+	}
+	return 1;
+}
+
+/* Reads a varying number of spins apart, so that a counter that does move
+ * every cycle shows differences of every size, not one repeated. */
+uint64_t tsc_step(void)
+{
+	uint64_t reads[4096];
+
+	for (unsigned i = 0; i < 4096; i++) {
+		for (volatile unsigned spin = (i * 37) % 61; spin; spin--)
+			;
+		reads[i] = __rdtsc();
+	}
+	return tsc_step_of(reads, 4096);
+}
+
 uint64_t mono_ns(void)
 {
 	struct timespec ts;

@@ -49,6 +49,11 @@ def table(doc, svg):
            "" if m.get("invariant_tsc", True) else " (not invariant)"),
         "",
     ]
+    step = m.get("tsc_step_cycles", 1)
+    if step > 1:
+        out += ["This machine's TSC counts in steps of %d cycles (%.1f ns): every sample is a "
+                "multiple of it (means are not), and two medians one step apart may be the "
+                "same speed." % (step, step * 1e9 / doc["tsc_hz"]), ""]
     rounds = doc.get("options", {}).get("rounds", 1)
     if rounds > 1:
         out += ["Each case ran %d times, round after round, so that its runs spread over the "

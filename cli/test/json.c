@@ -100,6 +100,8 @@ static struct jval *check_doc(const char *text)
 	CHECK(is(mach, J_OBJ), "machine is not an object");
 	CHECK(str(mach, "cpu") && str(mach, "kernel") && is(json_get(mach, "nproc"), J_NUM),
 	      "machine lacks cpu, kernel or nproc");
+	CHECK(is(json_get(mach, "tsc_step_cycles"), J_NUM) && json_get(mach, "tsc_step_cycles")->num >= 1,
+	      "machine lacks tsc_step_cycles >= 1");
 	CHECK(is(res, J_ARR) && res->n > 0, "results is not a non-empty array");
 	if (is(res, J_ARR))
 		for (size_t i = 0; i < res->n; i++)
