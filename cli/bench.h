@@ -202,7 +202,7 @@ double cdf_quantile(unsigned i);
 /* report.c */
 struct report {
 	double tsc_hz;
-	uint64_t tsc_step;		/* tsc_step(): figures are multiples of it */
+	uint64_t tsc_step;		/* tsc_step(): samples are multiples of it */
 	int invariant, hypervisor;
 	const struct bench_opts *o;
 	struct result *res;

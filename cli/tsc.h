@@ -33,13 +33,12 @@ int tsc_hypervisor(void);
 double tsc_calibrate(unsigned window_ms);
 
 /*
- * The TSC's step: the smallest difference between reads taken a varying
- * number of spins apart, when (nearly) all differences are multiples of it;
- * zeros left out.  1 where the counter moves every cycle;
- * more where a hypervisor offers a coarser clock scaled to the TSC rate (a
- * VM here counted in steps of 26 cycles, 10 ns): every cycle figure is then
- * a multiple of it, and two medians one step apart may be the same speed.
- * tsc_step_of() is the arithmetic, on n reads in the order taken.
+ * The TSC's step, found from reads taken a varying number of spins apart:
+ * 1 where the counter moves every cycle, more where a hypervisor offers a
+ * coarser clock scaled to the TSC rate (a VM here moved in steps of 26
+ * cycles, 10 ns).  Every sample is then a multiple of it, and two medians
+ * one step apart may be the same speed.  tsc_step_of() is the arithmetic,
+ * on n reads in the order taken.
  */
 uint64_t tsc_step_of(const uint64_t *reads, unsigned n);
 uint64_t tsc_step(void);
