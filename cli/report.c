@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* report.c - the human table and the JSON document. */
 #include <sched.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,12 +46,13 @@ static const char *fmt_ns(char *buf, double v)
 	return buf;
 }
 
-static const struct result *baseline(const struct report *r, const struct result *x)
+/* The result of transport name for x's case (one-copy). */
+static const struct result *same_case(const struct report *r, const struct result *x, const char *name)
 {
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *b = &r->res[i];
 
-		if (!strcmp(transports[b->transport]->name, "uds-epoll") &&
+		if (!strcmp(transports[b->transport]->name, name) &&
 		    b->placement == x->placement && b->suite == x->suite && b->metric == x->metric &&
 		    b->size == x->size && !b->zerocopy)
 			return b;
@@ -61,7 +63,7 @@ static const struct result *baseline(const struct report *r, const struct result
 /* Speed-up against uds-epoll: > 1 is better, whatever the metric. */
 static void ratio(const struct report *r, const struct result *x, char *buf)
 {
-	const struct result *b = baseline(r, x);
+	const struct result *b = same_case(r, x, "uds-epoll");
 	double v;
 
 	strcpy(buf, "-");
@@ -75,6 +77,23 @@ static void ratio(const struct report *r, const struct result *x, char *buf)
 		v = x->st.p50 ? (double)b->st.p50 / (double)x->st.p50 : 0;
 	if (v > 0)
 		sprintf(buf, v < 10 ? "%.2fx" : "%.1fx", v);
+}
+
+/*
+ * An rpal transport's latency p50s over futex's, round by round: futex is
+ * the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
+ * asleep.  False without rounds or a futex row to compare with.
+ */
+static bool vs_futex(const struct report *r, const struct result *x, struct paired *p)
+{
+	const struct result *b;
+
+	if (x->rounds < 2 || x->suite != SU_LATENCY || (x->metric != M_ONEWAY && x->metric != M_RTT) ||
+	    strncmp(transports[x->transport]->name, "rpal", 4) || !(b = same_case(r, x, "futex")) ||
+	    b->rounds != x->rounds)
+		return false;
+	stats_paired(x->round_key, b->round_key, x->rounds, p);
+	return p->n > 0;
 }
 
 static const char *placement_desc(const struct report *r, const struct result *x, char *buf)
@@ -192,6 +211,25 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 	}
 }
 
+/* Each rpal row against futex, round by round (see vs_futex). */
+static void futex_note(const struct report *r, FILE *f, int pl, int m)
+{
+	char lab[64];
+	struct paired p;
+	int head = 0;
+
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+
+		if ((int)x->placement != pl || (int)x->metric != m || !vs_futex(r, x, &p))
+			continue;
+		if (!head++)
+			fprintf(f, "  round by round, p50 over the same round's futex p50 (sign test: same speed?):\n");
+		fprintf(f, "    %-22s median %.3fx (%.3f-%.3f), lower in %u, higher in %u of %u rounds, p = %.2g\n",
+			label(x, lab), p.median, p.min, p.max, p.lower, p.higher, p.n, p.sign_p);
+	}
+}
+
 /*
  * rpal-hosted's extra rows: the RPAL call round trip (rpal_send into a
  * parked receiver that reads the message and parks again, no echo) and its
@@ -248,8 +286,10 @@ void report_table(const struct report *r, FILE *f)
 			 o->size, (unsigned long long)o->count);
 		section(r, f, pl, SU_LATENCY, M_ONEWAY, t);
 		counts_note(r, f, pl, SU_LATENCY, M_ONEWAY);
+		futex_note(r, f, pl, M_ONEWAY);
 		snprintf(t, sizeof(t), "round trip, client send -> echo checked, %zu B", o->size);
 		section(r, f, pl, SU_LATENCY, M_RTT, t);
+		futex_note(r, f, pl, M_RTT);
 		hosted_note(r, f, pl);
 		snprintf(t, sizeof(t), "throughput, %zu B in batches of %u, one echo per batch",
 			 o->size, o->batch);
@@ -309,6 +349,7 @@ int report_json(const struct report *r, FILE *f)
 	struct utsname u;
 	char model[128], date[64], pd[96];
 	time_t now = time(NULL);
+	struct paired p;
 	int first = 1;
 
 	cpu_model(model, sizeof(model));
@@ -369,6 +410,15 @@ int report_json(const struct report *r, FILE *f)
 			jval(f, x->round_key[k]);
 		}
 		fputc(']', f);
+		if (vs_futex(r, x, &p)) {
+			fprintf(f, ", \"vs_futex_by_round\": {\"rounds\": %u, \"lower\": %u, \"higher\": %u", p.n,
+				p.lower, p.higher);
+			jnum(f, "median", p.median);
+			jnum(f, "min", p.min);
+			jnum(f, "max", p.max);
+			jnum(f, "sign_p", p.sign_p);
+			fputc('}', f);
+		}
 		if (x->has_counts) {
 			jnum(f, "wakeups_per_msg", x->wakeups_per_msg);
 			jnum(f, "sleeps_per_msg", x->sleeps_per_msg);

@@ -3,6 +3,7 @@
  * stats.c - the bench keeps every sample and sorts it, so percentiles are
  * exact (no histogram buckets, no reservoir): what a reviewer can recompute.
  */
+#include <math.h>
 #include <stdlib.h>
 #include "stats.h"
 
@@ -114,4 +115,35 @@ unsigned stats_median_index(const double *key, unsigned n)
 			return i;
 	}
 	return 0;
+}
+
+void stats_paired(const double *a, const double *b, unsigned n, struct paired *out)
+{
+	double ratio[64], tail = 0;
+	unsigned m = 0, untied, fewer;
+
+	*out = (struct paired){ .sign_p = 1 };
+	for (unsigned k = 0; k < n && k < 64; k++) {
+		if (a[k] <= 0 || b[k] <= 0)
+			continue;
+		ratio[m++] = a[k] / b[k];
+		out->lower += a[k] < b[k];
+		out->higher += a[k] > b[k];
+	}
+	out->n = m;
+	if (!m)
+		return;
+	out->median = ratio[stats_median_index(ratio, m)];
+	out->min = out->max = ratio[0];
+	for (unsigned k = 1; k < m; k++) {
+		out->min = fmin(out->min, ratio[k]);
+		out->max = fmax(out->max, ratio[k]);
+	}
+	/* P(a split at least this uneven | each untied round a coin toss). */
+	untied = out->lower + out->higher;
+	fewer = out->lower < out->higher ? out->lower : out->higher;
+	for (unsigned i = 0; i <= fewer && untied; i++)
+		tail += exp(lgamma(untied + 1.0) - lgamma(i + 1.0) - lgamma(untied - i + 1.0) - untied * log(2.0));
+	if (untied)
+		out->sign_p = fmin(1.0, 2 * tail);
 }

@@ -30,4 +30,22 @@ void stats_compute(uint64_t *v, size_t n, struct stats *st);
  * first of equal keys); n >= 1, at most 64. */
 unsigned stats_median_index(const double *key, unsigned n);
 
+/*
+ * Two cases compared round by round: a[k] and b[k] ran in the same round,
+ * minutes apart at most, so a slow spell of the VM that spans a round hits
+ * both, where the medians of each case's runs may come from different
+ * spells.  Rounds with a zero on either side are left out.
+ */
+struct paired {
+	unsigned n;             /* rounds compared */
+	unsigned lower, higher; /* rounds where a < b, a > b (the rest tie) */
+	double median;          /* of a[k] / b[k] (the lower middle of an even n) */
+	double min, max;
+	double sign_p;          /* two-sided sign test of "a and b are the same
+	                           speed" (ties left out); 1 with none untied */
+};
+
+/* Fill *out from a[0..n) and b[0..n); n at most 64. */
+void stats_paired(const double *a, const double *b, unsigned n, struct paired *out);
+
 #endif

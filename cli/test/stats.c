@@ -3,8 +3,10 @@
  * Description: the bench's order statistics: the radix sort agrees with
  * qsort on random and adversarial data, nearest-rank percentiles match
  * hand-computed ranks (no off-by-one at p50, p99, p99.9, max), mean is exact,
- * and the median round is picked right.
+ * the median round is picked right, and round-by-round comparisons (median
+ * ratio, range, sign test) match hand-computed values.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include "stats.h"
@@ -125,6 +127,35 @@ int main(void)
 		      "p50 %llu p99 %llu p99.9 %llu", (unsigned long long)st.p50,
 		      (unsigned long long)st.p99, (unsigned long long)st.p999);
 		free(w);
+	}
+	printf("stats: paired rounds: median ratio, range, lower/higher/tied, sign test\n");
+	{
+		double a[] = { 110, 90, 100, 120, 105 }, b[] = { 100, 100, 100, 100, 100 };
+		double hi[10], one[10], a15[15], b15[15], z[] = { 0, 2 }, zb[] = { 1, 1 };
+		struct paired p;
+
+		stats_paired(a, b, 5, &p);
+		/* Ratios 0.9 1.0 1.05 1.1 1.2; 1 lower, 3 higher, 1 tie: P = 2 (1 + 4) / 16. */
+		CHECK(p.n == 5 && p.lower == 1 && p.higher == 3, "n %u lower %u higher %u", p.n, p.lower, p.higher);
+		CHECK(fabs(p.median - 1.05) < 1e-12 && fabs(p.min - 0.9) < 1e-12 && fabs(p.max - 1.2) < 1e-12,
+		      "median %g min %g max %g", p.median, p.min, p.max);
+		CHECK(fabs(p.sign_p - 0.625) < 1e-9, "sign test p %g, want 0.625", p.sign_p);
+		for (int i = 0; i < 10; i++)
+			hi[i] = 2, one[i] = 1;
+		stats_paired(hi, one, 10, &p);
+		CHECK(p.higher == 10 && fabs(p.sign_p - 2.0 / 1024) < 1e-12, "10 of 10 higher: p %g", p.sign_p);
+		stats_paired(one, one, 10, &p);
+		CHECK(p.n == 10 && !p.lower && !p.higher && p.sign_p == 1 && p.median == 1, "all tied: p %g", p.sign_p);
+		/* 6 lower, 9 higher: P = 2 (1+15+105+455+1365+3003+5005) / 2^15. */
+		for (int i = 0; i < 15; i++)
+			a15[i] = i < 6 ? 99 : 101, b15[i] = 100;
+		stats_paired(a15, b15, 15, &p);
+		CHECK(fabs(p.sign_p - 2 * 9949.0 / 32768) < 1e-9 && fabs(p.median - 1.01) < 1e-12,
+		      "6 of 15 lower: p %g median %g", p.sign_p, p.median);
+		stats_paired(z, zb, 2, &p);
+		CHECK(p.n == 1 && p.higher == 1 && p.sign_p == 1, "a zero round is left out: n %u", p.n);
+		stats_paired(z, zb, 0, &p);
+		CHECK(p.n == 0 && p.sign_p == 1, "no rounds");
 	}
 	printf("%s\n", fails ? "FAIL" : "PASS");
 	return fails ? 1 : 0;
