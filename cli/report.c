@@ -80,20 +80,23 @@ static void ratio(const struct report *r, const struct result *x, char *buf)
 }
 
 /*
- * An rpal transport's latency p50s over futex's, round by round: futex is
- * the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
- * asleep.  False without rounds or a futex row to compare with.
+ * An rpal row over its target's baseline, round by round: futex for latency
+ * (the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
+ * asleep), uds-epoll for CPU per message.  Returns the baseline's name, or
+ * NULL without rounds or a baseline row to compare with.
  */
-static bool vs_futex(const struct report *r, const struct result *x, struct paired *p)
+static const char *by_round(const struct report *r, const struct result *x, struct paired *p)
 {
+	const char *base = x->metric == M_CPU ? "uds-epoll" : "futex";
 	const struct result *b;
 
-	if (x->rounds < 2 || x->suite != SU_LATENCY || (x->metric != M_ONEWAY && x->metric != M_RTT) ||
-	    strncmp(transports[x->transport]->name, "rpal", 4) || !(b = same_case(r, x, "futex")) ||
+	if (x->rounds < 2 || (x->suite != SU_LATENCY && x->suite != SU_CPU) ||
+	    (x->metric != M_ONEWAY && x->metric != M_RTT && x->metric != M_CPU) ||
+	    strncmp(transports[x->transport]->name, "rpal", 4) || !(b = same_case(r, x, base)) ||
 	    b->rounds != x->rounds)
-		return false;
+		return NULL;
 	stats_paired(x->round_key, b->round_key, x->rounds, p);
-	return p->n > 0;
+	return p->n ? base : NULL;
 }
 
 static const char *placement_desc(const struct report *r, const struct result *x, char *buf)
@@ -211,9 +214,10 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 	}
 }
 
-/* Each rpal row against futex, round by round (see vs_futex). */
-static void futex_note(const struct report *r, FILE *f, int pl, int m)
+/* Each rpal row against its baseline, round by round (see by_round). */
+static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m)
 {
+	const char *base;
 	char lab[64];
 	struct paired p;
 	int head = 0;
@@ -221,10 +225,12 @@ static void futex_note(const struct report *r, FILE *f, int pl, int m)
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
 
-		if ((int)x->placement != pl || (int)x->metric != m || !vs_futex(r, x, &p))
+		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m ||
+		    !(base = by_round(r, x, &p)))
 			continue;
 		if (!head++)
-			fprintf(f, "  round by round, p50 over the same round's futex p50 (sign test: same speed?):\n");
+			fprintf(f, "  round by round, %s over the same round's %s (sign test: same?):\n",
+				m == M_CPU ? "CPU/msg" : "p50", base);
 		fprintf(f, "    %-22s median %.3fx (%.3f-%.3f), lower in %u, higher in %u of %u rounds, p = %.2g\n",
 			label(x, lab), p.median, p.min, p.max, p.lower, p.higher, p.n, p.sign_p);
 	}
@@ -286,10 +292,10 @@ void report_table(const struct report *r, FILE *f)
 			 o->size, (unsigned long long)o->count);
 		section(r, f, pl, SU_LATENCY, M_ONEWAY, t);
 		counts_note(r, f, pl, SU_LATENCY, M_ONEWAY);
-		futex_note(r, f, pl, M_ONEWAY);
+		by_round_note(r, f, pl, SU_LATENCY, M_ONEWAY);
 		snprintf(t, sizeof(t), "round trip, client send -> echo checked, %zu B", o->size);
 		section(r, f, pl, SU_LATENCY, M_RTT, t);
-		futex_note(r, f, pl, M_RTT);
+		by_round_note(r, f, pl, SU_LATENCY, M_RTT);
 		hosted_note(r, f, pl);
 		snprintf(t, sizeof(t), "throughput, %zu B in batches of %u, one echo per batch",
 			 o->size, o->batch);
@@ -299,6 +305,7 @@ void report_table(const struct report *r, FILE *f)
 			 o->rate, o->seconds);
 		section(r, f, pl, SU_CPU, M_CPU, t);
 		counts_note(r, f, pl, SU_CPU, M_CPU);
+		by_round_note(r, f, pl, SU_CPU, M_CPU);
 	}
 	fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: > 1 is better.\n");
 	for (unsigned i = 0; i < nr_transports; i++)
@@ -349,6 +356,7 @@ int report_json(const struct report *r, FILE *f)
 	struct utsname u;
 	char model[128], date[64], pd[96];
 	time_t now = time(NULL);
+	const char *base;
 	struct paired p;
 	int first = 1;
 
@@ -410,9 +418,10 @@ int report_json(const struct report *r, FILE *f)
 			jval(f, x->round_key[k]);
 		}
 		fputc(']', f);
-		if (vs_futex(r, x, &p)) {
-			fprintf(f, ", \"vs_futex_by_round\": {\"rounds\": %u, \"lower\": %u, \"higher\": %u", p.n,
-				p.lower, p.higher);
+		if ((base = by_round(r, x, &p)) != NULL) {
+			fprintf(f, ", \"by_round\": {\"baseline\": ");
+			jstr(f, base);
+			fprintf(f, ", \"rounds\": %u, \"lower\": %u, \"higher\": %u", p.n, p.lower, p.higher);
 			jnum(f, "median", p.median);
 			jnum(f, "min", p.min);
 			jnum(f, "max", p.max);

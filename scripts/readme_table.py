@@ -4,7 +4,8 @@
 Turns the JSON of one `rpal bench` run into the Markdown shown in the README:
 the machine, date and command of the run, then one-way latency, round trip,
 throughput and CPU per message, each with its ratio to uds-epoll in the same
-placement.  Nothing is typed by hand: rerun the bench, rerun this script.
+placement, and with rounds, each rpal row against futex (latency) or uds-epoll
+(CPU) round by round.  Nothing is typed by hand: rerun the bench, rerun this script.
 With --update, replaces the text between <!-- bench:begin --> and
 <!-- bench:end --> in the given file instead of printing.
 """
@@ -36,6 +37,18 @@ def base(results, r):
                 and b.get("size") == r.get("size") and b.get("copy", "one-copy") == "one-copy"):
             return b
     return None
+
+
+def by_round(rows, what):
+    """The rpal rows' round-by-round comparison with their baseline, as a paragraph."""
+    paired = [(v["baseline"], "%s median %.3fx (%.3f to %.3f), lower in %d and higher in %d of %d rounds "
+               "(sign test p = %.2g)" % (label(r), v["median"], v["min"], v["max"], v["lower"],
+                                         v["higher"], v["rounds"], v["sign_p"]))
+              for r in rows for v in [r.get("by_round")] if v]
+    if not paired:
+        return []
+    return ["Round by round against %s (each round's %s over the same round's %s; below 1 is "
+            "better): %s." % (paired[0][0], what, paired[0][0], "; ".join(p[1] for p in paired)), ""]
 
 
 def table(doc, svg):
@@ -82,6 +95,7 @@ def table(doc, svg):
                     ns(r, "p999"), ns(r, "max"), ns(r, "mean"),
                     ratio(b["p50"] / r["p50"] if b and r["p50"] else None)))
             out.append("")
+            out += by_round(rows, "p50")
         rows = [r for r in res if r["placement"] == pl and r["metric"] == "throughput"]
         if rows:
             out += ["**Throughput, %s** (batches of %s, one echo per batch)" % (pl, rows[0].get("batch", "?")),
@@ -101,6 +115,7 @@ def table(doc, svg):
                 out.append("| %s | %s | %s |" % (label(r), "{:,.0f}".format(r["mean"]),
                                                  ratio(b["mean"] / r["mean"] if b and r["mean"] else None)))
             out.append("")
+            out += by_round(rows, "CPU per message")
     for u in doc.get("unavailable", []):
         out.append("Not measured: %s (%s)." % (u["transport"], u["reason"]))
     for e in doc.get("errors", []):

@@ -8,9 +8,11 @@
  *     with both waits; rpal-hosted also call_rtt and switch_pair),
  *     unavailable ones are listed with a reason.
  *   json.c RPAL rounds: --rounds 3 runs every case once per round, in the
- *     same order each round, and shows each figure's median run.
+ *     same order each round, shows each figure's median run, and compares
+ *     rpal with futex round by round (by_round) from those runs.
  * It checks shape and logic only: never how fast anything was.
  */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -154,18 +156,59 @@ static int shape(char *rpal)
 	return fails ? 1 : 0;
 }
 
+/*
+ * An rpal latency row's by_round agrees with the round_p50s of it and of
+ * futex's row of the same metric (k: its own); futex's row has none.
+ */
+static void futex_rounds(const struct jval *res, const struct jval *r, size_t i, const double *k)
+{
+	const struct jval *v = json_get(r, "by_round"), *f = NULL;
+	double ratio[3], lo, hi, med;
+	int lower = 0, higher = 0;
+
+	if (strcmp(str(r, "transport") ? str(r, "transport") : "", "rpal-connected")) {
+		CHECK(!v, "results[%zu] (not rpal) has by_round", i);
+		return;
+	}
+	for (size_t j = 0; j < res->n; j++)
+		if (!strcmp(str(res->items[j], "transport"), "futex") &&
+		    !strcmp(str(res->items[j], "metric"), str(r, "metric")))
+			f = json_get(res->items[j], "round_p50s");
+	if (!is(v, J_OBJ) || !is(f, J_ARR) || f->n != 3) {
+		CHECK(0, "results[%zu] lacks by_round, or futex its round_p50s", i);
+		return;
+	}
+	CHECK(str(v, "baseline") && !strcmp(str(v, "baseline"), "futex"), "results[%zu]: by_round.baseline is "
+	      "not futex", i);
+	for (int j = 0; j < 3; j++) {
+		ratio[j] = k[j] / f->items[j]->num;
+		lower += k[j] < f->items[j]->num;
+		higher += k[j] > f->items[j]->num;
+	}
+	lo = ratio[0] < ratio[1] ? ratio[0] : ratio[1];
+	hi = ratio[0] < ratio[1] ? ratio[1] : ratio[0];
+	med = ratio[2] < lo ? lo : ratio[2] > hi ? hi : ratio[2];
+	CHECK(json_get(v, "rounds")->num == 3 && json_get(v, "lower")->num == lower &&
+	      json_get(v, "higher")->num == higher, "results[%zu]: by_round counts %g lower %g higher, "
+	      "want %d, %d", i, json_get(v, "lower")->num, json_get(v, "higher")->num, lower, higher);
+	CHECK(fabs(json_get(v, "median")->num - med) < 1e-5, "results[%zu]: by_round median %g, want %g",
+	      i, json_get(v, "median")->num, med);
+	CHECK(json_get(v, "sign_p")->num > 0 && json_get(v, "sign_p")->num <= 1, "results[%zu]: sign_p %g", i,
+	      json_get(v, "sign_p")->num);
+}
+
 /* --rounds 3: each case run three times, one round after another, and
  * each figure the median run's, with all three runs' keys listed. */
 static int rounds(char *rpal)
 {
-	char *argv[] = { rpal, "bench", "--transport", "pipe,eventfd", "--count", "500", "--suite",
-			 "latency,throughput", "--rounds", "3", "--json", "--no-progress", "--verbose", NULL };
+	char *argv[] = { rpal, "bench", "--transport", "futex,rpal-connected", "--wait", "sleep", "--count", "500",
+			 "--suite", "latency,throughput", "--rounds", "3", "--json", "--no-progress", "--verbose", NULL };
 	char line[4][160];
 	struct out o;
 	struct jval *d;
 
-	printf("json: %s bench --transport pipe,eventfd --count 500 --suite latency,throughput --rounds 3 "
-	       "--json --verbose\n", rpal);
+	printf("json: %s bench --transport futex,rpal-connected --wait sleep --count 500 --suite latency,throughput "
+	       "--rounds 3 --json --verbose\n", rpal);
 	if (runcmd(argv, &o)) {
 		printf("FAIL: cannot run %s\n", rpal);
 		return 1;
@@ -223,6 +266,8 @@ static int rounds(char *rpal)
 			double med = k[2] < lo ? lo : k[2] > hi ? hi : k[2];
 			CHECK(shown == med, "results[%zu] shows %g, not the median of %g %g %g", i, shown, k[0],
 			      k[1], k[2]);
+			if (!tp)
+				futex_rounds(res, r, i, k);
 		}
 	}
 	json_free(d);
