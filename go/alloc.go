@@ -22,6 +22,7 @@ import (
 type allocator struct {
 	mu        sync.Mutex
 	size      uint64                // arena size
+	heap      uint64                // bytes it manages: size - heap_off
 	free      []map[uint64]struct{} // per order: offsets of free blocks
 	used      map[uint64]uint8      // live block offset -> order
 	usedBytes uint64
@@ -35,7 +36,7 @@ const (
 )
 
 func newAllocator(heapOff, size uint64) *allocator {
-	a := &allocator{size: size, used: make(map[uint64]uint8)}
+	a := &allocator{size: size, heap: size - heapOff, used: make(map[uint64]uint8)}
 	maxOrder := bits.Len64(size>>minShift) - 1
 	a.free = make([]map[uint64]struct{}, maxOrder+1)
 	for i := range a.free {
@@ -60,6 +61,9 @@ func orderOf(n uint64) int {
 	return bits.Len64(n-1) - minShift
 }
 
+// blockFor is the size of the block an allocation of n bytes takes.
+func blockFor(n uint64) uint64 { return 1 << (orderOf(n) + minShift) }
+
 // get returns the offset of a free block of at least n bytes, or false.
 func (a *allocator) get(n uint64) (uint64, bool) {
 	k := orderOf(n)
@@ -68,6 +72,41 @@ func (a *allocator) get(n uint64) (uint64, bool) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.getLocked(k)
+}
+
+// getData is get for a message buffer: the block must leave reserve bytes
+// free, and if held (the bytes of this arena the connection's peer holds)
+// is not 0, held plus the block may exceed neither budget nor the bytes
+// left free after it.  The last rule is a dynamic threshold: N peers that
+// stop reading take at most N/(N+1) of the heap together, and a
+// connection that holds nothing is bound by the reserve alone.
+func (a *allocator) getData(n, reserve, held, budget uint64) (uint64, bool) {
+	k := orderOf(n)
+	if k >= len(a.free) {
+		return 0, false
+	}
+	s := uint64(1) << (k + minShift)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.usedBytes+s+reserve > a.heap {
+		return 0, false
+	}
+	if held != 0 && (held+s > budget || held+s > a.heap-a.usedBytes-s) {
+		return 0, false
+	}
+	return a.getLocked(k)
+}
+
+// freeBytes is the heap less the bytes handed out.
+func (a *allocator) freeBytes() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.heap - a.usedBytes
+}
+
+// getLocked takes a block of order k; caller holds mu.
+func (a *allocator) getLocked(k int) (uint64, bool) {
 	if k < cacheOrders {
 		if c := a.cache[k]; len(c) > 0 {
 			off := c[len(c)-1]

@@ -32,6 +32,7 @@ type Config struct {
 	Spin             time.Duration // longest spin before a waiter sleeps (RPAL_SPIN_US); 0 never spins
 	StreamSpin       time.Duration // the same for a Stream's reader (RPAL_STREAM_SPIN_US); see Stream
 	HandshakeTimeout time.Duration // bound on each handshake step (RPAL_HANDSHAKE_MS)
+	ConnBudget       uint64        // bytes of our arena one connection's peer may hold (RPAL_CONN_BUDGET); 64 KiB..ArenaSize, 0 means ArenaSize/4
 	RuntimeDir       string        // "" means $RPAL_RUNTIME_DIR, $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid>
 
 	envErr string // the first malformed RPAL_* variable
@@ -56,6 +57,7 @@ func DefaultConfig() Config {
 	c.envU32("RPAL_NR_SLOTS", &c.NrSlots)
 	c.envU64("RPAL_ARENA_SIZE", &c.ArenaSize)
 	c.envU32("RPAL_RING_ENTRIES", &c.RingEntries)
+	c.envU64("RPAL_CONN_BUDGET", &c.ConnBudget)
 	us := uint32(c.Spin / time.Microsecond)
 	c.envU32("RPAL_SPIN_US", &us)
 	c.Spin = time.Duration(us) * time.Microsecond
@@ -123,12 +125,28 @@ func (c *Config) check() error {
 		return fmt.Errorf("config: spin %v must be in 0..10s", c.Spin)
 	case c.StreamSpin < 0 || c.StreamSpin > 10*time.Second:
 		return fmt.Errorf("config: stream spin %v must be in 0..10s", c.StreamSpin)
+	case c.ConnBudget != 0 && (c.ConnBudget < 64<<10 || c.ConnBudget > c.ArenaSize):
+		return fmt.Errorf("config: connection budget %#x must be in 64 KiB..arena size (0: a quarter of the arena)", c.ConnBudget)
 	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:
 		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s", c.HandshakeTimeout)
 	case len(c.RuntimeDir) >= 108:
 		return fmt.Errorf("config: runtime directory name is too long")
 	}
 	return nil
+}
+
+// connBudget is the per-connection budget in effect.
+func (c *Config) connBudget() uint64 {
+	if c.ConnBudget != 0 {
+		return c.ConnBudget
+	}
+	return c.ArenaSize / 4
+}
+
+// dataReserve is the part of the arena message buffers leave free, so that
+// a new connection's block always fits.
+func (c *Config) dataReserve() uint64 {
+	return min(c.ArenaSize/64, 1<<20)
 }
 
 // runtimeDir resolves the runtime directory as rpal_runtime_dir() does.

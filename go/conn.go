@@ -76,7 +76,8 @@ type Conn struct {
 	headCache uint64
 	published uint64
 	ackHead   uint64
-	out       map[uint64]struct{} // my buffers the peer holds
+	out       map[uint64]uint64 // my buffers the peer holds: address -> block size
+	outBytes  uint64            // the sum of those block sizes
 	outLimit  int
 	shutWr    bool
 	txSpin    spinner
@@ -254,7 +255,7 @@ func (c *Conn) wakeRX() {
 
 // drainAcks frees every buffer the peer acknowledged; caller holds txMu.
 func (c *Conn) drainAcks() int {
-	if c.violation.Load() != nil || c.peer.retired.Load() {
+	if c.violation.Load() != nil {
 		return 0
 	}
 	n := 0
@@ -264,11 +265,13 @@ func (c *Conn) drainAcks() int {
 			break
 		}
 		addr := *c.u64(a, aAddr)
-		if _, ok := c.out[addr]; !ok {
+		size, ok := c.out[addr]
+		if !ok {
 			c.fail("ack of a buffer it does not hold", addr)
 			break
 		}
 		delete(c.out, addr)
+		c.outBytes -= size
 		c.p.freeBytes(addr)
 		c.ackHead++
 		n++
@@ -285,6 +288,13 @@ func (c *Conn) reclaim() {
 		c.p.freeBytes(addr)
 	}
 	clear(c.out)
+	c.outBytes = 0
+}
+
+// hold records a buffer published to the peer; caller holds txMu.
+func (c *Conn) hold(addr, size uint64) {
+	c.out[addr] = size
+	c.outBytes += size
 }
 
 // sendError says why we cannot send (send_error()); caller holds txMu.
@@ -359,26 +369,55 @@ func (c *Conn) prepare(what int) error {
 	}
 }
 
-// allocBuf allocates n bytes for a BUF message, waiting for the peer's acks
-// while our buffers on this connection hold the arena; caller holds txMu.
+// allocBuf allocates n bytes for a BUF message within the connection's
+// share of the arena (allocator.getData), waiting for the peer's acks while
+// it holds buffers of ours; caller holds txMu.  One peer that stops reading
+// thus cannot take the arena from every other connection.
 func (c *Conn) allocBuf(n int) (uint64, error) {
 	for {
-		if addr, ok := c.p.allocBytes(uint64(n)); ok {
+		if addr, ok := c.p.allocData(uint64(n), c.outBytes); ok {
 			return addr, nil
 		}
 		if c.drainAcks() > 0 {
 			continue
 		}
-		if len(c.out) == 0 {
+		if c.outBytes == 0 {
 			return 0, fmt.Errorf("arena exhausted: no room for a %d-byte message (do peers release what they receive?): %w", n, syscall.ENOMEM)
 		}
-		if err := c.wait(waitTX, &c.txSpin, func() bool { return c.txReady(wantAck) }, &c.wrDeadline, c.txRaw); err != nil {
-			return 0, err
-		}
-		if err := c.sendError(); err != nil {
+		if err := c.waitAck(); err != nil {
 			return 0, err
 		}
 	}
+}
+
+// admit waits until a buffer of block size s, already allocated, fits the
+// connection's budget: the peer holds nothing, or what it holds plus s is
+// within the budget and the arena's free bytes; caller holds txMu.
+func (c *Conn) admit(s uint64) error {
+	for {
+		if c.outBytes == 0 || (c.outBytes+s <= c.p.cfg.connBudget() && c.outBytes+s <= c.p.alloc.freeBytes()) {
+			return nil
+		}
+		if c.drainAcks() > 0 {
+			continue
+		}
+		if err := c.waitAck(); err != nil {
+			return err
+		}
+	}
+}
+
+// waitAck waits for an ack of the peer (or the end of the connection);
+// caller holds txMu.
+func (c *Conn) waitAck() error {
+	// The peer may be waiting for messages we deferred.
+	if c.published != c.tail {
+		c.notifyRX()
+	}
+	if err := c.wait(waitTX, &c.txSpin, func() bool { return c.txReady(wantAck) }, &c.wrDeadline, c.txRaw); err != nil {
+		return err
+	}
+	return c.sendError()
 }
 
 // sendLocked is a one-copy send; caller holds txMu.
@@ -404,7 +443,7 @@ func (c *Conn) sendLocked(b []byte) error {
 		return err
 	}
 	copy(unsafe.Slice((*byte)(c.p.ptr(addr)), len(b)), b)
-	c.out[addr] = struct{}{}
+	c.hold(addr, blockFor(uint64(len(b))))
 	c.publish(nil, uint32(len(b)), addr, slotBuf)
 	return nil
 }
@@ -452,9 +491,6 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	if v := c.violation.Load(); v != nil {
 		return false, v
 	}
-	if c.peer.retired.Load() {
-		return false, nil // the dead peer's mapping was retired
-	}
 	s := unsafe.Add(c.pring, uintptr((c.rxHead&c.pringMask)*slotSize))
 	want := uint32(c.rxHead + 1)
 	seq := atomic.LoadUint32(c.u32(s, sSeq)) // A0: pairs with R0
@@ -475,6 +511,11 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	case slotInline:
 		if out.n > InlineMax {
 			return false, c.fail("inline length too large", uint64(out.n))
+		}
+		// Senders never publish an empty message: delivering one would
+		// look like end of stream to a Stream reader, or a 0-byte Recv.
+		if out.n == 0 {
+			return false, c.fail("empty inline message", 0)
 		}
 	case slotBuf:
 		if out.addr < c.bufLo || out.addr >= c.bufHi || uint64(out.n) > c.bufHi-out.addr {
@@ -500,7 +541,7 @@ func (c *Conn) consume() {
 // sleeping consumer wakes up to report a bad sequence number instead of
 // waiting for a message that never comes).
 func (c *Conn) readable() bool {
-	if c.violation.Load() != nil || c.peer.retired.Load() {
+	if c.violation.Load() != nil {
 		return false
 	}
 	s := unsafe.Add(c.pring, uintptr((c.rxHead&c.pringMask)*slotSize))
@@ -531,7 +572,7 @@ func (c *Conn) notifyTX(force bool, rxHead uint64) {
 func (c *Conn) ackPush(addr uint64) error {
 	c.ackMu.Lock()
 	defer c.ackMu.Unlock()
-	if c.closed.Load() || c.violation.Load() != nil || c.peer.retired.Load() {
+	if c.closed.Load() || c.violation.Load() != nil {
 		return nil
 	}
 	if c.ackTail-atomic.LoadUint64(c.u64(c.pb, bAckHead)) > c.ackMask {
@@ -552,7 +593,7 @@ func (c *Conn) ackPush(addr uint64) error {
 // updatePeerState caches the peer's lifecycle bits (A3).
 func (c *Conn) updatePeerState() uint32 {
 	st := c.peerState.Load()
-	if st != stateShutWr|stateClosed && !c.peer.retired.Load() {
+	if st != stateShutWr|stateClosed {
 		st |= atomic.LoadUint32(c.u32(c.pb, bState)) & (stateShutWr | stateClosed)
 		c.peerState.Store(st)
 	}
@@ -804,8 +845,8 @@ func (c *Conn) watch() {
 }
 
 // markDead records that the peer is gone.  Only a pidfd says its process
-// exited (then its arena is a dead incarnation a newcomer may replace); a
-// hang-up concerns this connection alone.
+// exited (then its mapping is a dead incarnation's, kept until our last
+// connection to it is released); a hang-up concerns this connection alone.
 func (c *Conn) markDead(processExited bool) {
 	if processExited {
 		c.p.markPeerDead(c.peer)
@@ -844,7 +885,8 @@ func (c *Conn) opErr(op string, err error) error {
 
 // Send sends one message with one copy: payloads up to InlineMax bytes
 // travel in the ring slot, larger ones in a buffer of our arena that the
-// peer acknowledges.  It blocks while the ring or the buffer quota is full.
+// peer acknowledges.  It blocks while the ring, the buffer quota or the
+// connection's budget (Config.ConnBudget) is full.
 func (c *Conn) Send(b []byte) error {
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
@@ -1014,7 +1056,7 @@ func Alloc(n int) (*Buffer, error) {
 	if n <= 0 || uint64(n) > p.cfg.ArenaSize/2 {
 		return nil, fmt.Errorf("rpal: alloc of %d bytes: %w", n, syscall.EINVAL)
 	}
-	addr, ok := p.allocBytes(uint64(n))
+	addr, ok := p.allocData(uint64(n), 0) // leaves the reserve for connection blocks
 	if !ok {
 		return nil, fmt.Errorf("rpal: arena exhausted: no room for %d bytes: %w", n, syscall.ENOMEM)
 	}
@@ -1044,8 +1086,9 @@ func (b *Buffer) Free() {
 }
 
 // Write publishes buf to the peer without copying; ownership passes to the
-// peer until it acknowledges the message, then the buffer is freed.  On
-// error the caller still owns buf.
+// peer until it acknowledges the message, then the buffer is freed.  It
+// blocks while the ring, the buffer quota or the connection's budget is
+// full.  On error the caller still owns buf.
 func (c *Conn) Write(buf *Buffer) error {
 	if buf.p != c.p || buf.n == 0 {
 		return c.opErr("write", fmt.Errorf("not a live buffer of this process: %w", syscall.EINVAL))
@@ -1058,10 +1101,17 @@ func (c *Conn) Write(buf *Buffer) error {
 	if err := c.prepare(wantSlot | wantQuota); err != nil {
 		return c.opErr("write", err)
 	}
+	if buf.state.Load() != 0 {
+		return c.opErr("write", fmt.Errorf("buffer already sent or freed: %w", syscall.EBUSY))
+	}
+	size := c.p.blockSize(buf.addr)
+	if err := c.admit(size); err != nil {
+		return c.opErr("write", err)
+	}
 	if !buf.state.CompareAndSwap(0, 1) {
 		return c.opErr("write", fmt.Errorf("buffer already sent or freed: %w", syscall.EBUSY))
 	}
-	c.out[buf.addr] = struct{}{}
+	c.hold(buf.addr, size)
 	c.publish(nil, uint32(buf.n), buf.addr, slotBuf)
 	c.notifyRX()
 	return nil
@@ -1213,6 +1263,7 @@ type ConnInfo struct {
 	Wakeups                   uint64 // doorbell rings made for the peer
 	Sleeps                    uint64 // times we slept waiting on this connection
 	BufsOutstanding           int    // our buffers the peer holds
+	BytesOutstanding          uint64 // the arena those buffers take (allocator blocks); see Config.ConnBudget
 }
 
 // Info returns the connection's counters; it also takes the peer's acks.
@@ -1224,11 +1275,11 @@ func (c *Conn) Info() ConnInfo {
 			c.reclaim()
 		}
 	}
-	out := len(c.out)
+	out, outBytes := len(c.out), c.outBytes
 	c.txMu.Unlock()
 	return ConnInfo{
 		PeerPid: c.peerPid, PeerUID: c.peerUID, PeerGID: c.peerGID, PeerSlot: c.peer.slot,
 		PeerAlive: !c.dead.Load(), TxMsgs: c.txMsgs.Load(), RxMsgs: c.rxMsgs.Load(),
-		Wakeups: c.wakeups.Load(), Sleeps: c.sleeps.Load(), BufsOutstanding: out,
+		Wakeups: c.wakeups.Load(), Sleeps: c.sleeps.Load(), BufsOutstanding: out, BytesOutstanding: outBytes,
 	}
 }

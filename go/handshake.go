@@ -394,7 +394,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		pring: unsafe.Add(pb, blockHdrSize), pringMask: uint64(h.RingEntries - 1),
 		packs: unsafe.Add(pb, uintptr(blockHdrSize+uint64(h.RingEntries)*slotSize)), packMask: uint64(h.AckEntries - 1),
 		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size, peerBell: peerBell,
-		out: make(map[uint64]struct{}), outLimit: int(h.AckEntries),
+		out: make(map[uint64]uint64), outLimit: int(h.AckEntries),
 		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
 		cpu: s.cpu,
 	}
@@ -659,6 +659,11 @@ func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
 			return nil, refused(syscall.ETIMEDOUT, "a client connected but sent no hello within %v", p.cfg.HandshakeTimeout)
+		}
+		var re *refusedError
+		if errors.As(err, &re) && re.errno == syscall.EPROTO { // truncated
+			sendRefuse(uc, re.errno, re.msg)
+			return nil, fmt.Errorf("refused a client: %w", err)
 		}
 		return nil, fmt.Errorf("a client hung up during the handshake: %w", err)
 	}

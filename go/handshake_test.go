@@ -210,3 +210,110 @@ func TestCheckDoorbell(t *testing.T) {
 		t.Errorf("the peer's send into the end we hold: %v, want EPIPE", err)
 	}
 }
+
+// A HELLO or WELCOME carrying more than two descriptors is refused (EPROTO)
+// and every descriptor received is closed: the extras (copies of a pipe's
+// write end here) no longer keep the pipe open.  With more than the
+// receive buffer holds, the message is truncated and refused too.
+func TestHandshakeExtraDescriptors(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// extras returns n copies of a new pipe's write end and a check that
+	// all of them were closed by the receiver once ours are.
+	extras := func(n int) ([]int, func()) {
+		var pp [2]int
+		if err := unix.Pipe2(pp[:], unix.O_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		fds := []int{pp[1]}
+		for len(fds) < n {
+			d, err := unix.Dup(pp[1])
+			if err != nil {
+				t.Fatal(err)
+			}
+			fds = append(fds, d)
+		}
+		return fds, func() {
+			t.Helper()
+			closeFds(fds)
+			defer unix.Close(pp[0])
+			pfd := []unix.PollFd{{Fd: int32(pp[0]), Events: unix.POLLIN}}
+			if n, _ := unix.Poll(pfd, 2000); n != 1 || pfd[0].Revents&unix.POLLHUP == 0 {
+				t.Errorf("the receiver kept descriptors it refused")
+			}
+		}
+	}
+
+	// Server side: a HELLO with 3, then 10 descriptors.
+	name, _ := newService(t)
+	path, _, _ := p.socketPath(name)
+	for _, tc := range []struct {
+		n    int
+		want string
+	}{{1, "carried 3 descriptors"}, {8, "truncated"}} {
+		s, err := p.newSide()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nc, err := net.Dial("unixpacket", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uc := nc.(*net.UnixConn)
+		more, check := extras(tc.n)
+		h := p.helloFor(hsHello, s, name)
+		if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(append([]int{p.memfd, s.ringEnd}, more...)...), nil); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 256)
+		uc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		k, err := uc.Read(buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, ok := parseRefuse(buf[:k])
+		if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, tc.want) {
+			t.Errorf("%d descriptors: want REFUSE/EPROTO saying %q, got %+v", 2+tc.n, tc.want, r)
+		}
+		uc.Close()
+		p.dropSide(s)
+		check()
+	}
+
+	// Client side: a WELCOME with 3 descriptors (no WAKE_PAGE offered).
+	sock := t.TempDir() + "/extra.sock"
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: sock, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	more, check := extras(1)
+	go func() {
+		uc, err := ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer uc.Close()
+		_, fds, err := recvHandshake(uc)
+		if err != nil {
+			return
+		}
+		closeFds(fds)
+		s, err := p.newSide()
+		if err != nil {
+			return
+		}
+		defer p.dropSide(s)
+		w := p.helloFor(hsWelcome, s, "")
+		uc.WriteMsgUnix(w.marshal(), unix.UnixRights(p.memfd, s.ringEnd, more[0]), nil)
+		uc.SetReadDeadline(time.Now().Add(2 * time.Second))
+		uc.Read(make([]byte, 256)) // the client's REFUSE
+	}()
+	_, err = Dial(sock)
+	if !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "carried 3 descriptors") {
+		t.Fatalf("WELCOME with 3 descriptors: %v", err)
+	}
+	check()
+}

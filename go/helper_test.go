@@ -21,6 +21,9 @@ func runHelper(role string) int {
 	if r := benchHelper(role, name); r >= 0 {
 		return r
 	}
+	if r := slotHelper(role, name); r >= 0 {
+		return r
+	}
 	c, err := Dial(name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
@@ -42,7 +45,7 @@ func runHelper(role string) int {
 		for {
 			time.Sleep(time.Hour)
 		}
-	case "bad-buf", "bad-flags", "bad-inline", "bad-seq":
+	case "bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq":
 		fmt.Println("ready")
 		time.Sleep(100 * time.Millisecond) // let the server fall asleep first
 		c.txMu.Lock()
@@ -53,6 +56,8 @@ func runHelper(role string) int {
 			c.publish(nil, 10, 0, 3)
 		case "bad-inline":
 			c.publish(nil, 41, 0, slotInline)
+		case "bad-empty", "bad-empty-stream":
+			c.publish(nil, 0, 0, slotInline)
 		case "bad-seq":
 			s := c.ring
 			*c.u32(s, sLen) = 1

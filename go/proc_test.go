@@ -56,11 +56,12 @@ func TestCrossProcessKill(t *testing.T) {
 	}
 }
 
-// Hostile peers: each broken descriptor closes that connection with EPROTO;
-// the server goes on serving.
+// Hostile peers: each broken descriptor (an empty inline message included:
+// never end of stream nor an empty message) closes that connection with
+// EPROTO; the server goes on serving.
 func TestHostilePeer(t *testing.T) {
 	name, l := newService(t)
-	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-seq"} {
+	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq"} {
 		t.Run(role, func(t *testing.T) {
 			cmd := helperCmd(role, name)
 			startReady(t, cmd)
@@ -69,7 +70,11 @@ func TestHostilePeer(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			_, err = c.Read()
+			if role == "bad-empty-stream" {
+				_, err = NewStream(c).Read(make([]byte, 64))
+			} else {
+				_, err = c.Read()
+			}
 			var pe *ProtocolError
 			if !errors.As(err, &pe) || !errors.Is(err, syscall.EPROTO) {
 				t.Fatalf("want a protocol error, got %v", err)

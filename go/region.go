@@ -25,6 +25,7 @@ type process struct {
 	regionSize uint64
 	slot       uint32
 	lockFile   *os.File // holds the OFD lock on byte slot of slots.lock
+	lockFd     uintptr  // lockFile's descriptor: our mapped-byte locks too
 	memfd      int
 	arena      unsafe.Pointer // slot base; our arena, read-write
 	arenaAddr  uint64
@@ -168,8 +169,23 @@ func (p *process) setup() error {
 	return err
 }
 
+// mappedLockBase is where the "mapped" bytes of slots.lock start: a
+// process that maps slot i's arena holds a read lock on byte
+// mappedLockBase+i (docs/PROTOCOL.md §1).
+const mappedLockBase = 4096
+
+// lockByte sets an OFD lock of type typ on one byte of the slot lock file;
+// EAGAIN or EACCES means another holder conflicts.
+func lockByte(fd uintptr, typ int16, b int64) error {
+	lk := unix.Flock_t{Type: typ, Whence: 0, Start: b, Len: 1}
+	return unix.FcntlFlock(fd, unix.F_OFD_SETLK, &lk)
+}
+
 // claimSlot takes an OFD write lock on one byte of <rundir>/slots.lock,
-// starting from a pid-derived slot as librpal does.
+// starting from a pid-derived slot as librpal does.  A slot is free only
+// when nobody owns it and nobody still maps its previous owner's arena
+// (the mapped byte can be write-locked): a survivor reading a dead peer's
+// messages must never see that memory replaced.
 func (p *process) claimSlot() error {
 	path := p.rundir + "/slots.lock"
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o660)
@@ -177,14 +193,23 @@ func (p *process) claimSlot() error {
 		return fmt.Errorf("cannot open slot lock file %s: %w", path, err)
 	}
 	n := p.cfg.NrSlots
+	mapped := 0
 	for i := uint32(0); i < n; i++ {
 		slot := (uint32(os.Getpid()) + i) % n
-		lk := unix.Flock_t{Type: unix.F_WRLCK, Whence: 0, Start: int64(slot), Len: 1}
-		err := unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &lk)
+		err := lockByte(uintptr(fd), unix.F_WRLCK, int64(slot))
 		if err == nil {
-			p.slot = slot
-			p.lockFile = os.NewFile(uintptr(fd), path)
-			return nil
+			err = lockByte(uintptr(fd), unix.F_WRLCK, mappedLockBase+int64(slot))
+			if err == nil {
+				_ = lockByte(uintptr(fd), unix.F_UNLCK, mappedLockBase+int64(slot))
+				p.slot = slot
+				p.lockFile = os.NewFile(uintptr(fd), path)
+				p.lockFd = uintptr(fd)
+				return nil
+			}
+			_ = lockByte(uintptr(fd), unix.F_UNLCK, int64(slot))
+			if err == unix.EAGAIN || err == unix.EACCES {
+				mapped++
+			}
 		}
 		if err != unix.EAGAIN && err != unix.EACCES {
 			unix.Close(fd)
@@ -192,7 +217,7 @@ func (p *process) claimSlot() error {
 		}
 	}
 	unix.Close(fd)
-	return fmt.Errorf("all %d slots in %s are taken: %w", n, path, syscall.EBUSY)
+	return fmt.Errorf("all %d slots in %s are taken (%d of them still mapped by peers of a departed owner): %w", n, path, mapped, syscall.EBUSY)
 }
 
 func randomU64() uint64 {
@@ -255,6 +280,22 @@ func (p *process) allocBytes(n uint64) (uint64, bool) {
 	return p.arenaAddr + off, true
 }
 
+// allocData returns the address of a message buffer of n bytes for a
+// connection whose peer holds held bytes of our arena, within the reserve
+// and the connection budget (allocator.getData), or false.
+func (p *process) allocData(n, held uint64) (uint64, bool) {
+	off, ok := p.alloc.getData(n, p.cfg.dataReserve(), held, p.cfg.connBudget())
+	if !ok {
+		return 0, false
+	}
+	return p.arenaAddr + off, true
+}
+
+// blockSize is the size of the allocator block at addr of our arena.
+func (p *process) blockSize(addr uint64) uint64 {
+	return p.alloc.blockSize(addr - p.arenaAddr)
+}
+
 func (p *process) freeBytes(addr uint64) bool {
 	if addr < p.arenaAddr || addr >= p.arenaAddr+p.cfg.ArenaSize {
 		return false
@@ -268,17 +309,32 @@ func (p *process) ptr(addr uint64) unsafe.Pointer {
 }
 
 // peerMap is a peer's arena mapped read-only at its slot, shared by every
-// connection to that incarnation of the peer.
+// connection to that incarnation of the peer.  A peer in another process
+// is mapped while we hold the read lock on its slot's mapped byte, so the
+// slot cannot be claimed anew, and the memory cannot change, until the
+// last connection to it is released.
 type peerMap struct {
-	slot    uint32
-	pid     int
-	nonce   uint64
-	addr    uint64
-	size    uint64
-	base    unsafe.Pointer
-	refs    int  // connections using it; under process.mu
-	dead    bool // under process.mu
-	retired atomic.Bool
+	slot  uint32
+	pid   int
+	nonce uint64
+	addr  uint64
+	size  uint64
+	base  unsafe.Pointer
+	refs  int  // connections using it; under process.mu
+	dead  bool // under process.mu
+}
+
+// mappedLock sets (F_RDLCK) or drops (F_UNLCK) our lock on slot's mapped
+// byte.
+func (p *process) mappedLock(slot uint32, typ int16) error {
+	return lockByte(p.lockFd, typ, mappedLockBase+int64(slot))
+}
+
+// unmapPeer puts the reservation back over a peer's arena, then lets its
+// slot go.
+func (p *process) unmapPeer(slot uint32, addr, size uint64) {
+	reserveAgain(addr, size)
+	_ = p.mappedLock(slot, unix.F_UNLCK)
 }
 
 // mapPeer maps a peer's arena, or shares an existing mapping of the same
@@ -292,24 +348,25 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 			old.refs++
 			return old, nil
 		}
+		// Connections still read through this mapping: it is never
+		// replaced under them.  A claimer that follows the protocol
+		// cannot get here (our mapped byte keeps it off the slot).
 		if !old.dead {
 			return nil, fmt.Errorf("peer pid %d claims slot %d, which live pid %d holds: %w", pid, h.Slot, old.pid, syscall.EADDRINUSE)
 		}
-		// A dead incarnation whose connections are still open: its slot
-		// is needed, so retire the mapping now.
-		old.retired.Store(true)
-		if old.pid != os.Getpid() {
-			reserveAgain(old.addr, old.size)
-		}
-		delete(p.peers, h.Slot)
+		return nil, fmt.Errorf("peer pid %d claims slot %d, still mapped for open connections of departed pid %d: %w", pid, h.Slot, old.pid, syscall.EADDRINUSE)
 	}
 	var m unsafe.Pointer
 	if pid == os.Getpid() {
 		m = p.arena // same address space: our own mapping is the one
 	} else {
+		if err := p.mappedLock(h.Slot, unix.F_RDLCK); err != nil {
+			return nil, fmt.Errorf("slot %d of peer pid %d is being claimed anew (%v): %w", h.Slot, pid, err, syscall.EADDRINUSE)
+		}
 		var err error
 		m, err = unix.MmapPtr(memfd, 0, addrPtr(base), uintptr(h.ArenaSize), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED)
 		if err != nil {
+			_ = p.mappedLock(h.Slot, unix.F_UNLCK)
 			return nil, fmt.Errorf("cannot map peer arena of slot %d: %w", h.Slot, err)
 		}
 		madviseDontfork(m, h.ArenaSize)
@@ -321,7 +378,7 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 		*(*uint64)(unsafe.Add(m, ahNonce)) != h.ArenaNonce ||
 		*(*uint64)(unsafe.Add(m, ahHeapOff)) >= h.ArenaSize {
 		if pid != os.Getpid() {
-			reserveAgain(base, h.ArenaSize)
+			p.unmapPeer(h.Slot, base, h.ArenaSize)
 		}
 		return nil, fmt.Errorf("peer arena header does not match its hello (slot %d): %w", h.Slot, syscall.EPROTO)
 	}
@@ -336,7 +393,8 @@ func (p *process) markPeerDead(pm *peerMap) {
 	p.mu.Unlock()
 }
 
-// putPeer drops one connection's reference; the last one unmaps.
+// putPeer drops one connection's reference; the last one unmaps and then
+// lets the slot go.
 func (p *process) putPeer(pm *peerMap) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -347,8 +405,8 @@ func (p *process) putPeer(pm *peerMap) {
 	if p.peers[pm.slot] == pm {
 		delete(p.peers, pm.slot)
 	}
-	if !pm.retired.Swap(true) && pm.pid != os.Getpid() {
-		reserveAgain(pm.addr, pm.size)
+	if pm.pid != os.Getpid() {
+		p.unmapPeer(pm.slot, pm.addr, pm.size)
 	}
 }
 
@@ -358,6 +416,7 @@ type Stats struct {
 	ArenaBase   uint64
 	ArenaSize   uint64
 	ArenaUsed   uint64 // bytes handed out by the allocator
+	ConnBudget  uint64 // bytes of the arena one connection's peer may hold
 	BufsInUse   int    // live blocks, connection blocks included
 	Conns       int    // open connections
 	PeersMapped int    // peer arenas currently mapped
@@ -378,7 +437,7 @@ func ProcessStats() (Stats, error) {
 	peers := len(p.peers)
 	p.mu.Unlock()
 	return Stats{
-		Slot: p.slot, ArenaBase: p.arenaAddr, ArenaSize: p.cfg.ArenaSize, ArenaUsed: used,
+		Slot: p.slot, ArenaBase: p.arenaAddr, ArenaSize: p.cfg.ArenaSize, ArenaUsed: used, ConnBudget: p.cfg.connBudget(),
 		BufsInUse: n, Conns: int(p.conns.Load()), PeersMapped: peers, RuntimeDir: p.rundir,
 		RegionBase: p.cfg.RegionBase, SlotSize: p.cfg.SlotSize, NrSlots: p.cfg.NrSlots,
 	}, nil

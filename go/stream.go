@@ -61,9 +61,9 @@ func DialStream(ctx context.Context, service string) (net.Conn, error) {
 func (s *Stream) Conn() *Conn { return s.c }
 
 // chunk is the largest message a Write sends: small enough that the
-// allocator and the quota keep several in flight.
+// allocator, the quota and the connection budget keep several in flight.
 func (s *Stream) chunk() int {
-	n := int(s.c.p.cfg.ArenaSize / 16)
+	n := int(min(s.c.p.cfg.ArenaSize/16, s.c.p.cfg.connBudget()/4))
 	return min(n, 256<<10)
 }
 

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Peers that stop reading cannot take the whole arena: each connection's
+// peer holds at most the connection budget, and less as the arena fills;
+// writes to them block (here: time out), while a healthy connection's
+// 256 KiB messages keep flowing both ways and a new connection still gets
+// its block.
+func TestConnBudget(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := p.cfg.connBudget()
+	// Runs last: the closed connections give the arena back before the
+	// next test needs it.
+	st0, _ := ProcessStats()
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, _ := ProcessStats()
+			if st.ArenaUsed <= st0.ArenaUsed {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("arena use %d after the test, %d before", st.ArenaUsed, st0.ArenaUsed)
+				return
+			}
+		}
+	})
+	name, l := newService(t)
+	dial := func() (*Conn, *Conn) {
+		t.Helper()
+		c, err := Dial(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.AcceptConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	// Stopped peers, each sent messages whose blocks are larger than
+	// they are (1 MiB + 16 B takes 2 MiB), or 256 KiB, or zero-copy
+	// buffers, until a write times out.
+	sizes := []int{1<<20 + 16, 256 << 10, 100 << 10, 1<<20 + 16, 256 << 10}
+	var held uint64
+	for i, size := range sizes {
+		c, _ := dial()
+		msg := make([]byte, size)
+		sent := 0
+		for {
+			c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+			if i == 2 {
+				var b *Buffer
+				b, err = Alloc(size)
+				if err == nil {
+					if err = c.Write(b); err != nil {
+						b.Free()
+					}
+				}
+			} else {
+				err = c.Send(msg)
+			}
+			if err != nil {
+				break
+			}
+			sent++
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("stopped peer %d: after %d messages of %d bytes: %v, want a timeout", i, sent, size, err)
+		}
+		info := c.Info()
+		st, _ := ProcessStats()
+		t.Logf("stopped peer %d: %d messages of %d bytes, %d buffers, %d KiB held (budget %d KiB); arena %d/%d KiB used",
+			i, sent, size, info.BufsOutstanding, info.BytesOutstanding>>10, budget>>10, st.ArenaUsed>>10, st.ArenaSize>>10)
+		if sent == 0 || info.BytesOutstanding == 0 || info.BytesOutstanding > budget {
+			t.Fatalf("stopped peer %d holds %d bytes (%d messages); budget %d", i, info.BytesOutstanding, sent, budget)
+		}
+		held += info.BytesOutstanding
+	}
+	if held > p.cfg.ArenaSize {
+		t.Fatalf("stopped peers hold %d bytes of a %d-byte arena", held, p.cfg.ArenaSize)
+	}
+
+	// A healthy peer: 256 KiB echoes.
+	c, s := dial()
+	go echoServer(s)
+	out := make([]byte, 256<<10)
+	in := make([]byte, len(out))
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for i := 0; i < 50; i++ {
+		fill(out, int64(i))
+		if err := c.Send(out); err != nil {
+			t.Fatalf("healthy send %d: %v", i, err)
+		}
+		n, err := c.Recv(in)
+		if err != nil {
+			t.Fatalf("healthy recv %d: %v", i, err)
+		}
+		if !bytes.Equal(in[:n], out) {
+			t.Fatalf("healthy echo %d differs", i)
+		}
+	}
+	// And a new connection gets its block.
+	c2, err := Dial(name)
+	if err != nil {
+		t.Fatalf("dial with stopped peers: %v", err)
+	}
+	s2, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c2.Close()
+	s2.Close()
+}
+
+func TestConnBudgetConfig(t *testing.T) {
+	t.Setenv("RPAL_CONN_BUDGET", "0x20000")
+	c := DefaultConfig()
+	if err := c.check(); err != nil || c.ConnBudget != 128<<10 || c.connBudget() != 128<<10 {
+		t.Fatalf("budget %d: %v", c.ConnBudget, err)
+	}
+	t.Setenv("RPAL_CONN_BUDGET", "")
+	c = DefaultConfig()
+	if err := c.check(); err != nil || c.ConnBudget != 0 || c.connBudget() != c.ArenaSize/4 {
+		t.Fatalf("default budget %d (%d): %v", c.ConnBudget, c.connBudget(), err)
+	}
+	for _, b := range []uint64{64<<10 - 1, c.ArenaSize + 4096} {
+		c.ConnBudget = b
+		if err := c.check(); err == nil || !strings.Contains(err.Error(), "budget") {
+			t.Errorf("budget %d: %v", b, err)
+		}
+	}
+}
+
+// One Stream write larger than the connection budget: the writer waits for
+// acks of messages it has not yet announced, so it must wake the reader
+// before it sleeps.
+func TestConnBudgetLongStreamWrite(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	p, _ := ensure()
+	out := make([]byte, 2*p.cfg.connBudget()+12345)
+	fill(out, 9)
+	c1.SetDeadline(time.Now().Add(10 * time.Second))
+	c2.SetDeadline(time.Now().Add(10 * time.Second))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c1.Write(out)
+		errc <- err
+	}()
+	in := make([]byte, len(out))
+	if _, err := io.ReadFull(c2, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(in, out) {
+		t.Fatal("stream data differs")
+	}
+}
