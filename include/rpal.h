@@ -69,6 +69,8 @@ struct rpal_config {
 	char runtime_dir[108];    /* sockets and locks; "" = $RPAL_RUNTIME_DIR,
 	                             $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid> */
 	unsigned protect_peers;   /* RPAL_PROTECT_*; RPAL_PROTECT_PEERS */
+	uint64_t conn_budget;     /* bytes of our arena one peer may hold, 64 KiB..arena_size;
+	                             0 = arena_size / 4; RPAL_CONN_BUDGET (see rpal(7)) */
 };
 
 /*
@@ -193,6 +195,8 @@ struct rpal_conn_info {
 	uint64_t wakeups;           /* wake-up syscalls made for the peer */
 	uint64_t sleeps;            /* times we slept waiting on this connection */
 	unsigned bufs_outstanding;  /* our buffers the peer holds, not yet acked */
+	uint64_t bytes_outstanding; /* their size in our arena (allocator blocks) */
+	uint64_t budget;            /* the most it may hold (rpal_config.conn_budget) */
 };
 int rpal_conn_info(int fd, struct rpal_conn_info *info);
 

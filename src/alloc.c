@@ -174,6 +174,18 @@ static void *slab_get(struct rpal_alloc *a, unsigned cls)
 	return a->base + (size_t)i * RPAL_PAGE + (size_t)b * bsize;
 }
 
+/* The size of the block alloc_get(len) hands out. */
+size_t alloc_block_size(size_t len)
+{
+	size_t size = (size_t)1 << MIN_SHIFT;
+
+	if (len > RPAL_PAGE / 2)
+		size = RPAL_PAGE;
+	while (size < len)
+		size <<= 1;
+	return size;
+}
+
 void *alloc_get(struct rpal_alloc *a, size_t len)
 {
 	unsigned order = 0, cls;
@@ -237,9 +249,9 @@ static int block_find(struct rpal_alloc *a, const void *ptr, struct page **pg, u
 	return 0;
 }
 
-/* Mark a live block as in flight to a peer: -EINVAL if ptr is no live
- * block or len exceeds it, -EBUSY if it is already in flight. */
-int alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
+/* Mark a live block as in flight to a peer: its size, -EINVAL if ptr is
+ * no live block or len exceeds it, -EBUSY if it is already in flight. */
+long alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
 {
 	struct page *p;
 	uint64_t bit;
@@ -250,7 +262,7 @@ int alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
 	if (p->sent & bit)
 		return -EBUSY;
 	p->sent |= bit;
-	return 0;
+	return (long)size;
 }
 
 /* Undo alloc_claim() of a buffer that was not sent after all. */
@@ -274,7 +286,8 @@ bool alloc_in_flight(struct rpal_alloc *a, void *ptr)
 	return block_find(a, ptr, &p, &bit, &size) == 0 && (p->sent & bit);
 }
 
-int alloc_put(struct rpal_alloc *a, void *ptr)
+/* Free a live block: its size, or -EINVAL. */
+long alloc_put(struct rpal_alloc *a, void *ptr)
 {
 	struct page *p;
 	uint64_t bit;
@@ -295,10 +308,10 @@ int alloc_put(struct rpal_alloc *a, void *ptr)
 			list_del(a, &a->partial[p->cls], i);
 			pages_put(a, i, 0);
 		}
-		return 0;
+		return (long)size;
 	}
 	pages_put(a, i, p->order);
-	return 0;
+	return (long)size;
 }
 
 size_t alloc_used(struct rpal_alloc *a) { return a->used_bytes; }

@@ -67,6 +67,7 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 	env_uint("RPAL_SPIN_US", &cfg->spin_us);
 	env_uint("RPAL_HANDSHAKE_MS", &cfg->handshake_ms);
 	env_uint("RPAL_PROTECT_PEERS", &cfg->protect_peers);
+	env_u64("RPAL_CONN_BUDGET", &cfg->conn_budget);
 	dir = getenv("RPAL_RUNTIME_DIR");
 	if (dir && strlen(dir) < sizeof(cfg->runtime_dir))
 		strcpy(cfg->runtime_dir, dir);
@@ -96,6 +97,9 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536", c->ring_entries);
 	if (c->spin_us > 10u * 1000 * 1000)
 		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s", c->spin_us);
+	if (c->conn_budget && (c->conn_budget < (64u << 10) || c->conn_budget > c->arena_size))
+		return rpal_fail(EINVAL, "config: conn_budget %" PRIu64 " must be 0 (arena_size / 4) or in 64 KiB..arena_size",
+				 c->conn_budget);
 	if (c->handshake_ms == 0 || c->handshake_ms > 60000)
 		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000", c->handshake_ms);
 	if (memchr(c->runtime_dir, 0, sizeof(c->runtime_dir)) == NULL)

@@ -22,6 +22,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -207,12 +208,14 @@ static void forget_one(int fd, void *_Atomic *slot)
 		close(c->peer_doorbell);
 		close(c->pidfd);
 		bufset_free(&c->out);
+		bufset_free(&c->held);
 		if (c->wake_page)
 			munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
 		free(c);
 	} else if (*obj == OBJ_LISTENER) {
 		struct rpal_listener *l = (struct rpal_listener *)obj;
 		close(l->sock);
+		close(l->timer);
 		if (l->lockfd >= 0)
 			close(l->lockfd);
 		for (unsigned k = 0; k < l->nr_pending; k++)
@@ -392,6 +395,8 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	if (ret)
 		goto fail;
 	ret = bufset_init(&c->out, h->ack_entries);
+	if (!ret)
+		ret = bufset_init(&c->held, me->ack_entries);
 	if (ret) {
 		snprintf(why, whylen, "out of memory");
 		goto fail;
@@ -448,6 +453,7 @@ fail:
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	bufset_free(&c->out);
+	bufset_free(&c->held);
 	peer_put(c->peer);
 	free(c);
 	return ret;
@@ -471,6 +477,7 @@ void conn_reclaim(struct rpal_conn *c)
 {
 	pthread_mutex_lock(&c->out_lock);
 	bufset_reclaim(&c->out);
+	store_relaxed(&c->out_bytes, 0);
 	pthread_mutex_unlock(&c->out_lock);
 }
 
@@ -479,10 +486,11 @@ void conn_reclaim(struct rpal_conn *c)
  * without touching their memory: the peer's mapping of our arena outlives
  * us, and what it has not read yet stays readable.  Takes rpal_g.lock.
  */
-void linger_sweep(bool teardown)
+bool linger_sweep(bool teardown)
 {
 	struct rpal_linger **pp, *l;
 	uint64_t now = now_ns();
+	bool more;
 
 	pthread_mutex_lock(&rpal_g.lock);
 	for (pp = &rpal_g.lingering; (l = *pp);) {
@@ -502,10 +510,14 @@ void linger_sweep(bool teardown)
 		}
 		bufset_free(&l->out);
 		peer_put(l->peer);
+		if (!teardown)
+			watch_del(l->sock);
 		close(l->sock);
 		free(l);
 	}
+	more = rpal_g.lingering != NULL;
 	pthread_mutex_unlock(&rpal_g.lock);
+	return more;
 }
 
 /*
@@ -669,7 +681,7 @@ static int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, 
 	if (mapped)
 		munmap(page, RPAL_WAKE_PAGE_SIZE);
 	for (i = 0; i < nfds; i++)
-		close(fds[i]);
+		peer_fd_close(fds[i]);
 	return ret;
 }
 
@@ -694,7 +706,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 	if (!l)
 		return rpal_fail(ENOMEM, "out of memory");
 	l->kind = OBJ_LISTENER;
-	l->fd = l->sock = l->lockfd = -1;
+	l->fd = l->sock = l->lockfd = l->timer = -1;
 	ret = policy_copy(l, policy);
 	if (ret)
 		goto fail;
@@ -740,6 +752,14 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		ret = rpal_fail(errno, "epoll_ctl() failed");
 		goto fail;
 	}
+	/* A client that connects and says nothing makes the listener readable
+	 * at its deadline, so that an event loop's next rpal_accept drops it. */
+	l->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	ev.data.fd = l->timer;
+	if (l->timer < 0 || epoll_ctl(l->fd, EPOLL_CTL_ADD, l->timer, &ev) < 0) {
+		ret = rpal_fail(errno, "cannot create the listener's handshake timer");
+		goto fail;
+	}
 	pthread_mutex_lock(&rpal_g.lock);
 	ret = obj_set(l->fd, l);
 	pthread_mutex_unlock(&rpal_g.lock);
@@ -749,6 +769,8 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 fail:
 	if (l->fd >= 0)
 		close(l->fd);
+	if (l->timer >= 0)
+		close(l->timer);
 	if (l->sock >= 0)
 		close(l->sock);
 	if (l->path[0])
@@ -781,6 +803,11 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	char why[160];
 
 	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 2, &nfds);
+	if (n == -E2BIG) {
+		send_refuse(sock, EPROTO, "hello carried more than 2 descriptors");
+		pending_drop(l, i);
+		return rpal_fail(EPROTO, "refused a client: its hello carried more than 2 descriptors");
+	}
 	if (n == -EAGAIN) {
 		if (now_ns() < l->pending[i].deadline_ns)
 			return 0;
@@ -795,7 +822,7 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	ret = cred_check(sock, &l->policy, &uc, why, sizeof(why));
 	if (ret) {
 		while (nfds)
-			close(fds[--nfds]);
+			peer_fd_close(fds[--nfds]);
 		send_refuse(sock, -ret, why);
 		pending_drop(l, i);
 		return rpal_fail(-ret, "refused a client: %s", why);
@@ -803,7 +830,7 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	ret = side_create(&me, &bell, &ring);
 	if (ret) {
 		while (nfds)
-			close(fds[--nfds]);
+			peer_fd_close(fds[--nfds]);
 		send_refuse(sock, -ret, "server cannot create a connection");
 		pending_drop(l, i);
 		return ret;
@@ -842,6 +869,21 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	}
 	*out = sock;
 	return 1;
+}
+
+/* Arm the listener's timer for deadline (UINT64_MAX: disarm), after
+ * consuming a past expiry, which would keep the listener readable. */
+static void pending_timer_arm(struct rpal_listener *l, uint64_t deadline)
+{
+	struct itimerspec its = { 0 };
+	uint64_t expiries;
+
+	(void)!read(l->timer, &expiries, sizeof(expiries));
+	if (deadline != UINT64_MAX) {
+		its.it_value.tv_sec = (time_t)(deadline / 1000000000);
+		its.it_value.tv_nsec = (long)(deadline % 1000000000);
+	}
+	timerfd_settime(l->timer, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
 /* Move every connection waiting in the backlog to the pending list. */
@@ -889,14 +931,15 @@ RPAL_EXPORT int rpal_accept(int lfd, int flags)
 			if (l->nr_pending == before)
 				i++;
 		}
+		for (i = 0; i < l->nr_pending; i++)
+			if (l->pending[i].deadline_ns < next)
+				next = l->pending[i].deadline_ns;
+		pending_timer_arm(l, next);
 		/* A refused or failed handshake is reported, as a failed accept(). */
 		if (last_err)
 			return last_err;
 		if (flags & RPAL_NONBLOCK)
 			return -EAGAIN;
-		for (i = 0; i < l->nr_pending; i++)
-			if (l->pending[i].deadline_ns < next)
-				next = l->pending[i].deadline_ns;
 		now = now_ns();
 		timeout = next == UINT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / 1000000 + 1);
 		if (epoll_wait(l->fd, evs, 8, timeout) < 0 && errno != EINTR)
@@ -981,13 +1024,17 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		goto fail;
 	}
 	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 3, &nfds);
+	if (n == -E2BIG) {
+		ret = rpal_fail(EPROTO, "%s answered with more than 3 descriptors", service);
+		goto fail;
+	}
 	if (n < 0) {
 		ret = rpal_fail(n == -ECONNRESET ? ECONNREFUSED : -n, "%s closed the connection during the handshake", service);
 		goto fail;
 	}
 	if (refuse_parse(buf, (size_t)n, &ret, why, sizeof(why)) == 0) {
 		while (nfds)
-			close(fds[--nfds]);
+			peer_fd_close(fds[--nfds]);
 		ret = rpal_fail(ret, "%s refused us: %s", service, why);
 		goto fail;
 	}
@@ -1043,6 +1090,7 @@ static void conn_close(struct rpal_conn *c)
 		l->deadline_ns = now_ns() + (uint64_t)RPAL_LINGER_MS * 1000000;
 		l->next = rpal_g.lingering;
 		rpal_g.lingering = l;
+		watch_linger(l->sock);  /* under the lock: a sweep may free l after it */
 	} else {
 		conn_reclaim(c);
 		bufset_free(&c->out);
@@ -1050,7 +1098,8 @@ static void conn_close(struct rpal_conn *c)
 		peer_put(c->peer);
 	}
 	pthread_mutex_unlock(&rpal_g.lock);
-	watch_del(c->fd);       /* the lingering copy of the socket stays unwatched */
+	bufset_free(&c->held);
+	watch_del(c->fd);
 	watch_del(c->pidfd);
 	/* The watcher no longer finds c (obj_clear under rpal_g.lock). */
 	if (c->wake_page)
@@ -1073,6 +1122,7 @@ static void listener_close(struct rpal_listener *l)
 	if (l->path[0])
 		unlink(l->path);
 	close(l->sock);
+	close(l->timer);
 	close(l->fd);
 	if (l->lockfd >= 0)
 		close(l->lockfd);
@@ -1144,6 +1194,8 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	info->wakeups = c->tx_wakeups + c->rx_wakeups;
 	info->sleeps = load_relaxed(&c->tx_sleeps) + load_relaxed(&c->rx_sleeps);
 	info->bufs_outstanding = c->out.count;
+	info->bytes_outstanding = load_relaxed(&c->out_bytes);
+	info->budget = conn_budget();
 	return 0;
 }
 

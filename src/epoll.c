@@ -444,7 +444,7 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 		acks_drain(c);
 		uint64_t mark;
 
-		if (ring_writable(c, &mark)) {
+		if (send_ready(c, &mark)) {
 			if (!et || r->fresh || mark != r->out_mark)
 				ev |= OUT_BITS;
 			r->out_mark = mark;
@@ -584,7 +584,7 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 			continue;
 		if (r->events & IN_BITS)
 			bits |= RPAL_WAIT_RX | (futex ? RPAL_WAIT_RX_FUTEX : RPAL_WAIT_RX_BELL);
-		if ((r->events & OUT_BITS) && !ring_writable(r->c, NULL))
+		if ((r->events & OUT_BITS) && !send_ready(r->c, NULL))
 			bits |= RPAL_WAIT_TX | (futex ? RPAL_WAIT_TX_FUTEX : RPAL_WAIT_TX_BELL);
 		if (bits) {
 			wait_begin(r->c, bits & ~r->sleeping);
@@ -652,8 +652,6 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	wv[nw++] = fwv(&ep->kick_seq, kseq, false);
 	for (i = 0; i < ep->nregs; i++) {
 		struct rpal_conn *c = ep->regs[i]->c;
-		if (conn_dead(c) && !c->peer->base)
-			continue;
 		const _Atomic uint32_t *w = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 
 		wv[nw++] = fwv(w, load_acquire(w), true);

@@ -178,9 +178,26 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 }
 
 /*
- * Receive one handshake datagram and at most maxfds descriptors.  Every
- * descriptor that arrived beyond maxfds, or with a truncated message, is
- * closed: a peer cannot make us leak them.  Returns the byte count.
+ * Close a descriptor a peer gave us without letting it block this thread:
+ * the release of a socket set to linger waits up to the time the peer
+ * chose, so a socket's linger is switched off first.
+ */
+void peer_fd_close(int fd)
+{
+	struct linger off = { 0, 0 };
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+		setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+	close(fd);
+}
+
+/*
+ * Receive one handshake datagram and at most maxfds descriptors.  A message
+ * with more descriptors than that fails with -E2BIG, and one that was
+ * truncated with -EPROTO; every descriptor that came with it is closed
+ * (peer_fd_close): a peer cannot make us leak or block on them.  Returns
+ * the byte count.
  */
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 {
@@ -193,6 +210,8 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 			     .msg_controllen = sizeof(u.buf) };
 	struct cmsghdr *cm;
 	ssize_t n;
+
+	bool extra = false;
 
 	*nfds = 0;
 	do
@@ -209,16 +228,18 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 		in = (int *)CMSG_DATA(cm);
 		cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		for (k = 0; k < cnt; k++) {
-			if (*nfds < maxfds)
+			if (*nfds < maxfds) {
 				fds[(*nfds)++] = in[k];
-			else
-				close(in[k]);
+			} else {
+				peer_fd_close(in[k]);
+				extra = true;
+			}
 		}
 	}
-	if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+	if (extra || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
 		while (*nfds)
-			close(fds[--*nfds]);
-		return -EPROTO;
+			peer_fd_close(fds[--*nfds]);
+		return extra ? -E2BIG : -EPROTO;
 	}
 	if (n == 0)
 		return -ECONNRESET;

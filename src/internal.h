@@ -81,9 +81,10 @@ struct rpal_alloc;
 struct rpal_alloc *alloc_create(void *heap, size_t size);
 void alloc_destroy(struct rpal_alloc *a);
 void *alloc_get(struct rpal_alloc *a, size_t len);
-int alloc_put(struct rpal_alloc *a, void *p);   /* -EINVAL if p is not a live block */
+size_t alloc_block_size(size_t len);
+long alloc_put(struct rpal_alloc *a, void *p);   /* its size, or -EINVAL if p is not a live block */
 bool alloc_owns(struct rpal_alloc *a, const void *p);
-int alloc_claim(struct rpal_alloc *a, void *p, size_t len);
+long alloc_claim(struct rpal_alloc *a, void *p, size_t len);
 void alloc_unclaim(struct rpal_alloc *a, void *p);
 bool alloc_in_flight(struct rpal_alloc *a, void *p);
 size_t alloc_used(struct rpal_alloc *a);
@@ -173,10 +174,13 @@ struct rpal_conn {
 	uint64_t ack_tail;            /* C: acks I have produced */
 	uint64_t last_rung_tx;        /* C: peer's waiting word when I last woke it */
 
-	pthread_mutex_t out_lock;     /* ack_head, out */
+	pthread_mutex_t out_lock;     /* ack_head, out, out_bytes */
 	_Atomic uint64_t ack_head;    /* peer acks I have consumed (written under out_lock) */
 	struct bufset out;            /* my buffers the peer holds */
+	_Atomic uint64_t out_bytes;   /* their allocator blocks' size (written under out_lock) */
+	_Atomic uint64_t want_bytes;  /* P: block size of the buffer send waiting for quota (epoll reads) */
 	unsigned out_limit;           /* = peer's ack_entries */
+	struct bufset held;           /* C: the peer's buffers rpal_recv_msg gave out, not released */
 
 	/* RPAL_FEAT_WAKE_PAGE: the shared page, my word (I sleep on it) and
 	 * the peer's (I wake it there); NULL: wake_seq and futex_waitv. */
@@ -220,8 +224,9 @@ struct rpal_pending {             /* an accepted socket mid-handshake */
 
 struct rpal_listener {
 	enum rpal_kind kind;
-	int fd;                       /* the user's handle: an epoll of sock + pending */
+	int fd;                       /* the user's handle: an epoll of sock + pending + timer */
 	int sock;
+	int timer;                    /* fires at the first pending deadline */
 	int lockfd;                   /* held while we serve the name */
 	char path[108];
 	struct rpal_policy policy;
@@ -277,8 +282,11 @@ uintptr_t slot_base(unsigned slot);
 int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer **out);
 void peer_put(struct rpal_peer *p);
 void *arena_alloc(size_t len);
-int arena_free(void *p);
-int arena_claim(void *p, size_t len);
+long arena_free(void *p);
+long arena_claim(void *p, size_t len);
+uint64_t arena_free_bytes(void);        /* unallocated bytes of our arena's heap */
+uint64_t conn_budget(void);             /* rpal_config.conn_budget, 0 resolved */
+uint64_t arena_reserve(void);           /* kept free of data buffers */
 void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
 
@@ -321,7 +329,7 @@ static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
 void conn_reclaim(struct rpal_conn *c);
-void linger_sweep(bool teardown);
+bool linger_sweep(bool teardown);      /* true while some still linger */
 
 /* handshake.c */
 void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service,
@@ -338,6 +346,7 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds);
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
 int doorbell_check(int fd, char *why, size_t whylen);
+void peer_fd_close(int fd);
 
 /*
  * Copy an inline payload (n <= RPAL_INLINE_MAX) with at most three pairs of
@@ -401,9 +410,17 @@ static inline bool ring_readable(struct rpal_conn *c)
 
 	if (conn_err(c))
 		return true;
-	if (conn_dead(c) && !c->peer->base)
-		return false;
 	return !slot_empty(c, head, load_relaxed(&c->pring[head & c->pring_mask].seq));
+}
+
+/* msg.c: may c publish a buffer whose block is size bytes now? */
+bool quota_ok(const struct rpal_conn *c, uint64_t size, bool allocated);
+
+/* EPOLLOUT: a slot is free and the buffer a send last waited for fits
+ * (with none waiting, any small one), so a woken writer does not spin. */
+static inline bool send_ready(const struct rpal_conn *c, uint64_t *head)
+{
+	return ring_writable(c, head) && quota_ok(c, load_relaxed(&c->want_bytes), false);
 }
 
 /* notify.c */
@@ -424,7 +441,7 @@ static inline uint32_t peer_update(struct rpal_conn *c)
 {
 	uint32_t st = load_relaxed(&c->peer_state);
 
-	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED) && !(conn_dead(c) && !c->peer->base)) {
+	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED)) {
 		uint32_t now = load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
 		if (unlikely(now & ~st))
 			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_relaxed) | now;
@@ -440,6 +457,7 @@ extern _Atomic uint32_t watch_seq;      /* bumped when any peer hangs up or dies
 #define WATCH_SET  (2ull << 32)
 int watch_add(int fd, uint32_t events, uint64_t who);
 void watch_del(int fd);
+void watch_linger(int sock);
 void watch_stop(void);
 void watch_forget_child(void);
 
@@ -584,8 +602,6 @@ static inline int notify_rx(struct rpal_conn *c, bool may_call)
 	int ret;
 
 	c->published = c->tail;
-	if (unlikely(conn_dead(c)) && !c->peer->base)
-		return 0;       /* its mapping is retired: nobody to wake */
 	if (unlikely(c->local)) {
 		parker = load_relaxed(&c->pb->hosted_rcv) != 0;
 		ret = call_deliver(c, may_call);

@@ -5,6 +5,7 @@
  * place and acknowledges through its own ack ring.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <string.h>
 
 #include "internal.h"
@@ -23,8 +24,31 @@ static int send_error(struct rpal_conn *c)
 	return 0;
 }
 
-/* Wait for a free slot (and, for buffers, quota) or fail. */
-static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
+/*
+ * The per-connection share of our arena (rpal(7), "Memory").  One arena
+ * serves every connection, so a peer that stops releasing must not fill it:
+ * what a peer holds stays under the connection's budget and under what is
+ * left free once the new buffer is out, so that N peers that all stop can
+ * hold at most N/(N+1) of the arena between them and the others keep room.
+ * A connection whose peer holds nothing may always send, arena permitting:
+ * it then waits for nobody but its own peer.  allocated: the block is
+ * already counted as used (rpal_send_buf).
+ */
+bool quota_ok(const struct rpal_conn *c, uint64_t size, bool allocated)
+{
+	uint64_t held = load_relaxed(&c->out_bytes), avail = arena_free_bytes();
+
+	if (c->out.count >= c->out_limit)
+		return false;
+	if (held == 0)
+		return true;
+	if (!allocated)
+		avail = avail > size ? avail - size : 0;
+	return held + size <= conn_budget() && held + size <= avail;
+}
+
+/* Wait for a free slot (and, for a buffer of size bytes, quota) or fail. */
+static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t size, bool allocated)
 {
 	for (;;) {
 		int ret = send_error(c);
@@ -35,8 +59,12 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
 			if (!(what & WANT_QUOTA))
 				return 0;
 			acks_drain(c);
-			if (c->out.count < c->out_limit)
+			if (quota_ok(c, size, allocated)) {
+				store_relaxed(&c->want_bytes, 0);
 				return 0;
+			}
+			/* What a waiter, or EPOLLOUT, must see room for. */
+			store_relaxed(&c->want_bytes, size);
 		}
 		/* The consumer may be waiting on messages we deferred. */
 		if (c->published != c->tail)
@@ -50,24 +78,27 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags)
 	}
 }
 
-/* Publish a claimed buffer of ours.  The caller has reserved slot and quota. */
-static void publish_buf(struct rpal_conn *c, void *buf, size_t len)
+/* Publish a claimed buffer of ours, whose block is size bytes.  The
+ * caller has reserved slot and quota. */
+static void publish_buf(struct rpal_conn *c, void *buf, size_t len, uint64_t size)
 {
 	pthread_mutex_lock(&c->out_lock);
 	bufset_add(&c->out, (uintptr_t)buf);   /* cannot fail: quota checked */
+	store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) + size);
 	pthread_mutex_unlock(&c->out_lock);
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
 }
 
 static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int flags)
 {
+	uint64_t size;
 	void *copy;
 	int ret;
 
 	if (len == 0)   /* would read as end of stream */
 		return rpal_fail(EINVAL, "empty messages are not allowed");
 	if (len <= RPAL_INLINE_MAX) {
-		ret = send_prepare(c, WANT_SLOT, flags);
+		ret = send_prepare(c, WANT_SLOT, flags, 0, false);
 		if (ret)
 			return ret;
 		ring_publish(c, buf, (uint32_t)len, 0, RPAL_SLOT_INLINE);
@@ -75,20 +106,18 @@ static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int fl
 	}
 	if (len > UINT32_MAX || len > rpal_g.cfg.arena_size / 2)
 		return rpal_fail(EMSGSIZE, "message of %zu bytes is larger than half the arena", len);
-	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
+	size = alloc_block_size(len);
+	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags, size, false);
 	if (ret)
 		return ret;
-	copy = arena_alloc(len);
-	if (!copy) {
-		acks_drain(c);
-		copy = arena_alloc(len);
-		if (!copy)
-			return rpal_fail(ENOMEM, "arena exhausted: no room for a %zu-byte message "
-					 "(do peers release what they receive?)", len);
-	}
+	/* The last of the arena is kept for connection blocks. */
+	if (arena_free_bytes() < size + arena_reserve() || !(copy = arena_alloc(len)))
+		return rpal_fail(ENOMEM, "arena exhausted: no room for a %zu-byte message beside the %" PRIu64
+				 " bytes kept for new connections (do peers release what they receive?)",
+				 len, arena_reserve());
 	memcpy(copy, buf, len);
 	arena_claim(copy, len);
-	publish_buf(c, copy, len);
+	publish_buf(c, copy, len, size);
 	return (ssize_t)len;
 }
 
@@ -116,6 +145,8 @@ RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_send(fd, buf, len, flags));
+	if (!buf && len)
+		return rpal_fail(EINVAL, "rpal_send: buf is NULL");
 	ret = send_one(c, buf, len, flags);
 	if (ret >= 0) {
 		int e = sent(c, flags);
@@ -135,7 +166,14 @@ RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, in
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_send_batch(fd, msgs, n, flags));
+	if (!msgs && n)
+		return rpal_fail(EINVAL, "rpal_send_batch: msgs is NULL");
 	for (i = 0; i < n; i++) {
+		if (!msgs[i].iov_base && msgs[i].iov_len) {
+			if (i == 0)
+				return rpal_fail(EINVAL, "rpal_send_batch: message 0 has a NULL base");
+			break;
+		}
 		/* Only the first may wait; later ones stop at a full ring. */
 		ssize_t ret = send_one(c, msgs[i].iov_base, msgs[i].iov_len, i ? flags | RPAL_NONBLOCK : flags);
 		if (ret < 0) {
@@ -181,6 +219,7 @@ RPAL_EXPORT void rpal_buf_free(void *buf)
 RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
+	long size;
 	int err, ret;
 
 	c = conn_get(fd, &err);
@@ -190,18 +229,18 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 	if (len == 0 || len > UINT32_MAX)
 		return rpal_fail(EINVAL, "rpal_send_buf: length %zu out of range", len);
 	/* Validate before waiting: a bad pointer fails at once. */
-	ret = arena_claim(buf, len);
-	if (ret == -EBUSY)
+	size = arena_claim(buf, len);
+	if (size == -EBUSY)
 		return rpal_fail(EBUSY, "rpal_send_buf: buffer %p is already in flight", buf);
-	if (ret)
+	if (size < 0)
 		return rpal_fail(EINVAL, "rpal_send_buf: %p is not a live rpal_buf_alloc() buffer of >= %zu bytes",
 				 buf, len);
-	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags);
+	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags, (uint64_t)size, true);
 	if (ret) {
 		arena_unclaim(buf);     /* still the caller's */
 		return ret;
 	}
-	publish_buf(c, buf, len);
+	publish_buf(c, buf, len, (uint64_t)size);
 	return sent(c, flags);
 }
 
@@ -247,6 +286,8 @@ RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_recv(fd, buf, len, flags));
+	if (!buf && len)
+		return rpal_fail(EINVAL, "rpal_recv: buf is NULL");
 	for (;;) {
 		bool eof;
 
@@ -289,8 +330,8 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_recv_msg(fd, msgs, n, flags));
-	if (n == 0)
-		return rpal_fail(EINVAL, "rpal_recv_msg: n is 0");
+	if (n == 0 || !msgs)
+		return rpal_fail(EINVAL, "rpal_recv_msg: %s", n ? "msgs is NULL" : "n is 0");
 	for (;;) {
 		bool eof;
 
@@ -309,6 +350,13 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 				m->flags = 0;
 				m->token = 0;
 			} else {
+				/* Remembered, so that only a real release is acked. */
+				if (bufset_add(&c->held, s.addr)) {
+					store_relaxed(&c->err, EPROTO);
+					r = rpal_fail(EPROTO, "peer pid %d exceeded its buffer quota",
+						      (int)c->peer_pid);
+					return got ? (int)got : r;
+				}
 				m->data = (const void *)(uintptr_t)s.addr;
 				m->flags = RPAL_MSG_BUF;
 				m->token = s.addr;
@@ -339,11 +387,23 @@ RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_msg_release(fd, msgs, n));
+	if (!msgs && n)
+		return rpal_fail(EINVAL, "rpal_msg_release: msgs is NULL");
 	for (i = 0; i < n; i++) {
 		uint64_t tok = msgs[i].token;
 
+		if (!tok)
+			continue;       /* inline, or this struct was released */
+		/* A forged token, a copy released twice or another connection's
+		 * message would make the peer see an ack it cannot match and
+		 * close the connection: refuse it here instead. */
+		if (!bufset_del(&c->held, tok)) {
+			ret = rpal_fail(EINVAL, "rpal_msg_release: message %u (token %#llx) was not received on "
+					"connection %d, or was released already", i, (unsigned long long)tok, fd);
+			break;
+		}
 		msgs[i].token = 0;      /* a second release of this struct is a no-op */
-		if (!tok || conn_dead(c) || conn_err(c))
+		if (conn_dead(c) || conn_err(c))
 			continue;
 		ret = ack_push(c, tok);
 		if (ret)

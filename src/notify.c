@@ -239,8 +239,6 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 	uint64_t w;
 
 	c->rx_checked = c->rx_head;
-	if (unlikely(conn_dead(c)) && !c->peer->base)
-		return;
 	smp_mb();       /* W1 for the TX direction */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_TX))
@@ -259,7 +257,7 @@ static bool wait_done(struct rpal_conn *c, unsigned what)
 		return false;
 	if (what & WANT_QUOTA) {
 		acks_drain(c);
-		if (c->out.count >= c->out_limit)
+		if (!quota_ok(c, load_relaxed(&c->want_bytes), false))
 			return false;
 	}
 	return true;

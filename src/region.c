@@ -33,6 +33,9 @@ struct rpal_global rpal_g = {
 	.memfd = -1,
 };
 
+/* The allocator's count, for readers that take no lock (quota checks). */
+static _Atomic uint64_t arena_used;
+
 uintptr_t slot_base(unsigned slot)
 {
 	return rpal_g.region + (uintptr_t)slot * rpal_g.cfg.slot_size;
@@ -71,12 +74,42 @@ static int rundir_setup(const char *dir)
 	return 0;
 }
 
-/* Claim the first free slot, starting from a pid-derived one to spread
- * start-up races.  The lock lives as long as the process or rpal_fini(). */
+/* One byte of slots.lock: 0 taken, -1 with errno EAGAIN or EACCES if
+ * another holder conflicts, or another errno. */
+static int lock_byte(int fd, short type, off_t byte)
+{
+	struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1 };
+
+	return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* Our read lock on a peer slot's mapped byte (section 1 of PROTOCOL.md). */
+static int mapped_lock(unsigned slot, short type)
+{
+	if (rpal_g.slot_lockfd < 0)
+		return type == F_UNLCK ? 0 : -1;
+	return lock_byte(rpal_g.slot_lockfd, type, RPAL_SLOT_MAPPED_LOCK + slot);
+}
+
+/* Put the reservation back over a peer's arena, then let its slot go. */
+static void unmap_peer_arena(unsigned slot, uintptr_t base, size_t size)
+{
+	reserve_again(base, size);
+	mapped_lock(slot, F_UNLCK);
+}
+
+/*
+ * Claim the first free slot, starting from a pid-derived one to spread
+ * start-up races.  A slot is free when nobody owns it (byte slot) and
+ * nobody still maps its previous owner's arena (byte SLOT_MAPPED_LOCK +
+ * slot, read-locked by every mapper): a survivor reading a dead peer's
+ * messages must never see them replaced.  The lock lives as long as the
+ * process or rpal_fini().
+ */
 static int slot_claim(void)
 {
 	char path[160];
-	unsigned n = rpal_g.cfg.nr_slots, i;
+	unsigned n = rpal_g.cfg.nr_slots, i, mapped = 0;
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/slots.lock", rpal_g.rundir);
@@ -85,13 +118,16 @@ static int slot_claim(void)
 		return rpal_fail(errno, "cannot open slot lock file %s", path);
 	for (i = 0; i < n; i++) {
 		unsigned slot = (unsigned)(getpid() + i) % n;
-		struct flock fl = {
-			.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1,
-		};
-		if (fcntl(fd, F_OFD_SETLK, &fl) == 0) {
-			rpal_g.slot_lockfd = fd;
-			rpal_g.slot = slot;
-			return 0;
+
+		if (lock_byte(fd, F_WRLCK, slot) == 0) {
+			if (lock_byte(fd, F_WRLCK, RPAL_SLOT_MAPPED_LOCK + slot) == 0) {
+				lock_byte(fd, F_UNLCK, RPAL_SLOT_MAPPED_LOCK + slot);
+				rpal_g.slot_lockfd = fd;
+				rpal_g.slot = slot;
+				return 0;
+			}
+			lock_byte(fd, F_UNLCK, slot);
+			mapped++;
 		}
 		if (errno != EAGAIN && errno != EACCES) {
 			int e = errno;
@@ -100,7 +136,8 @@ static int slot_claim(void)
 		}
 	}
 	close(fd);
-	return rpal_fail(EBUSY, "all %u slots in %s are taken", n, path);
+	return rpal_fail(EBUSY, "all %u slots in %s are taken (%u of them still mapped by peers of a departed owner)",
+			 n, path, mapped);
 }
 
 static int arena_create(void)
@@ -150,6 +187,8 @@ static int arena_create(void)
 	h->nonce = nonce;
 
 	rpal_g.alloc = alloc_create((char *)p + RPAL_PAGE, size - RPAL_PAGE);
+	if (rpal_g.alloc)
+		store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
 	if (!rpal_g.alloc) {
 		reserve_again(base, size);
 		close(fd);
@@ -218,8 +257,8 @@ void region_teardown(void)
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;
 		/* Hosted: the region outlives us; give back what we mapped. */
-		if (hosted && p->base && p->pid != getpid())
-			reserve_again(p->base, p->size);
+		if (hosted && p->pid != getpid())
+			unmap_peer_arena(p->slot, p->base, p->size);
 		free(p);
 	}
 	if (rpal_g.alloc)
@@ -264,38 +303,42 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 			*out = p;
 			return 0;
 		}
+		/* Connections still read through the mapping we have: it is
+		 * never replaced under them.  An honest claimer cannot get here
+		 * (our mapped byte keeps it off the slot); one that raced us,
+		 * or ignored the lock, is refused. */
 		if (!p->dead)
 			return rpal_fail(EADDRINUSE, "peer pid %d claims slot %u, which live pid %d holds",
 					 (int)pid, h->slot, (int)p->pid);
-		/* A dead incarnation whose connections are still open: its
-		 * slot is needed, so retire the mapping now (documented). */
-		reserve_again(p->base, p->size);
-		p->base = 0;
-		*pp = p->next;
-		p->next = NULL;   /* connections still point at it; freed by the last put */
-		break;
+		return rpal_fail(EADDRINUSE, "peer pid %d claims slot %u, still mapped for open connections "
+				 "of departed pid %d", (int)pid, h->slot, (int)p->pid);
 	}
 
 	if (pid == getpid()) {
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
+		if (mapped_lock(h->slot, F_RDLCK) < 0)
+			return rpal_fail(EADDRINUSE, "slot %u of peer pid %d is being claimed anew", h->slot, (int)pid);
 		m = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
-		if (m == MAP_FAILED)
-			return rpal_fail(errno, "cannot map peer arena of slot %u", h->slot);
+		if (m == MAP_FAILED) {
+			int e = errno;
+			mapped_lock(h->slot, F_UNLCK);
+			return rpal_fail(e, "cannot map peer arena of slot %u", h->slot);
+		}
 		madvise(m, h->arena_size, MADV_DONTFORK);
 	}
 	ah = m;
 	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
 	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
 		if (pid != getpid())
-			reserve_again(base, h->arena_size);
+			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		if (pid != getpid())
-			reserve_again(base, h->arena_size);
+			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(ENOMEM, "out of memory");
 	}
 	p->slot = h->slot;
@@ -309,7 +352,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		int ret = mpk_peer_attach(p);
 
 		if (ret) {
-			reserve_again(base, h->arena_size);
+			unmap_peer_arena(h->slot, base, h->arena_size);
 			free(p);
 			return ret;
 		}
@@ -333,8 +376,8 @@ void peer_put(struct rpal_peer *p)
 			break;
 		}
 	}
-	if (p->base && p->pid != getpid())
-		reserve_again(p->base, p->size);
+	if (p->pid != getpid())
+		unmap_peer_arena(p->slot, p->base, p->size);
 	mpk_peer_detach(p);
 	free(p);
 }
@@ -347,23 +390,44 @@ void *arena_alloc(size_t len)
 		return NULL;
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	p = alloc_get(rpal_g.alloc, len);
+	store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
 	pthread_mutex_unlock(&rpal_g.alloc_lock);
 	return p;
 }
 
-int arena_free(void *p)
+uint64_t arena_free_bytes(void)
 {
-	int ret;
+	uint64_t heap = rpal_g.cfg.arena_size - RPAL_PAGE, used = load_relaxed(&arena_used);
+
+	return used < heap ? heap - used : 0;
+}
+
+uint64_t conn_budget(void)
+{
+	return rpal_g.cfg.conn_budget ? rpal_g.cfg.conn_budget : rpal_g.cfg.arena_size / 4;
+}
+
+uint64_t arena_reserve(void)
+{
+	uint64_t r = rpal_g.cfg.arena_size / 64;
+
+	return r < (1u << 20) ? r : (1u << 20);
+}
+
+long arena_free(void *p)
+{
+	long ret;
 
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	ret = alloc_put(rpal_g.alloc, p);
+	store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
 	pthread_mutex_unlock(&rpal_g.alloc_lock);
 	return ret;
 }
 
-int arena_claim(void *p, size_t len)
+long arena_claim(void *p, size_t len)
 {
-	int ret;
+	long ret;
 
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	ret = alloc_claim(rpal_g.alloc, p, len);

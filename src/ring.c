@@ -122,8 +122,6 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 
 	if (unlikely(conn_err(c)))
 		return -conn_err(c);
-	if (unlikely(conn_dead(c)) && !c->peer->base)
-		return 0;       /* the dead peer's mapping was retired */
 	s = &c->pring[c->rx_head & c->pring_mask];
 	/* A0: pairs with R0; the contents below are the published ones. */
 	seq = load_acquire(&s->seq);
@@ -138,6 +136,8 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	if (out->flags == RPAL_SLOT_INLINE) {
 		if (out->len > sizeof(out->data))
 			return violation(c, "inline length too large", out->len);
+		if (out->len == 0)      /* would read as end of stream */
+			return violation(c, "empty inline message", 0);
 	} else if (out->flags == RPAL_SLOT_BUF) {
 		uintptr_t lo = c->peer->base + RPAL_PAGE, hi = c->peer->base + c->peer->size;
 		if (out->addr < lo || out->addr >= hi || out->len > hi - out->addr)
@@ -161,7 +161,7 @@ void ring_consume(struct rpal_conn *c)
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
 bool ring_published(struct rpal_conn *c, uint64_t idx)
 {
-	if (conn_err(c) || (conn_dead(c) && !c->peer->base) || idx - ring_head(c) > c->pring_mask)
+	if (conn_err(c) || idx - ring_head(c) > c->pring_mask)
 		return false;   /* an error is reported as EPOLLERR instead */
 	return !slot_empty(c, idx, load_relaxed(&c->pring[idx & c->pring_mask].seq));
 }
@@ -191,10 +191,10 @@ int ack_push(struct rpal_conn *c, uint64_t addr)
 /* Free every buffer the peer has acknowledged.  Returns how many. */
 int acks_drain(struct rpal_conn *c)
 {
-	uint64_t head = load_relaxed(&c->ack_head);
+	uint64_t head = load_relaxed(&c->ack_head), freed = 0;
 	int n = 0;
 
-	if (conn_err(c) || (conn_dead(c) && !c->peer->base))
+	if (conn_err(c))
 		return 0;
 	/* Nothing new: the common case, without the lock (the sender and an
 	 * epoll waiter may both look). */
@@ -216,12 +216,14 @@ int acks_drain(struct rpal_conn *c)
 			violation(c, "ack of a buffer it does not hold", addr);
 			break;
 		}
-		arena_free((void *)(uintptr_t)addr);
+		freed += (uint64_t)arena_free((void *)(uintptr_t)addr);
 		store_relaxed(&c->ack_head, head + 1);
 		n++;
 	}
-	if (n)
+	if (n) {
+		store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) - freed);
 		store_release(&c->me->ack_head, load_relaxed(&c->ack_head));
+	}
 	pthread_mutex_unlock(&c->out_lock);
 	return n;
 }

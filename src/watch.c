@@ -31,6 +31,9 @@
 #include "internal.h"
 
 #define WATCH_STOP 1ull
+#define WATCH_KICK 2ull
+/* How often lingering blocks are checked against their deadline. */
+#define LINGER_POLL_MS 500
 
 static struct {
 	pthread_mutex_t lock;
@@ -38,7 +41,9 @@ static struct {
 	pthread_t thread;
 	int epfd;
 	int stopfd;
-} watch = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .stopfd = -1 };
+	int kickfd;                  /* a block started to linger */
+	_Atomic bool lingering;      /* some may be: poll their deadlines */
+} watch = { .lock = PTHREAD_MUTEX_INITIALIZER, .epfd = -1, .stopfd = -1, .kickfd = -1 };
 
 _Atomic uint32_t watch_seq;
 
@@ -48,7 +53,7 @@ static void *watcher(void *arg)
 
 	(void)arg;
 	for (;;) {
-		int n = epoll_wait(watch.epfd, ev, 16, -1), i;
+		int n = epoll_wait(watch.epfd, ev, 16, load_relaxed(&watch.lingering) ? LINGER_POLL_MS : -1), i;
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -57,6 +62,17 @@ static void *watcher(void *arg)
 		for (i = 0; i < n; i++)
 			if (ev[i].data.u64 == WATCH_STOP)
 				return NULL;
+		/* A lingering block is freed as soon as its peer lets go, or
+		 * when its time is up, not at the application's next call: an
+		 * idle server would keep it, and the peer's slot, for ever. */
+		if (load_relaxed(&watch.lingering)) {
+			for (i = 0; i < n; i++)
+				if (ev[i].data.u64 == WATCH_KICK)
+					(void)!eventfd_read(watch.kickfd, &(eventfd_t){ 0 });
+			store_relaxed(&watch.lingering, linger_sweep(false));
+			if (n == 0)
+				continue;
+		}
 		/* watch_seq first: a sleeper samples its word, then watch_seq,
 		 * so it either polls its peer or finds its word bumped. */
 		atomic_fetch_add(&watch_seq, 1);
@@ -93,6 +109,7 @@ static void *watcher(void *arg)
 static int watch_start_locked(void)
 {
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = WATCH_STOP };
+	struct epoll_event kick = { .events = EPOLLIN, .data.u64 = WATCH_KICK };
 	sigset_t all, old;
 	int ret;
 
@@ -100,7 +117,10 @@ static int watch_start_locked(void)
 		return 0;
 	watch.epfd = epoll_create1(EPOLL_CLOEXEC);
 	watch.stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (watch.epfd < 0 || watch.stopfd < 0 || epoll_ctl(watch.epfd, EPOLL_CTL_ADD, watch.stopfd, &ev) < 0) {
+	watch.kickfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (watch.epfd < 0 || watch.stopfd < 0 || watch.kickfd < 0 ||
+	    epoll_ctl(watch.epfd, EPOLL_CTL_ADD, watch.stopfd, &ev) < 0 ||
+	    epoll_ctl(watch.epfd, EPOLL_CTL_ADD, watch.kickfd, &kick) < 0) {
 		ret = -errno;
 		goto fail;
 	}
@@ -117,7 +137,9 @@ fail:
 		close(watch.epfd);
 	if (watch.stopfd >= 0)
 		close(watch.stopfd);
-	watch.epfd = watch.stopfd = -1;
+	if (watch.kickfd >= 0)
+		close(watch.kickfd);
+	watch.epfd = watch.stopfd = watch.kickfd = -1;
 	return rpal_fail(-ret, "cannot start the watcher thread");
 }
 
@@ -135,6 +157,25 @@ int watch_add(int fd, uint32_t events, uint64_t who)
 		ret = rpal_fail(errno, "cannot watch descriptor %d", fd);
 	pthread_mutex_unlock(&watch.lock);
 	return ret;
+}
+
+/*
+ * A closed connection's block lingers on sock (a private copy of its
+ * socket): wake the watcher so that it frees the block when the peer hangs
+ * up, or at its deadline.  Without the watcher the application's next call
+ * sweeps.
+ */
+void watch_linger(int sock)
+{
+	struct epoll_event ev = { .events = EPOLLRDHUP | EPOLLET, .data.u64 = WATCH_KICK };
+
+	pthread_mutex_lock(&watch.lock);
+	if (!watch_start_locked()) {
+		epoll_ctl(watch.epfd, EPOLL_CTL_ADD, sock, &ev);
+		store_relaxed(&watch.lingering, true);
+		(void)!eventfd_write(watch.kickfd, 1);
+	}
+	pthread_mutex_unlock(&watch.lock);
 }
 
 void watch_del(int fd)
@@ -165,8 +206,10 @@ void watch_stop(void)
 	pthread_mutex_lock(&watch.lock);
 	close(watch.epfd);
 	close(watch.stopfd);
-	watch.epfd = watch.stopfd = -1;
+	close(watch.kickfd);
+	watch.epfd = watch.stopfd = watch.kickfd = -1;
 	watch.started = false;
+	store_relaxed(&watch.lingering, false);
 	pthread_mutex_unlock(&watch.lock);
 }
 
@@ -177,7 +220,9 @@ void watch_forget_child(void)
 	if (watch.started) {
 		close(watch.epfd);
 		close(watch.stopfd);
+		close(watch.kickfd);
 	}
-	watch.epfd = watch.stopfd = -1;
+	watch.epfd = watch.stopfd = watch.kickfd = -1;
 	watch.started = false;
+	store_relaxed(&watch.lingering, false);
 }

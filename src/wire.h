@@ -26,6 +26,10 @@
  * adjacent-line prefetchers pull pairs (DPDK's RTE_CACHE_GUARD). */
 #define RPAL_GUARD          128u
 #define RPAL_PAGE           4096u
+/* slots.lock: byte i is slot i's owner (write lock); byte
+ * RPAL_SLOT_MAPPED_LOCK + i is read-locked by every process that maps slot
+ * i's arena, and a claimer of slot i must be able to write-lock it too. */
+#define RPAL_SLOT_MAPPED_LOCK 4096u
 
 /* Offset 0 of every arena.  Written once at creation. */
 struct rpal_arena_hdr {

@@ -96,7 +96,11 @@ int main(void)
 			printf("  %-32s -> refused: %s (%s)\n", raw_fault_name[f], why, strerror(err));
 			exit(err > 0 ? 0 : 2);
 		}
+		uint64_t t0 = t_now_ns();
 		r = serve_until_exit(pid, &status);
+		/* A doorbell set to linger 30 s must not hold our close. */
+		t_check(t_now_ns() - t0 < 5000000000ull, "%s: the refusal took %.1f s", raw_fault_name[f],
+			(t_now_ns() - t0) / 1e9);
 		t_check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: the client was not told why", raw_fault_name[f]);
 		t_check(r < 0, "%s: accept reported no error", raw_fault_name[f]);
 		t_check(strlen(last_why) > 30, "%s: unclear error '%s'", raw_fault_name[f], last_why);
@@ -124,6 +128,38 @@ int main(void)
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
 		check_clean(fds0, used0, "stalled client");
+	}
+
+	printf("  and an event loop that calls rpal_accept only when the listener is ready drops it too\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int s = raw_connect("hs");
+			struct pollfd p = { .fd = s, .events = POLLRDHUP };
+			/* Exit 0 once the server hangs up on us. */
+			exit(poll(&p, 1, 5000) == 1 ? 0 : 1);
+		}
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		uint64_t t0 = t_now_ns();
+		int st2, polls = 0;
+		r = -EAGAIN;
+		while (r == -EAGAIN && t_now_ns() - t0 < 4000000000ull) {
+			if (poll(&p, 1, 4000) == 1) {
+				polls++;
+				r = rpal_accept(lfd, RPAL_NONBLOCK);
+			}
+		}
+		t_check(r == -ETIMEDOUT, "silent client: got %d (%s) after %d wake-ups, want ETIMEDOUT", r,
+			rpal_strerror(r), polls);
+		printf("  dropped after %.2f s and %d wake-ups of the listener\n", (t_now_ns() - t0) / 1e9, polls);
+		t_check(polls <= 3, "the listener woke %d times for one silent client", polls);
+		t_check(waitpid(pid, &st2, 0) == pid && WIFEXITED(st2) && WEXITSTATUS(st2) == 0,
+			"the silent client was not hung up on");
+		t_check(rpal_accept(lfd, RPAL_NONBLOCK) == -EAGAIN, "the listener has nothing else");
+		t_check(poll(&p, 1, 0) == 0, "the listener stays readable after the drop");
+		check_clean(fds0, used0, "silent client");
 	}
 
 	printf("a client killed mid-handshake\n");

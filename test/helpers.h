@@ -7,6 +7,7 @@
 #define RPAL_TEST_HELPERS_H
 
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>

@@ -24,12 +24,13 @@
 
 enum fault {
 	F_BUF_OUTSIDE, F_BUF_TOO_LONG, F_BUF_EMPTY, F_INLINE_TOO_LONG, F_FLAGS_NONE, F_FLAGS_BOTH,
-	F_SEQ_AHEAD, F_SEQ_WRAPPED, F_NONCE_CHANGED, F_FORGED_ACK, F_NR
+	F_SEQ_AHEAD, F_SEQ_WRAPPED, F_NONCE_CHANGED, F_FORGED_ACK, F_INLINE_EMPTY, F_NR
 };
 static const char *fault_name[F_NR] = {
 	"BUF pointer outside its arena", "BUF length past the arena end", "BUF of length 0",
 	"INLINE length 41", "no payload flag", "both payload flags", "sequence ahead",
 	"sequence from a later lap", "block nonce changed", "ack of a buffer it never got",
+	"INLINE length 0 (fake end of stream)",
 };
 
 /* Publish one raw slot into our own ring, as a broken producer would. */
@@ -62,6 +63,7 @@ static void hostile_child(enum fault f)
 	case F_BUF_TOO_LONG: publish_raw(c, next, 1 << 21, RPAL_SLOT_BUF, base + rpal_g.cfg.arena_size - 4096); break;
 	case F_BUF_EMPTY: publish_raw(c, next, 0, RPAL_SLOT_BUF, base + 8192); break;
 	case F_INLINE_TOO_LONG: publish_raw(c, next, 41, RPAL_SLOT_INLINE, 0); break;
+	case F_INLINE_EMPTY: publish_raw(c, next, 0, RPAL_SLOT_INLINE, 0); break;
 	case F_FLAGS_NONE: publish_raw(c, next, 4, 0, 0); break;
 	case F_FLAGS_BOTH: publish_raw(c, next, 4, RPAL_SLOT_INLINE | RPAL_SLOT_BUF, base + 8192); break;
 	case F_SEQ_AHEAD: publish_raw(c, next + 5, 4, RPAL_SLOT_INLINE, 0); break;
@@ -157,33 +159,6 @@ static void tie_up(int bell)
 	for (int i = 0; i < 3; i++)
 		t_check(pthread_create(&th, NULL, splice_for_ever, &args[i]) == 0, "pthread_create");
 	usleep(50000);          /* the splices are waiting */
-}
-
-/*
- * A TCP socket whose release blocks: set to linger 30 s, with data the
- * other side (a listener that never accepts) does not take.  -1 where the
- * machine has no loopback TCP.
- */
-static int lingering_socket(void)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	socklen_t len = sizeof(sa);
-	struct linger lg = { .l_onoff = 1, .l_linger = 30 };
-	int l = socket(AF_INET, SOCK_STREAM, 0), s = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
-	static char junk[65536];
-
-	if (l < 0 || s < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 1) < 0 ||
-	    getsockname(l, (struct sockaddr *)&sa, &len) < 0 || connect(s, (struct sockaddr *)&sa, len) < 0) {
-		close(l);
-		close(s);
-		return -1;
-	}
-	setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-	setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-	fcntl(s, F_SETFL, O_NONBLOCK);
-	while (send(s, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
-		;
-	return s;               /* the listener stays open, unread, in this process */
 }
 
 /* A blocking receive that ends when the peer goes. */

@@ -11,6 +11,8 @@
 #include <sys/mman.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 
 #include "helpers.h"
 #include "internal.h"
@@ -19,7 +21,7 @@
 enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
-	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_NR
+	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -27,7 +29,8 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"one descriptor", "unsealed memfd", "wrong-size memfd", "doorbell a pipe (wire v2)",
 	"doorbell connected to a named socket", "doorbell with bytes queued in it",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
-	"claims the server's slot", "block nonce mismatch",
+	"claims the server's slot", "block nonce mismatch", "three descriptors",
+	"doorbell a lingering TCP socket",
 };
 
 static inline int raw_connect(const char *service)
@@ -59,6 +62,33 @@ static inline int named_socket_client(int *l_out)
 }
 
 /*
+ * A TCP socket whose release blocks: set to linger 30 s, with data the
+ * other side (a listener that never accepts) does not take.  -1 where the
+ * machine has no loopback TCP.
+ */
+static int lingering_socket(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	struct linger lg = { .l_onoff = 1, .l_linger = 30 };
+	int l = socket(AF_INET, SOCK_STREAM, 0), s = socket(AF_INET, SOCK_STREAM, 0), small = 4096;
+	static char junk[65536];
+
+	if (l < 0 || s < 0 || bind(l, (struct sockaddr *)&sa, sizeof(sa)) < 0 || listen(l, 1) < 0 ||
+	    getsockname(l, (struct sockaddr *)&sa, &len) < 0 || connect(s, (struct sockaddr *)&sa, len) < 0) {
+		close(l);
+		close(s);
+		return -1;
+	}
+	setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+	fcntl(s, F_SETFL, O_NONBLOCK);
+	while (send(s, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
+		;
+	return s;               /* the listener stays open, unread, in this process */
+}
+
+/*
  * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
  * Returns the socket; the caller reads the answer.
  */
@@ -66,7 +96,7 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 {
 	struct rpal_block *blk = block_create(64, 64);
 	struct rpal_hello h;
-	int s = raw_connect(service), sv[2], pp[2] = { -1, -1 }, fds[2], nfds = 2, extra = -1, listener = -1;
+	int s = raw_connect(service), sv[2], pp[2] = { -1, -1 }, fds[3], nfds = 2, extra = -1, listener = -1;
 	unsigned char junk[128];
 
 	t_check(blk, "block_create");
@@ -114,6 +144,17 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_BLOCK_OUTSIDE: h.block = h.region_base + h.slot * h.slot_size + h.arena_size - 64; break;
 	case RAW_OUR_SLOT: h.slot = server_slot; break;
 	case RAW_BAD_BLOCK_NONCE: h.block_nonce ^= 2; break;
+	case RAW_THREE_FDS:             /* a HELLO carries two */
+		extra = memfd_create("third", MFD_CLOEXEC);
+		fds[2] = extra;
+		nfds = 3;
+		break;
+	case RAW_TCP_BELL:              /* whose release, if ours is the last, blocks */
+		extra = lingering_socket();
+		if (extra < 0)
+			extra = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		fds[1] = extra;
+		break;
 	default: break;
 	}
 	t_check(hs_sendmsg(s, &h, sizeof(h), fds, nfds) == 0, "raw sendmsg");

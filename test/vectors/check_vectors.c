@@ -5,7 +5,8 @@
  * (go/vectors_test.go); test/vectors/README.md says what each one holds.
  *
  *   cc -std=c11 -I src test/vectors/check_vectors.c -o check_vectors
- *   ./check_vectors [DIR]        (DIR defaults to test/vectors, then .)
+ *   ./check_vectors [DIR [PROTOCOL.md]]   (DIR defaults to test/vectors, then .;
+ *                                          with the spec, its stated version too)
  *
  * Exits 0 when every check passes, 1 otherwise.
  */
@@ -162,6 +163,38 @@ static void check_block(void)
 	       (unsigned long long)ring[1].addr);
 }
 
+/*
+ * The specification states the version it describes in its title, in the
+ * version rows of its tables and in its versioning section: each must be
+ * the one the code speaks, or a second implementation written from the
+ * spec cannot connect.
+ */
+static void check_spec(const char *spec)
+{
+	char line[1024];
+	int seen = 0;
+	FILE *f = fopen(spec, "r");
+
+	CHECK(f != NULL, "cannot open %s", spec);
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned v;
+		const char *p;
+
+		if (sscanf(line, "# rpal connected-mode protocol, version %u", &v) == 1 ||
+		    sscanf(line, "| 4 | u16 | version | %u |", &v) == 1 ||
+		    sscanf(line, "| 4 | u16 | version %u |", &v) == 1 ||
+		    ((p = strstr(line, "`version` (u16) is ")) && sscanf(p, "`version` (u16) is %u", &v) == 1)) {
+			CHECK(v == RPAL_WIRE_VERSION, "%s says version %u, the code speaks %u: %s", spec, v,
+			      RPAL_WIRE_VERSION, line);
+			seen++;
+		}
+	}
+	fclose(f);
+	CHECK(seen >= 4, "%s states its version %d times, expected title, tables and section 8", spec, seen);
+}
+
 int main(int argc, char **argv)
 {
 	char path[512];
@@ -181,6 +214,8 @@ int main(int argc, char **argv)
 	check_refuse();
 	check_arena_hdr();
 	check_block();
+	if (argc > 2)
+		check_spec(argv[2]);
 	printf("%s: %d checks, %d failed\n", failures ? "FAIL" : "PASS", checks, failures);
 	return failures ? 1 : 0;
 }
