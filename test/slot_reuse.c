@@ -221,6 +221,18 @@ int main(void)
 	t_check(t_eventually((rpal_stats(&st), st.nr_peers_mapped == 0), 15000),
 		"%u peer arenas still mapped", st.nr_peers_mapped);
 	t_check(mapped_byte_free(last_vslot), "slot %u's mapped byte is still locked", last_vslot);
+	printf("an idle server lets a departed newcomer's slot go: nobody calls into rpal meanwhile\n");
+	{
+		int s;
+		pid_t ch = fork();
+		if (ch == 0)
+			churner();
+		t_check(waitpid(ch, &s, 0) == ch && WIFEXITED(s) && WEXITSTATUS(s) >= 10, "churner");
+		unsigned slot = (unsigned)WEXITSTATUS(s) - 10;
+		uint64_t t0 = t_now_ns();
+		t_check(t_eventually(mapped_byte_free(slot), 2000), "slot %u still mapped 2 s after its owner left", slot);
+		printf("  slot %u free again after %.0f ms\n", slot, (t_now_ns() - t0) / 1e6);
+	}
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }
