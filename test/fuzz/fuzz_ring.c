@@ -83,9 +83,8 @@ enum op {
 	OP_HINTS,         /* u8 ahead: ring_readable, ring_published, peer_update */
 	OP_PEER_RXHEAD,   /* u8 mode, u64 v: the peer's rx_head (releases our slots) */
 	OP_PEER_ACKHEAD,  /* u8 mode, u64 v: the peer's ack_head (drained our acks) */
-	OP_RETIRE,        /* the peer dies and its slot is taken over: its mapping
-	                   * is retired (peer->base = 0, arena PROT_NONE), as
-	                   * conn_mark_dead() then peer_map() do */
+	OP_DIE,           /* the peer dies (conn_mark_dead): its buffers come
+	                   * back, its mapping stays readable until we close */
 	OP_NR
 };
 
@@ -102,8 +101,9 @@ struct fz {
 	uint64_t tok[FZ_MAX_TOK];    /* BUF messages received, not yet acked */
 	unsigned ntok;
 	uint64_t *outs;              /* shadow: our buffers the peer holds */
+	uint64_t *out_sizes;         /* and their block sizes */
 	unsigned nout;
-	bool retired;                /* the peer arena is PROT_NONE now */
+	bool died;                   /* the peer is gone: it writes nothing more */
 };
 
 static void map_fixed(uint64_t addr, size_t len, int prot)
@@ -231,7 +231,8 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	c->peer_pid = 4242;
 
 	z->outs = calloc(z->pack_n + 1, sizeof(*z->outs));
-	CHECK(z->outs, "calloc");
+	z->out_sizes = calloc(z->pack_n + 1, sizeof(*z->out_sizes));
+	CHECK(z->outs && z->out_sizes, "calloc");
 	rpal_g.alloc = alloc_create((void *)(uintptr_t)(FZ_OUR + RPAL_PAGE), FZ_ARENA - RPAL_PAGE);
 	CHECK(rpal_g.alloc, "alloc_create");
 }
@@ -242,7 +243,7 @@ static void teardown(struct fz *z)
 
 	/* What a closing connection does with buffers the peer still holds. */
 	for (i = 0; i < z->nout; i++)
-		CHECK(alloc_put(rpal_g.alloc, (void *)(uintptr_t)z->outs[i]) == 0,
+		CHECK(alloc_put(rpal_g.alloc, (void *)(uintptr_t)z->outs[i]) == (long)z->out_sizes[i],
 		      "outstanding buffer %#llx is not live", (unsigned long long)z->outs[i]);
 	CHECK(alloc_used(rpal_g.alloc) == 0 && alloc_nr_blocks(rpal_g.alloc) == 0,
 	      "allocator not empty after freeing every outstanding buffer: %zu bytes, %llu blocks",
@@ -251,6 +252,7 @@ static void teardown(struct fz *z)
 	rpal_g.alloc = NULL;
 	bufset_free(&z->c.out);
 	free(z->outs);
+	free(z->out_sizes);
 	free(z->me);
 }
 
@@ -383,6 +385,7 @@ static void op_drain(struct fz *z)
 	struct rpal_conn *c = &z->c;
 	uint64_t head = c->ack_head;
 	unsigned count = c->out.count, i, j;
+	uint64_t held = 0;
 	int n = acks_drain(c);
 
 	CHECK(n >= 0 && (unsigned)n <= count, "acks_drain returned %d with %u outstanding", n, count);
@@ -391,10 +394,16 @@ static void op_drain(struct fz *z)
 	CHECK(c->out.count == count - (unsigned)n, "bufset count %u after %d acks of %u", c->out.count, n, count);
 	if (n)
 		CHECK(c->me->ack_head == c->ack_head, "ack_head not published");
-	for (i = j = 0; i < z->nout; i++)
-		if (alloc_in_flight(rpal_g.alloc, (void *)(uintptr_t)z->outs[i]))
+	for (i = j = 0; i < z->nout; i++) {
+		if (alloc_in_flight(rpal_g.alloc, (void *)(uintptr_t)z->outs[i])) {
+			held += z->out_sizes[i];
+			z->out_sizes[j] = z->out_sizes[i];
 			z->outs[j++] = z->outs[i];
+		}
+	}
 	z->nout = j;
+	CHECK(load_relaxed(&c->out_bytes) == held, "the peer holds %llu bytes, out_bytes says %llu",
+	      (unsigned long long)held, (unsigned long long)load_relaxed(&c->out_bytes));
 	CHECK(z->nout == c->out.count, "%u buffers live and in flight, bufset says %u", z->nout, c->out.count);
 	CHECK(alloc_nr_blocks(rpal_g.alloc) == z->nout, "%llu live blocks, %u outstanding",
 	      (unsigned long long)alloc_nr_blocks(rpal_g.alloc), z->nout);
@@ -430,10 +439,12 @@ static void op_send_buf(struct fz *z, size_t len)
 	p = alloc_get(rpal_g.alloc, len);
 	if (!p)
 		return;
-	CHECK(alloc_claim(rpal_g.alloc, p, len) == 0, "claim of a fresh buffer failed");
+	CHECK(alloc_claim(rpal_g.alloc, p, len) == (long)alloc_block_size(len), "claim of a fresh buffer failed");
 	CHECK(bufset_add(&c->out, (uintptr_t)p) == 0, "bufset_add within quota failed");
+	store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) + alloc_block_size(len));
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)p, RPAL_SLOT_BUF);
 	CHECK(z->nout < z->pack_n, "shadow overflow");
+	z->out_sizes[z->nout] = alloc_block_size(len);
 	z->outs[z->nout++] = (uintptr_t)p;
 	notify_peer_rx(c);
 }
@@ -449,9 +460,9 @@ static void op_send_inline(struct fz *z, uint32_t len)
 	notify_peer_rx(&z->c);
 }
 
-/* conn_mark_dead(), then peer_map() retiring the dead incarnation's mapping
- * because a new process claimed its slot (reserve_again: PROT_NONE). */
-static void op_retire(struct fz *z)
+/* conn_mark_dead(): the peer's process exited.  What it published stays
+ * mapped and readable (no newcomer can take its slot while we map it). */
+static void op_die(struct fz *z)
 {
 	struct rpal_conn *c = &z->c;
 	unsigned i;
@@ -465,10 +476,10 @@ static void op_retire(struct fz *z)
 			CHECK(!alloc_in_flight(rpal_g.alloc, (void *)(uintptr_t)z->outs[i]), "reclaim missed a buffer");
 		z->nout = 0;
 		CHECK(alloc_nr_blocks(rpal_g.alloc) == 0, "buffers left after reclaim");
+		CHECK(load_relaxed(&c->out_bytes) == 0, "out_bytes %llu after reclaim",
+		      (unsigned long long)load_relaxed(&c->out_bytes));
 	}
-	z->peer.base = 0;
-	z->retired = true;
-	CHECK(mprotect((void *)(uintptr_t)FZ_PEER, FZ_ARENA, PROT_NONE) == 0, "mprotect");
+	z->died = true;
 }
 
 static void peer_publish(struct fz *z, uint32_t flags, uint32_t len, uint64_t addr, uint8_t fill, uint32_t seqbias)
@@ -524,8 +535,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	while (cur.left && nops++ < FZ_MAX_OPS) {
 		uint8_t op = cur_u8(&cur) % OP_NR;
 
-		/* A retired peer writes nothing more (its memory is gone). */
-		if (z.retired && (op == OP_RAW_WRITE || op == OP_PUB_INLINE || op == OP_PUB_BUF ||
+		/* A dead peer writes nothing more. */
+		if (z.died && (op == OP_RAW_WRITE || op == OP_PUB_INLINE || op == OP_PUB_BUF ||
 				  op == OP_PUB_RAW || op == OP_PEER_ACK || op == OP_PEER_ACK_RAW ||
 				  op == OP_PEER_RXHEAD || op == OP_PEER_ACKHEAD))
 			op = OP_HINTS;
@@ -599,8 +610,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			pblock(&z)->ack_head = (mode & 1) ? v : z.c.ack_tail - (v % (z.c.ack_mask + 2));
 			break;
 		}
-		case OP_RETIRE:
-			op_retire(&z);
+		case OP_DIE:
+			op_die(&z);
 			break;
 		}
 	}
