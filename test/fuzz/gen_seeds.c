@@ -24,7 +24,7 @@
 enum op {
 	OP_RAW_WRITE, OP_PUB_INLINE, OP_PUB_BUF, OP_PUB_RAW, OP_RECV, OP_RELEASE, OP_SEND_BUF,
 	OP_SEND_INLINE, OP_PEER_ACK, OP_PEER_ACK_RAW, OP_DRAIN, OP_HINTS, OP_PEER_RXHEAD,
-	OP_PEER_ACKHEAD, OP_RETIRE,
+	OP_PEER_ACKHEAD, OP_DIE,
 };
 
 static const char *outdir;
@@ -370,23 +370,23 @@ static void ring_seeds(void)
 	u8(&b, OP_DRAIN);
 	save("ring", "bad-ack-unknown-addr", &b);
 
-	/* The peer dies, its slot is taken over, we keep receiving. */
+	/* The peer dies; we keep receiving what it published. */
 	ring_hdr(&b, 0x00, 0, 0);
 	pub_inline(&b, 4, 'x');
 	pub_buf(&b, 8192, 64);
 	recv_(&b, 1, 0);
 	recv_(&b, 1, 0);
-	u8(&b, OP_RETIRE);
+	u8(&b, OP_DIE);
 	u8(&b, OP_HINTS);
 	u8(&b, 1);
 	u8(&b, OP_DRAIN);
 	u8(&b, OP_RELEASE);
 	u8(&b, 1);
-	save("ring", "dead-peer-retired", &b);
+	save("ring", "dead-peer", &b);
 	/* ... and call rpal_recv on the dead connection: recv_empty() ->
-	 * notify_peer_tx() reads the retired block (see the fuzz report). */
+	 * notify_peer_tx() reads the dead peer's block. */
 	recv_(&b, 1, 0);
-	save("ring", "regress-notify-after-retire", &b);
+	save("ring", "regress-notify-after-death", &b);
 
 	ring_hdr(&b, 0x01, 0, 0);               /* more buffers than our ack ring */
 	for (i = 0; i < 10; i++)
