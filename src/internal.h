@@ -9,7 +9,11 @@
  *   alloc.c      the buffer allocator of our own arena
  *   ring.c       data and ack rings: produce, consume, validate
  *   handshake.c  hello encoding and checks (pure; fuzzed)
- *   conn.c       listen, accept, connect, close, peer death, object table
+ *   init.c       the object table, init, fini, fork, rpal_close, stats
+ *   policy.c     credential policies, service names
+ *   conn.c       the handshake's common half, peer death, linger, close
+ *   listen.c     rpal_listen, rpal_accept (the server's half)
+ *   connect.c    rpal_connect (the client's half)
  *   msg.c        send and receive APIs
  *   notify.c     spinning, sleeping and waking
  *   epoll.c      rpal_epoll_*
@@ -290,7 +294,7 @@ uint64_t arena_reserve(void);           /* kept free of data buffers */
 void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
 
-/* conn.c: the object table, indexed by descriptor. */
+/* init.c: the object table, indexed by descriptor. */
 /* Two-level table indexed by descriptor; lookups take no lock. */
 #define OBJ_CHUNK 1024
 #define OBJ_TOP   1024

@@ -1,0 +1,309 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * listen.c - a service's listener: rpal_listen(), the server's half of the
+ * handshake, rpal_accept().  The user's descriptor is an epoll set of the
+ * listening socket, the sockets mid-handshake and a timer for their
+ * deadlines, so an event loop sees the listener readable when any of them
+ * needs attention.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "setup.h"
+
+/* ------------------------------------------------------------ listen */
+
+RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *policy)
+{
+	struct rpal_listener *l;
+	struct sockaddr_un sa;
+	struct epoll_event ev = { .events = EPOLLIN };
+	socklen_t salen;
+	char lockpath[128];
+	int ret;
+
+	ret = rpal_ensure_init();
+	if (ret)
+		return ret;
+	ret = service_addr(service, &sa, &salen, lockpath, sizeof(lockpath));
+	if (ret)
+		return ret;
+	l = calloc(1, sizeof(*l));
+	if (!l)
+		return rpal_fail(ENOMEM, "out of memory");
+	l->kind = OBJ_LISTENER;
+	l->fd = l->sock = l->lockfd = l->timer = -1;
+	ret = policy_copy(l, policy);
+	if (ret)
+		goto fail;
+
+	if (lockpath[0]) {
+		/* Holding the lock proves any socket file there is stale. */
+		l->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		if (l->lockfd < 0) {
+			ret = rpal_fail(errno, "cannot open %s", lockpath);
+			goto fail;
+		}
+		if (flock(l->lockfd, LOCK_EX | LOCK_NB) < 0) {
+			ret = rpal_fail(EADDRINUSE, "service %s is already served by a live process", service);
+			goto fail;
+		}
+		unlink(sa.sun_path);
+		snprintf(l->path, sizeof(l->path), "%s", sa.sun_path);
+	}
+	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (l->sock < 0) {
+		ret = rpal_fail(errno, "socket() failed");
+		goto fail;
+	}
+	if (bind(l->sock, (struct sockaddr *)&sa, salen) < 0) {
+		ret = rpal_fail(errno == EADDRINUSE ? EADDRINUSE : errno, "cannot bind service %s", service);
+		goto fail;
+	}
+	/* Other uids can reach the socket only if the policy may let them in;
+	 * SO_PEERCRED is the real gate either way. */
+	if (l->path[0])
+		chmod(l->path, (policy && (policy->nr_uids || policy->nr_gids)) ? 0666 : 0600);
+	if (listen(l->sock, 128) < 0) {
+		ret = rpal_fail(errno, "listen() failed");
+		goto fail;
+	}
+	l->fd = epoll_create1(EPOLL_CLOEXEC);
+	if (l->fd < 0) {
+		ret = rpal_fail(errno, "epoll_create1() failed");
+		goto fail;
+	}
+	ev.data.fd = l->sock;
+	if (epoll_ctl(l->fd, EPOLL_CTL_ADD, l->sock, &ev) < 0) {
+		ret = rpal_fail(errno, "epoll_ctl() failed");
+		goto fail;
+	}
+	/* A client that connects and says nothing makes the listener readable
+	 * at its deadline, so that an event loop's next rpal_accept drops it. */
+	l->timer = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	ev.data.fd = l->timer;
+	if (l->timer < 0 || epoll_ctl(l->fd, EPOLL_CTL_ADD, l->timer, &ev) < 0) {
+		ret = rpal_fail(errno, "cannot create the listener's handshake timer");
+		goto fail;
+	}
+	pthread_mutex_lock(&rpal_g.lock);
+	ret = obj_set(l->fd, l);
+	pthread_mutex_unlock(&rpal_g.lock);
+	if (ret)
+		goto fail;
+	return l->fd;
+fail:
+	if (l->fd >= 0)
+		close(l->fd);
+	if (l->timer >= 0)
+		close(l->timer);
+	if (l->sock >= 0)
+		close(l->sock);
+	if (l->path[0])
+		unlink(l->path);
+	if (l->lockfd >= 0)
+		close(l->lockfd);
+	free(l->uids);
+	free(l->gids);
+	free(l);
+	return ret;
+}
+
+static void pending_drop(struct rpal_listener *l, unsigned i)
+{
+	epoll_ctl(l->fd, EPOLL_CTL_DEL, l->pending[i].fd, NULL);
+	close(l->pending[i].fd);
+	l->pending[i] = l->pending[--l->nr_pending];
+}
+
+/* Try to finish pending handshake i.  1: done (*out set), 0: not yet, <0: failed (dropped). */
+static int pending_step(struct rpal_listener *l, unsigned i, int *out)
+{
+	int sock = l->pending[i].fd, fds[3], nfds, n, ret, bell, ring, pagefd = -1;
+	unsigned char buf[sizeof(struct rpal_hello) + 16];
+	struct rpal_wake_page *page = NULL;
+	struct rpal_conn *c;
+	struct rpal_block *me;
+	struct rpal_hello w, offer = { 0 };
+	struct ucred uc;
+	char why[160];
+
+	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 2, &nfds);
+	if (n == -E2BIG) {
+		send_refuse(sock, EPROTO, "hello carried more than 2 descriptors");
+		pending_drop(l, i);
+		return rpal_fail(EPROTO, "refused a client: its hello carried more than 2 descriptors");
+	}
+	if (n == -EAGAIN) {
+		if (now_ns() < l->pending[i].deadline_ns)
+			return 0;
+		pending_drop(l, i);
+		return rpal_fail(ETIMEDOUT, "a client connected but sent no hello within %u ms",
+				 rpal_g.cfg.handshake_ms);
+	}
+	if (n < 0) {
+		pending_drop(l, i);
+		return rpal_fail(-n, "a client hung up during the handshake");
+	}
+	ret = cred_check(sock, &l->policy, &uc, why, sizeof(why));
+	if (ret) {
+		while (nfds)
+			peer_fd_close(fds[--nfds]);
+		send_refuse(sock, -ret, why);
+		pending_drop(l, i);
+		return rpal_fail(-ret, "refused a client: %s", why);
+	}
+	ret = side_create(&me, &bell, &ring);
+	if (ret) {
+		while (nfds)
+			peer_fd_close(fds[--nfds]);
+		send_refuse(sock, -ret, "server cannot create a connection");
+		pending_drop(l, i);
+		return ret;
+	}
+	epoll_ctl(l->fd, EPOLL_CTL_DEL, sock, NULL);
+	/* The client offers a wake page (hello_accept checks the rest). */
+	memcpy(&offer, buf, (size_t)n < sizeof(offer) ? (size_t)n : sizeof(offer));
+	if (offer.features & RPAL_FEAT_WAKE_PAGE)
+		page = wake_page_create(&pagefd);
+	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, page, &c, why, sizeof(why));
+	if (ret) {
+		if (page) {
+			munmap(page, RPAL_WAKE_PAGE_SIZE);
+			close(pagefd);
+		}
+		send_refuse(sock, -ret, why);
+		close(bell);
+		close(ring);
+		block_destroy(me);
+		close(sock);
+		l->pending[i] = l->pending[--l->nr_pending];
+		return rpal_fail(-ret, "refused client pid %d: %s", (int)uc.pid, why);
+	}
+	hello_fill(&w, RPAL_HS_WELCOME, me, NULL, page ? RPAL_FEAT_WAKE_PAGE : 0);
+	fds[0] = rpal_g.memfd;
+	fds[1] = ring;
+	fds[2] = pagefd;
+	ret = hs_sendmsg(sock, &w, sizeof(w), fds, page ? 3 : 2);
+	close(ring);            /* the peer holds its copy now */
+	if (pagefd >= 0)
+		close(pagefd);
+	l->pending[i] = l->pending[--l->nr_pending];
+	if (ret) {
+		rpal_close(sock);
+		return rpal_fail(-ret, "client pid %d went away during the handshake", (int)uc.pid);
+	}
+	*out = sock;
+	return 1;
+}
+
+/* Arm the listener's timer for deadline (UINT64_MAX: disarm), after
+ * consuming a past expiry, which would keep the listener readable. */
+static void pending_timer_arm(struct rpal_listener *l, uint64_t deadline)
+{
+	struct itimerspec its = { 0 };
+	uint64_t expiries;
+
+	(void)!read(l->timer, &expiries, sizeof(expiries));
+	if (deadline != UINT64_MAX) {
+		its.it_value.tv_sec = (time_t)(deadline / 1000000000);
+		its.it_value.tv_nsec = (long)(deadline % 1000000000);
+	}
+	timerfd_settime(l->timer, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+/* Move every connection waiting in the backlog to the pending list. */
+static void accept_new(struct rpal_listener *l)
+{
+	uint64_t deadline = now_ns() + (uint64_t)rpal_g.cfg.handshake_ms * 1000000;
+
+	for (;;) {
+		struct epoll_event ev = { .events = EPOLLIN };
+		int s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+		if (s < 0)
+			return;
+		if (l->nr_pending == sizeof(l->pending) / sizeof(l->pending[0]))
+			pending_drop(l, 0);   /* the oldest loses: bounded state under a flood */
+		ev.data.fd = s;
+		epoll_ctl(l->fd, EPOLL_CTL_ADD, s, &ev);
+		l->pending[l->nr_pending].fd = s;
+		l->pending[l->nr_pending].deadline_ns = deadline;
+		l->nr_pending++;
+	}
+}
+
+RPAL_EXPORT int rpal_accept(int lfd, int flags)
+{
+	struct rpal_listener *l = obj_get(lfd);
+	int last_err = 0;
+
+	if (!l || l->kind != OBJ_LISTENER)
+		return rpal_fail(EBADF, "descriptor %d is not an rpal listener", lfd);
+	for (;;) {
+		uint64_t next = UINT64_MAX, now;
+		struct epoll_event evs[8];
+		unsigned i;
+		int out, ret, timeout;
+
+		accept_new(l);
+		for (i = 0; i < l->nr_pending;) {
+			unsigned before = l->nr_pending;
+			ret = pending_step(l, i, &out);
+			if (ret == 1)
+				return out;
+			if (ret < 0)
+				last_err = ret;
+			if (l->nr_pending == before)
+				i++;
+		}
+		for (i = 0; i < l->nr_pending; i++)
+			if (l->pending[i].deadline_ns < next)
+				next = l->pending[i].deadline_ns;
+		pending_timer_arm(l, next);
+		/* A refused or failed handshake is reported, as a failed accept(). */
+		if (last_err)
+			return last_err;
+		if (flags & RPAL_NONBLOCK)
+			return -EAGAIN;
+		now = now_ns();
+		timeout = next == UINT64_MAX ? -1 : next <= now ? 0 : (int)((next - now) / 1000000 + 1);
+		if (epoll_wait(l->fd, evs, 8, timeout) < 0 && errno != EINTR)
+			return rpal_fail(errno, "epoll_wait() on the listener failed");
+	}
+}
+
+void listener_close(struct rpal_listener *l)
+{
+	pthread_mutex_lock(&rpal_g.lock);
+	obj_clear(l->fd);
+	pthread_mutex_unlock(&rpal_g.lock);
+	while (l->nr_pending)
+		pending_drop(l, 0);
+	if (l->path[0])
+		unlink(l->path);
+	close(l->sock);
+	close(l->timer);
+	close(l->fd);
+	if (l->lockfd >= 0)
+		close(l->lockfd);
+	free(l->uids);
+	free(l->gids);
+	free(l);
+}
