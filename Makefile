@@ -2,10 +2,11 @@
 BUILD      ?= build
 BUILD_SAN  ?= build-asan
 BUILD_TSAN ?= build-tsan
+BUILD_CONN ?= build-connected
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
 
-.PHONY: all deps build demo test test-release test-asan test-tsan test-fuzz test-docs test-go fuzz soak clean
+.PHONY: all deps build demo test test-release test-asan test-tsan test-connected-only test-fuzz test-docs test-go fuzz soak clean
 
 all: build
 
@@ -33,6 +34,15 @@ test-tsan: deps
 	@cmake --build $(BUILD_TSAN) -j $(JOBS)
 	@cd $(BUILD_TSAN) && RPAL_TEST_SCALE=10 ctest --output-on-failure -j $(JOBS) --timeout 300 -L tsan
 
+# The connected core alone (cmake -DRPAL_HOSTED=OFF): builds, passes its
+# tests, and its librpal holds no user-mode switch.
+test-connected-only: deps
+	@cmake -S . -B $(BUILD_CONN) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DRPAL_HOSTED=OFF >/dev/null
+	@cmake --build $(BUILD_CONN) -j $(JOBS)
+	@! nm $(BUILD_CONN)/src/librpal.so | grep -E 'hosted_switch|call_park_own|host_prog' || \
+		{ echo "test-connected-only: hosted symbols in a connected-only librpal"; exit 1; }
+	@cd $(BUILD_CONN) && ctest --output-on-failure -j $(JOBS) --timeout 300 -LE flaky
+
 # A short libFuzzer pass over the handshake and ring parsers (clang).
 test-fuzz:
 	@./scripts/fuzz.sh 10
@@ -49,8 +59,9 @@ test-docs:
 test-go: build
 	@./scripts/go-test.sh $(BUILD)
 
-# Every test: release build, then ASan+UBSan, the TSan subset, fuzzing, docs, Go.
-test: test-release test-asan test-tsan test-fuzz test-docs test-go
+# Every test: release build, then ASan+UBSan, the TSan subset, the
+# connected-only build, fuzzing, docs, Go.
+test: test-release test-asan test-tsan test-connected-only test-fuzz test-docs test-go
 	@echo "make test: all suites passed"
 
 # The soak run, not part of `make test`: SOAK_MESSAGES messages (default
@@ -64,4 +75,4 @@ soak: build
 	@cd $(BUILD) && RPAL_RUNTIME_DIR=$$PWD/rt-soak-hkill ./hosted/hosted_test_kill $${RPAL_HOSTED_KILL_ROUNDS:-1000}
 
 clean:
-	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) build-fuzz
+	rm -rf $(BUILD) $(BUILD_SAN) $(BUILD_TSAN) $(BUILD_CONN) build-fuzz

@@ -576,20 +576,8 @@ static inline void mpk_all_sync(void)
 	}									\
 } while (0)
 
-/* call.c: hosted mode (hosted/rpal_host.h) */
-struct rpal_host_rcv;
-int host_setup(struct rpal_config *cfg);
-bool host_active(void);
-void host_forget_child(void);
-void host_slot_claimed(unsigned slot);
-int host_prog_of_slot(unsigned slot);
-bool host_prog_failed(int prog);
-int call_deliver(struct rpal_conn *c, bool may_call);
-struct rpal_host_rcv *call_rcv_create(int top);
-void call_rcv_retire(struct rpal_host_rcv *r);
-bool call_from_producer(const struct rpal_conn *c);
-int call_park_own(struct rpal_host_rcv *r);
-void conn_hangup_all(void);
+/* Hosted mode, as far as the core sees it. */
+#include "local.h"
 
 /*
  * After publishing: wake the consumer if it advertised sleep; in hosted
