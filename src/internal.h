@@ -16,10 +16,14 @@
  *   connect.c    rpal_connect (the client's half)
  *   msg.c        send and receive APIs
  *   notify.c     spinning, sleeping and waking
- *   epoll.c      rpal_epoll_*
+ *   epoll_set.c  rpal_epoll_create, rpal_epoll_ctl: a set and its registrations
+ *   epoll.c      rpal_epoll_wait (epoll_park.h: its hosted park path)
  *   watch.c      the watcher thread: hang-ups and deaths wake futex sleepers
  *   safety.c     rpal_access_safely: recovery points for faults on peer memory
  *   mpk.c        protection keys: peer arenas unreadable outside windows
+ *   call.c       hosted mode: RPAL calls into a parked receiver; the core
+ *                sees it only through local.h (hosted_off.c stands in for
+ *                it in a connected-only build, RPAL_HOSTED=OFF)
  */
 #ifndef RPAL_INTERNAL_H
 #define RPAL_INTERNAL_H
