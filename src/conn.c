@@ -360,8 +360,12 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 			ret = (snprintf(why, whylen, "cannot map the wake page"), -ENOMEM);
 		mapped = !ret;
 	}
-	if (!ret)
-		ret = hello_check_peer(&h, why, whylen);
+	if (!ret) {
+		struct rpal_geom g;
+
+		geom_self(&g);
+		ret = hello_check_peer(&h, &g, why, whylen);
+	}
 	if (!ret)
 		ret = memfd_check(fds[0], h.arena_size, why, whylen);
 	if (!ret)

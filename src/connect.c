@@ -47,6 +47,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	unsigned char buf[sizeof(struct rpal_hello) + 16];
 	struct sockaddr_un sa;
 	struct rpal_hello h;
+	struct rpal_geom g;
 	struct rpal_block *me = NULL;
 	struct rpal_conn *c;
 	struct ucred uc;
@@ -85,7 +86,8 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 	ret = side_create(&me, &bell, &ring);
 	if (ret)
 		goto fail;
-	hello_fill(&h, RPAL_HS_HELLO, me, service[0] == '/' ? NULL : service, RPAL_FEAT_WAKE_PAGE);
+	geom_self(&g);
+	hello_fill(&h, &g, RPAL_HS_HELLO, me, service[0] == '/' ? NULL : service, RPAL_FEAT_WAKE_PAGE);
 	fds[0] = rpal_g.memfd;
 	fds[1] = ring;
 	ret = hs_sendmsg(sock, &h, sizeof(h), fds, 2);

@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * handshake.c - the hello messages and every check made on what a peer sends
- * before anything of it is mapped or used.  The parsers are pure functions
- * of their input (fuzzed in test/fuzz_*).
+ * before anything of it is mapped or used.  The hello functions are pure:
+ * our own place in the address map comes in as an argument (struct
+ * rpal_geom), never from the process's state (fuzzed in test/fuzz/).  The
+ * descriptor checks look at the descriptors they are given and nothing
+ * else.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -26,8 +29,8 @@
 
 static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
-void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service,
-		uint32_t features)
+void hello_fill(struct rpal_hello *h, const struct rpal_geom *g, uint16_t type, const struct rpal_block *blk,
+		const char *service, uint32_t features)
 {
 	memset(h, 0, sizeof(*h));
 	h->magic = RPAL_HELLO_MAGIC;
@@ -35,13 +38,13 @@ void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *bl
 	h->type = type;
 	h->size = sizeof(*h);
 	h->features = RPAL_FEATURES_BASE | features;
-	h->pid = (uint32_t)getpid();
-	h->slot = rpal_g.slot;
-	h->nr_slots = rpal_g.cfg.nr_slots;
-	h->region_base = rpal_g.region;
-	h->slot_size = rpal_g.cfg.slot_size;
-	h->arena_size = rpal_g.cfg.arena_size;
-	h->arena_nonce = rpal_g.arena->nonce;
+	h->pid = (uint32_t)g->pid;
+	h->slot = g->slot;
+	h->nr_slots = g->nr_slots;
+	h->region_base = g->region_base;
+	h->slot_size = g->slot_size;
+	h->arena_size = g->arena_size;
+	h->arena_nonce = g->arena_nonce;
 	h->block = (uintptr_t)blk;
 	h->block_nonce = blk->nonce;
 	h->ring_entries = blk->ring_entries;
@@ -71,20 +74,19 @@ int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hel
 	return 0;
 }
 
-/* Geometry: does this peer fit our address map?  (No memory is touched.) */
-int hello_check_peer(const struct rpal_hello *h, char *why, size_t whylen)
+/* Geometry: does this peer fit our address map, g?  (No memory is touched.) */
+int hello_check_peer(const struct rpal_hello *h, const struct rpal_geom *g, char *why, size_t whylen)
 {
-	const struct rpal_config *cfg = &rpal_g.cfg;
 	uint64_t base, bsize;
 
-	if (h->region_base != rpal_g.region || h->slot_size != cfg->slot_size || h->nr_slots != cfg->nr_slots)
-		return WHY("peer's region %#" PRIx64 " x %u x %#" PRIx64 " differs from ours %#" PRIxPTR " x %u x %#" PRIx64,
-			   h->region_base, h->nr_slots, h->slot_size, rpal_g.region, cfg->nr_slots, cfg->slot_size);
-	if (h->slot >= cfg->nr_slots)
+	if (h->region_base != g->region_base || h->slot_size != g->slot_size || h->nr_slots != g->nr_slots)
+		return WHY("peer's region %#" PRIx64 " x %u x %#" PRIx64 " differs from ours %#" PRIx64 " x %u x %#" PRIx64,
+			   h->region_base, h->nr_slots, h->slot_size, g->region_base, g->nr_slots, g->slot_size);
+	if (h->slot >= g->nr_slots)
 		return WHY("peer slot %u out of range", h->slot);
-	if (h->slot == rpal_g.slot && h->pid != (uint32_t)getpid())
+	if (h->slot == g->slot && h->pid != (uint32_t)g->pid)
 		return snprintf(why, whylen, "peer claims our own slot %u", h->slot), -EADDRINUSE;
-	if (h->arena_size < (1u << 20) || h->arena_size > cfg->slot_size || h->arena_size % RPAL_PAGE)
+	if (h->arena_size < (1u << 20) || h->arena_size > g->slot_size || h->arena_size % RPAL_PAGE)
 		return WHY("peer arena size %#" PRIx64 " invalid", h->arena_size);
 	if (!pow2(h->ring_entries) || h->ring_entries < 8 || h->ring_entries > 65536)
 		return WHY("peer ring_entries %u invalid", h->ring_entries);

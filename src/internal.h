@@ -339,13 +339,21 @@ bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
 void conn_reclaim(struct rpal_conn *c);
 bool linger_sweep(bool teardown);      /* true while some still linger */
 
-/* handshake.c */
-void hello_fill(struct rpal_hello *h, uint16_t type, const struct rpal_block *blk, const char *service,
-		uint32_t features);
+/* handshake.c: pure functions of their arguments (fuzzed). */
+/* Our place in the address map: what our hellos say, and what a peer's
+ * must fit (region.c fills it from the process's state). */
+struct rpal_geom {
+	uint64_t region_base, slot_size, arena_size, arena_nonce;
+	unsigned nr_slots, slot;
+	pid_t pid;
+};
+void geom_self(struct rpal_geom *g);
+void hello_fill(struct rpal_hello *h, const struct rpal_geom *g, uint16_t type, const struct rpal_block *blk,
+		const char *service, uint32_t features);
 int wake_page_check(int fd, char *why, size_t whylen);
 int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hello *out,
 		char *why, size_t whylen);
-int hello_check_peer(const struct rpal_hello *h, char *why, size_t whylen);
+int hello_check_peer(const struct rpal_hello *h, const struct rpal_geom *g, char *why, size_t whylen);
 void refuse_fill(struct rpal_refuse *r, int err, const char *reason);
 int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rlen);
 int block_check(const struct rpal_block *pb, const struct rpal_hello *h, uintptr_t pbase,

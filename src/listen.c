@@ -141,6 +141,7 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	struct rpal_conn *c;
 	struct rpal_block *me;
 	struct rpal_hello w, offer = { 0 };
+	struct rpal_geom g;
 	struct ucred uc;
 	char why[160];
 
@@ -196,7 +197,8 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		l->pending[i] = l->pending[--l->nr_pending];
 		return rpal_fail(-ret, "refused client pid %d: %s", (int)uc.pid, why);
 	}
-	hello_fill(&w, RPAL_HS_WELCOME, me, NULL, page ? RPAL_FEAT_WAKE_PAGE : 0);
+	geom_self(&g);
+	hello_fill(&w, &g, RPAL_HS_WELCOME, me, NULL, page ? RPAL_FEAT_WAKE_PAGE : 0);
 	fds[0] = rpal_g.memfd;
 	fds[1] = ring;
 	fds[2] = pagefd;

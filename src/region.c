@@ -36,6 +36,17 @@ struct rpal_global rpal_g = {
 /* The allocator's count, for readers that take no lock (quota checks). */
 static _Atomic uint64_t arena_used;
 
+void geom_self(struct rpal_geom *g)
+{
+	g->region_base = rpal_g.region;
+	g->slot_size = rpal_g.cfg.slot_size;
+	g->nr_slots = rpal_g.cfg.nr_slots;
+	g->arena_size = rpal_g.cfg.arena_size;
+	g->arena_nonce = rpal_g.arena ? rpal_g.arena->nonce : 0;
+	g->slot = rpal_g.slot;
+	g->pid = getpid();
+}
+
 uintptr_t slot_base(unsigned slot)
 {
 	return rpal_g.region + (uintptr_t)slot * rpal_g.cfg.slot_size;

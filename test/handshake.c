@@ -333,7 +333,9 @@ int main(void)
 				bad = dup(p[0]);
 				break;
 			}
-			hello_fill(&w, RPAL_HS_WELCOME, blk, NULL, RPAL_FEAT_WAKE_PAGE);
+			struct rpal_geom g;
+			geom_self(&g);
+			hello_fill(&w, &g, RPAL_HS_WELCOME, blk, NULL, RPAL_FEAT_WAKE_PAGE);
 			out[0] = rpal_g.memfd;
 			out[1] = p[1];
 			out[2] = bad;

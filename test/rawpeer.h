@@ -101,7 +101,10 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 
 	t_check(blk, "block_create");
 	t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
-	hello_fill(&h, RPAL_HS_HELLO, blk, service, 0);
+	struct rpal_geom g;
+
+	geom_self(&g);
+	hello_fill(&h, &g, RPAL_HS_HELLO, blk, service, 0);
 	fds[0] = rpal_g.memfd;
 	fds[1] = sv[1];
 	switch (f) {

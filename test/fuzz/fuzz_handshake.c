@@ -44,6 +44,7 @@
 
 static struct rpal_arena_hdr fake_arena_hdr;
 static uint32_t my_pid;
+static struct rpal_geom geom;  /* ours: what hellos are checked against */
 static int no_purity;   /* RPAL_FUZZ_NO_PURITY=1: skip the stack-garbage check on short hellos */
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -60,8 +61,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	rpal_g.slot = F_MY_SLOT;
 	fake_arena_hdr.magic = RPAL_ARENA_MAGIC;
 	fake_arena_hdr.nonce = 0x5eed5eed5eed5eedULL;
-	rpal_g.arena = &fake_arena_hdr;   /* hello_fill() reads the nonce */
+	rpal_g.arena = &fake_arena_hdr;   /* geom_self() reads the nonce */
 	my_pid = (uint32_t)getpid();
+	geom_self(&geom);
 	no_purity = getenv("RPAL_FUZZ_NO_PURITY") && *getenv("RPAL_FUZZ_NO_PURITY") == '1';
 	return 0;
 }
@@ -255,12 +257,12 @@ static void roundtrip_hello(const uint8_t *msg, size_t mlen)
 	blk.ack_entries = 8u << ((mlen / 14) % 14);
 	memcpy(service, msg, n);
 	service[n] = 0;
-	hello_fill(&h, RPAL_HS_HELLO, &blk, service, 0);
+	hello_fill(&h, &geom, RPAL_HS_HELLO, &blk, service, 0);
 	CHECK(h.service[sizeof(h.service) - 1] == 0, "hello_fill left the service unterminated");
 	r = hello_check(&h, sizeof(h), RPAL_HS_HELLO, &back, why, sizeof(why));
 	CHECK(r == 0 && memcmp(&h, &back, sizeof(h)) == 0, "own hello rejected: %s", why);
 	h.block = F_REGION + (uint64_t)F_MY_SLOT * F_SLOT_SIZE + 4096;
-	r = hello_check_peer(&h, why, sizeof(why));
+	r = hello_check_peer(&h, &geom, why, sizeof(why));
 	hello_peer_expect(&h, r);
 }
 
@@ -288,7 +290,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			int r;
 			if (ctl & 0x10)
 				h.pid = my_pid;
-			r = hello_check_peer(&h, why, wl);
+			r = hello_check_peer(&h, &geom, why, wl);
 			why_ok(r, why, wl, "hello_check_peer");
 			hello_peer_expect(&h, r);
 		}
@@ -304,7 +306,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			hh.pid = my_pid;
 		/* Checks must not depend on a correct header for the parts they test. */
 		if (hello_check_pure(&hh, sizeof(hh), want, &h, why, wl) == 0) {
-			int r = hello_check_peer(&h, why, wl);
+			int r = hello_check_peer(&h, &geom, why, wl);
 			why_ok(r, why, wl, "hello_check_peer");
 			hello_peer_expect(&h, r);
 			if (r == 0)
