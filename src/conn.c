@@ -74,7 +74,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 
 	if (!c)
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
-	c->kind = OBJ_CONN;
+	c->obj.kind = OBJ_CONN;
 	c->fd = sock;
 	c->pidfd = -1;
 	if (page) {
@@ -143,7 +143,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
 	spin_init(&c->tx_spin, rpal_g.cfg.spin_us);
 	c->wake_page = page;    /* the watcher finds it from here on (obj_set) */
-	ret = obj_set(sock, c);
+	ret = obj_set(sock, &c->obj);
 	if (ret)
 		goto fail;
 	rpal_g.nr_conns++;
@@ -464,6 +464,44 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 		notify_peer_rx_nocall(c);
 	return 0;
 }
+
+/* ------------------------------------------------------------ ops */
+
+static void conn_close_obj(struct rpal_obj *o)
+{
+	struct rpal_conn *c = (struct rpal_conn *)o;
+	uint64_t w = mpk_open(c->pkru_bits);    /* close reads the peer's block */
+
+	conn_close(c);
+	mpk_close(w);
+}
+
+/* In a forked child: the parent's connection is not ours to close. */
+static void conn_forget_child(struct rpal_obj *o)
+{
+	struct rpal_conn *c = (struct rpal_conn *)o;
+
+	close(c->doorbell);
+	close(c->peer_doorbell);
+	close(c->pidfd);
+	bufset_free(&c->out);
+	bufset_free(&c->held);
+	if (c->wake_page)
+		munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
+	free(c);
+}
+
+static void conn_hang_up(struct rpal_obj *o, int fd)
+{
+	(void)o;
+	shutdown(fd, SHUT_RDWR);
+}
+
+const struct rpal_obj_ops conn_ops = {
+	.close = conn_close_obj,
+	.forget_child = conn_forget_child,
+	.hang_up = conn_hang_up,
+};
 
 /* ------------------------------------------------------------ info */
 

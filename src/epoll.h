@@ -33,7 +33,7 @@ struct rpal_ep_reg {
 };
 
 struct rpal_ep {
-	enum rpal_kind kind;
+	struct rpal_obj obj;    /* OBJ_EPOLL */
 	int fd;                 /* U */
 	int top;                /* T */
 	int kick;               /* eventfd in T: wakes a sleeper after rpal_epoll_ctl() */
@@ -65,9 +65,7 @@ struct rpal_ep {
 
 static inline struct rpal_ep *ep_get(int epfd)
 {
-	struct rpal_ep *ep = obj_get(epfd);
-
-	return ep && ep->kind == OBJ_EPOLL ? ep : NULL;
+	return (struct rpal_ep *)obj_get_kind(epfd, OBJ_EPOLL);
 }
 
 /*

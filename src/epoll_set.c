@@ -32,7 +32,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 		errno = ENOMEM;
 		return -1;
 	}
-	ep->kind = OBJ_EPOLL;
+	ep->obj.kind = OBJ_EPOLL;
 	pthread_mutex_init(&ep->lock, NULL);
 	spin_init(&ep->spin, rpal_g.cfg.spin_us);
 	ep->fd = epoll_create1(flags);
@@ -53,7 +53,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 	if (watch_add(ep->fd, EPOLLIN, WATCH_SET | (uint32_t)ep->fd) < 0)
 		goto fail;
 	pthread_mutex_lock(&rpal_g.lock);
-	ret = obj_set(ep->fd, ep);
+	ret = obj_set(ep->fd, &ep->obj);
 	pthread_mutex_unlock(&rpal_g.lock);
 	if (ret) {
 		errno = -ret;
@@ -213,10 +213,10 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *event)
 {
 	struct rpal_ep *ep = ep_get(epfd);
-	struct rpal_conn *c = obj_get(fd);
+	struct rpal_conn *c = (struct rpal_conn *)obj_get_kind(fd, OBJ_CONN);
 	int ret;
 
-	if (!ep || !c || c->kind != OBJ_CONN) {
+	if (!ep || !c) {
 		ret = epoll_ctl(epfd, op, fd, event);
 		if (ep && !ret) {
 			/* Counted so a set of rpal connections only may sleep on
@@ -261,9 +261,9 @@ void epoll_conn_gone(struct rpal_conn *c)
 	other_give(ep, counted);
 }
 
-void epoll_destroy(void *obj)
+static void epoll_destroy(struct rpal_obj *obj)
 {
-	struct rpal_ep *ep = obj;
+	struct rpal_ep *ep = (struct rpal_ep *)obj;
 	bool counted = other_take(ep);
 
 	while (ep->nregs)
@@ -283,9 +283,9 @@ void epoll_destroy(void *obj)
 }
 
 /* After fork: the child frees its copy; U is closed by the caller. */
-void epoll_forget_child(void *obj)
+static void epoll_forget_child(struct rpal_obj *obj)
 {
-	struct rpal_ep *ep = obj;
+	struct rpal_ep *ep = (struct rpal_ep *)obj;
 	unsigned i;
 
 	close(ep->top);
@@ -295,3 +295,8 @@ void epoll_forget_child(void *obj)
 	free(ep->regs);
 	free(ep);
 }
+
+const struct rpal_obj_ops epoll_ops = {
+	.close = epoll_destroy,
+	.forget_child = epoll_forget_child,
+};

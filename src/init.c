@@ -25,12 +25,12 @@
 #include "setup.h"
 
 /* ------------------------------------------------------------ objects */
-void *_Atomic obj_top[OBJ_TOP];
+struct rpal_obj *_Atomic *_Atomic obj_top[OBJ_TOP];
 
 /* Caller holds rpal_g.lock. */
-int obj_set(int fd, void *obj)
+int obj_set(int fd, struct rpal_obj *obj)
 {
-	void *_Atomic *chunk;
+	struct rpal_obj *_Atomic *chunk;
 
 	if (fd < 0 || fd >= OBJ_CHUNK * OBJ_TOP)
 		return -EMFILE;
@@ -47,7 +47,7 @@ int obj_set(int fd, void *obj)
 
 void obj_clear(int fd)
 {
-	void *_Atomic *chunk;
+	struct rpal_obj *_Atomic *chunk;
 
 	if (fd < 0 || fd >= OBJ_CHUNK * OBJ_TOP)
 		return;
@@ -125,12 +125,12 @@ int rpal_ensure_init(void)
 }
 
 /* Call fn for every object in the table: its descriptor and table slot. */
-static void obj_walk(void (*fn)(int fd, void *_Atomic *slot))
+static void obj_walk(void (*fn)(int fd, struct rpal_obj *_Atomic *slot))
 {
 	int top, i;
 
 	for (top = 0; top < OBJ_TOP; top++) {
-		void *_Atomic *chunk = atomic_load(&obj_top[top]);
+		struct rpal_obj *_Atomic *chunk = atomic_load(&obj_top[top]);
 		if (!chunk)
 			continue;
 		for (i = 0; i < OBJ_CHUNK; i++)
@@ -139,7 +139,7 @@ static void obj_walk(void (*fn)(int fd, void *_Atomic *slot))
 	}
 }
 
-static void close_one(int fd, void *_Atomic *slot)
+static void close_one(int fd, struct rpal_obj *_Atomic *slot)
 {
 	(void)slot;
 	rpal_close(fd);
@@ -156,12 +156,18 @@ static void close_all(void)
  * about to end.  Hang up every connection so that peers see it at once;
  * nothing else is touched (the failed code may have left locks held).
  */
-static void hang_up_one(int fd, void *_Atomic *slot)
-{
-	int *obj = atomic_load(slot);
+static const struct rpal_obj_ops *const kind_ops[OBJ_NR_KINDS] = {
+	[OBJ_CONN] = &conn_ops,
+	[OBJ_LISTENER] = &listener_ops,
+	[OBJ_EPOLL] = &epoll_ops,
+};
 
-	if (*obj == OBJ_CONN || *obj == OBJ_LISTENER)
-		shutdown(*obj == OBJ_CONN ? fd : ((struct rpal_listener *)obj)->sock, SHUT_RDWR);
+static void hang_up_one(int fd, struct rpal_obj *_Atomic *slot)
+{
+	struct rpal_obj *o = atomic_load(slot);
+
+	if (kind_ops[o->kind]->hang_up)
+		kind_ops[o->kind]->hang_up(o, fd);
 }
 
 void conn_hangup_all(void)
@@ -189,35 +195,12 @@ RPAL_EXPORT void rpal_fini(void)
  * the child does not map), and let it rpal_init() afresh.  The slot lock's
  * open file description stays the parent's (closing our copy keeps it).
  */
-static void forget_one(int fd, void *_Atomic *slot)
+static void forget_one(int fd, struct rpal_obj *_Atomic *slot)
 {
-	int *obj = atomic_load(slot);
+	struct rpal_obj *o = atomic_load(slot);
 
 	atomic_store(slot, NULL);
-	if (*obj == OBJ_CONN) {
-		struct rpal_conn *c = (struct rpal_conn *)obj;
-		close(c->doorbell);
-		close(c->peer_doorbell);
-		close(c->pidfd);
-		bufset_free(&c->out);
-		bufset_free(&c->held);
-		if (c->wake_page)
-			munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
-		free(c);
-	} else if (*obj == OBJ_LISTENER) {
-		struct rpal_listener *l = (struct rpal_listener *)obj;
-		close(l->sock);
-		close(l->timer);
-		if (l->lockfd >= 0)
-			close(l->lockfd);
-		for (unsigned k = 0; k < l->nr_pending; k++)
-			close(l->pending[k].fd);
-		free(l->uids);
-		free(l->gids);
-		free(l);
-	} else if (*obj == OBJ_EPOLL) {
-		epoll_forget_child(obj);
-	}
+	kind_ops[o->kind]->forget_child(o);
 	close(fd);
 }
 
@@ -246,23 +229,12 @@ static void atfork_child(void)
 
 RPAL_EXPORT int rpal_close(int fd)
 {
-	int *obj = obj_get(fd);
+	struct rpal_obj *o = obj_get(fd);
 
-	if (!obj)
+	if (!o)
 		return close(fd) < 0 ? -errno : 0;
-	switch (*obj) {
-	case OBJ_CONN:
-		MPK_REENTER((struct rpal_conn *)obj, rpal_close(fd));
-		conn_close((struct rpal_conn *)obj);
-		return 0;
-	case OBJ_LISTENER:
-		listener_close((struct rpal_listener *)obj);
-		return 0;
-	case OBJ_EPOLL:
-		epoll_destroy(obj);
-		return 0;
-	}
-	return -EBADF;
+	kind_ops[o->kind]->close(o);
+	return 0;
 }
 
 /* ------------------------------------------------------------ stats */

@@ -133,12 +133,33 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns);
 uint64_t now_ns(void);
 
 /* --------------------------------------------------------- objects */
-enum rpal_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_EPOLL };
+/*
+ * Every rpal object (connection, listener, epoll set) begins with a struct
+ * rpal_obj; the table (init.c) maps descriptors to them, and what the
+ * process does to all its objects at once goes through its kind's ops.
+ */
+enum rpal_kind { OBJ_CONN = 1, OBJ_LISTENER, OBJ_EPOLL, OBJ_NR_KINDS };
+
+struct rpal_obj {
+	enum rpal_kind kind;
+};
+
+struct rpal_obj_ops {
+	void (*close)(struct rpal_obj *o);         /* rpal_close() */
+	/* In a forked child: free our copy of the bookkeeping, touching no
+	 * memory shared with the parent or a peer; the caller closes fd. */
+	void (*forget_child)(struct rpal_obj *o);
+	/* A hosted program failed in a call: let its peers see it now,
+	 * touching nothing else (its code may have left locks held).  NULL:
+	 * nothing to hang up. */
+	void (*hang_up)(struct rpal_obj *o, int fd);
+};
+extern const struct rpal_obj_ops conn_ops, listener_ops, epoll_ops;
 
 struct rpal_ep_reg;
 
 struct rpal_conn {
-	enum rpal_kind kind;
+	struct rpal_obj obj;          /* OBJ_CONN */
 	int fd;                       /* the Unix socket: the user's handle */
 	uint32_t pkru_bits;           /* = peer->pkru_bits, next to what conn_get reads */
 
@@ -231,7 +252,7 @@ struct rpal_pending {             /* an accepted socket mid-handshake */
 };
 
 struct rpal_listener {
-	enum rpal_kind kind;
+	struct rpal_obj obj;          /* OBJ_LISTENER */
 	int fd;                       /* the user's handle: an epoll of sock + pending + timer */
 	int sock;
 	int timer;                    /* fires at the first pending deadline */
@@ -302,11 +323,11 @@ bool arena_in_flight(void *p);
 /* Two-level table indexed by descriptor; lookups take no lock. */
 #define OBJ_CHUNK 1024
 #define OBJ_TOP   1024
-extern void *_Atomic obj_top[OBJ_TOP];
+extern struct rpal_obj *_Atomic *_Atomic obj_top[OBJ_TOP];
 
-static inline void *obj_get(int fd)
+static inline struct rpal_obj *obj_get(int fd)
 {
-	void *_Atomic *chunk;
+	struct rpal_obj *_Atomic *chunk;
 
 	if (fd < 0 || fd >= OBJ_CHUNK * OBJ_TOP)
 		return NULL;
@@ -314,21 +335,32 @@ static inline void *obj_get(int fd)
 	return chunk ? atomic_load_explicit(&chunk[fd % OBJ_CHUNK], memory_order_acquire) : NULL;
 }
 
-int obj_set(int fd, void *obj);
+int obj_set(int fd, struct rpal_obj *obj);
+/* The object of kind k named by fd, or NULL. */
+static inline struct rpal_obj *obj_get_kind(int fd, enum rpal_kind k)
+{
+	struct rpal_obj *o = obj_get(fd);
+
+	return o && o->kind == k ? o : NULL;
+}
 void obj_clear(int fd);
 int conn_get_failed(int fd);
+
+/* The connection named by fd, or NULL. */
+static inline struct rpal_conn *conn_of(int fd)
+{
+	return (struct rpal_conn *)obj_get_kind(fd, OBJ_CONN);   /* obj is its first member */
+}
 
 /* The connection named by fd, or NULL with *err set.  Inline, as are the
  * few helpers below that every message runs: a hosted call is a few
  * hundred cycles, and each call instruction is a visible part of it. */
 static inline struct rpal_conn *conn_get(int fd, int *err)
 {
-	struct rpal_conn *c = obj_get(fd);
+	struct rpal_conn *c = conn_of(fd);
 
-	if (unlikely(!c || c->kind != OBJ_CONN)) {
+	if (unlikely(!c))
 		*err = conn_get_failed(fd);
-		return NULL;
-	}
 	return c;
 }
 void conn_mark_dead(struct rpal_conn *c, bool process_exited);
@@ -641,7 +673,5 @@ static inline void notify_peer_rx_nocall(struct rpal_conn *c)
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);
 void epoll_wake_futex(struct rpal_ep *ep);
-void epoll_destroy(void *ep);
-void epoll_forget_child(void *ep);
 
 #endif /* RPAL_INTERNAL_H */

@@ -47,7 +47,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 	l = calloc(1, sizeof(*l));
 	if (!l)
 		return rpal_fail(ENOMEM, "out of memory");
-	l->kind = OBJ_LISTENER;
+	l->obj.kind = OBJ_LISTENER;
 	l->fd = l->sock = l->lockfd = l->timer = -1;
 	ret = policy_copy(l, policy);
 	if (ret)
@@ -103,7 +103,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		goto fail;
 	}
 	pthread_mutex_lock(&rpal_g.lock);
-	ret = obj_set(l->fd, l);
+	ret = obj_set(l->fd, &l->obj);
 	pthread_mutex_unlock(&rpal_g.lock);
 	if (ret)
 		goto fail;
@@ -253,10 +253,10 @@ static void accept_new(struct rpal_listener *l)
 
 RPAL_EXPORT int rpal_accept(int lfd, int flags)
 {
-	struct rpal_listener *l = obj_get(lfd);
+	struct rpal_listener *l = (struct rpal_listener *)obj_get_kind(lfd, OBJ_LISTENER);
 	int last_err = 0;
 
-	if (!l || l->kind != OBJ_LISTENER)
+	if (!l)
 		return rpal_fail(EBADF, "descriptor %d is not an rpal listener", lfd);
 	for (;;) {
 		uint64_t next = UINT64_MAX, now;
@@ -309,3 +309,36 @@ void listener_close(struct rpal_listener *l)
 	free(l->gids);
 	free(l);
 }
+
+static void listener_close_obj(struct rpal_obj *o)
+{
+	listener_close((struct rpal_listener *)o);
+}
+
+/* In a forked child: the socket and the name stay the parent's. */
+static void listener_forget_child(struct rpal_obj *o)
+{
+	struct rpal_listener *l = (struct rpal_listener *)o;
+
+	close(l->sock);
+	close(l->timer);
+	if (l->lockfd >= 0)
+		close(l->lockfd);
+	for (unsigned k = 0; k < l->nr_pending; k++)
+		close(l->pending[k].fd);
+	free(l->uids);
+	free(l->gids);
+	free(l);
+}
+
+static void listener_hang_up(struct rpal_obj *o, int fd)
+{
+	(void)fd;
+	shutdown(((struct rpal_listener *)o)->sock, SHUT_RDWR);
+}
+
+const struct rpal_obj_ops listener_ops = {
+	.close = listener_close_obj,
+	.forget_child = listener_forget_child,
+	.hang_up = listener_hang_up,
+};

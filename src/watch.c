@@ -82,13 +82,13 @@ static void *watcher(void *arg)
 		pthread_mutex_lock(&rpal_g.lock);
 		for (i = 0; i < n; i++) {
 			uint64_t who = ev[i].data.u64 & ~(uint64_t)UINT32_MAX;
-			int *obj = obj_get((int)(uint32_t)ev[i].data.u64);
-			struct rpal_conn *c = (struct rpal_conn *)obj;
+			struct rpal_obj *o = obj_get((int)(uint32_t)ev[i].data.u64);
+			struct rpal_conn *c = (struct rpal_conn *)o;
 			struct rpal_ep *ep;
 
-			if (!obj)
+			if (!o)
 				continue;
-			if (who == WATCH_CONN && *obj == OBJ_CONN) {
+			if (who == WATCH_CONN && o->kind == OBJ_CONN) {
 				if (c->wake_mine) {
 					atomic_fetch_add(c->wake_mine, 1);
 					syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
@@ -96,8 +96,8 @@ static void *watcher(void *arg)
 				/* Its set frees it only after obj_clear(), under the lock. */
 				if ((ep = load_acquire(&c->set)) != NULL)
 					epoll_wake_futex(ep);
-			} else if (who == WATCH_SET && *obj == OBJ_EPOLL) {
-				epoll_wake_futex((struct rpal_ep *)obj);
+			} else if (who == WATCH_SET && o->kind == OBJ_EPOLL) {
+				epoll_wake_futex((struct rpal_ep *)o);
 			}
 		}
 		pthread_mutex_unlock(&rpal_g.lock);

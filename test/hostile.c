@@ -50,7 +50,7 @@ static void publish_raw(struct rpal_conn *c, uint32_t seq, uint32_t len, uint32_
 static void hostile_child(enum fault f)
 {
 	int fd = t_ok(rpal_connect("victim", NULL, 0));
-	struct rpal_conn *c = obj_get(fd);
+	struct rpal_conn *c = conn_of(fd);
 	uintptr_t base = (uintptr_t)rpal_g.arena;
 	uint32_t next = (uint32_t)c->tail + 1;
 	char b[8];
@@ -315,7 +315,7 @@ int main(void)
 		pid_t pid = fork();
 		if (pid == 0) {
 			int fd = child_connect();
-			struct rpal_conn *c = obj_get(fd);
+			struct rpal_conn *c = conn_of(fd);
 			t_check(c && c->wake_page, "no wake page was negotiated");
 			/* Both words, for 300 ms, while the victim sleeps in rpal_recv. */
 			for (uint64_t t0 = t_now_ns(), i = 0; t_now_ns() - t0 < 300000000ull; i++) {
@@ -346,7 +346,7 @@ int main(void)
 		pid_t pid = fork();
 		if (pid == 0) {
 			int fd = child_connect();
-			struct rpal_conn *c = obj_get(fd);
+			struct rpal_conn *c = conn_of(fd);
 			char b;
 			prctl(PR_SET_PDEATHSIG, SIGKILL);   /* gone with a failed test */
 			/* Say we sleep on the doorbell when told, and never drain it. */
@@ -357,7 +357,7 @@ int main(void)
 			exit(0);
 		}
 		int fd = t_ok(rpal_accept(lfd, 0));
-		struct rpal_conn *c = obj_get(fd);
+		struct rpal_conn *c = conn_of(fd);
 		static char fill[4096];
 		char b;
 		for (int step = 0; step < 2; step++) {
@@ -414,7 +414,7 @@ int main(void)
 		pid_t pid = fork();
 		if (pid == 0) {
 			int fd = child_connect();
-			struct rpal_conn *c = obj_get(fd);
+			struct rpal_conn *c = conn_of(fd);
 			static char junk[4096];
 			char ok;
 
@@ -461,7 +461,7 @@ int main(void)
 		pid_t pid = fork();
 		if (pid == 0) {
 			int fd = child_connect();
-			struct rpal_conn *c = obj_get(fd);
+			struct rpal_conn *c = conn_of(fd);
 			int tcp = lingering_socket(), r;
 			prctl(PR_SET_PDEATHSIG, SIGKILL);
 			/* From its own end: what it sends lands in the end we hold,

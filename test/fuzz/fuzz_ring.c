@@ -204,7 +204,7 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	z->peer.dead = !!(flags & 1);
 
 	/* As conn_create() does, from the hello. */
-	c->kind = OBJ_CONN;
+	c->obj.kind = OBJ_CONN;
 	c->fd = -1;
 	c->me = z->me;
 	c->ring = (struct rpal_slot *)((char *)z->me + z->me->ring_off);
