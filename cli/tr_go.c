@@ -2,7 +2,7 @@
 /*
  * tr_go.c - "rpal-go" and "go-uds": Go to Go, each side a Go program
  * (go/cmd/rpal-bench-go) in its own process.  rpal-go moves the messages
- * with the Go package's rpal.Conn (Send/Recv, or Alloc/Write and Read/Ack
+ * with the Go package's rpal.Conn (Send/Recv, or Alloc/WriteMsg and ReadMsg/Ack
  * for zero copy); go-uds with a Unix stream socket through Go's netpoller,
  * the baseline a Go user would otherwise have.
  *

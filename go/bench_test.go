@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -147,7 +149,7 @@ func BenchmarkRoundTripUnix(b *testing.B) {
 func benchHelper(role, addr string) int {
 	switch role {
 	case "bench-echo-rpal":
-		c, err := Dial(addr)
+		c, err := DialConn(addr)
 		if err != nil {
 			return 1
 		}

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -41,7 +43,7 @@ func TestConnBudget(t *testing.T) {
 	name, l := newService(t)
 	dial := func() (*Conn, *Conn) {
 		t.Helper()
-		c, err := Dial(name)
+		c, err := DialConn(name)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +69,7 @@ func TestConnBudget(t *testing.T) {
 				var b *Buffer
 				b, err = Alloc(size)
 				if err == nil {
-					if err = c.Write(b); err != nil {
+					if err = c.WriteMsg(b); err != nil {
 						b.Free()
 					}
 				}
@@ -115,7 +117,7 @@ func TestConnBudget(t *testing.T) {
 		}
 	}
 	// And a new connection gets its block.
-	c2, err := Dial(name)
+	c2, err := DialConn(name)
 	if err != nil {
 		t.Fatalf("dial with stopped peers: %v", err)
 	}

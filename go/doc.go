@@ -15,8 +15,17 @@
 // netpoller on a doorbell socket; the peer makes a system call only to wake a
 // side that said it sleeps.
 //
-// Conn is the message API (zero copy with Read/Message.Ack and
-// Alloc/Write, one copy with Send/Recv); Stream and Listener are a
-// net.Conn and a net.Listener over it, so net/http, gRPC and other
-// stream users work unchanged.  See docs/GO.md.
+// Every connection comes in two forms, on either side:
+//
+//   - a byte stream, a net.Conn (Stream): Dial, Dialer.DialContext and
+//     Listener.Accept return one, and Listener is a net.Listener, so
+//     net/http, gRPC and other stream users work unchanged;
+//   - messages that keep their boundaries (*Conn): DialConn,
+//     Dialer.DialConnContext and Listener.AcceptConn return one.  Send and
+//     Recv copy once; Alloc and WriteMsg send without copying, ReadMsg reads
+//     in place until Message.Ack.  NewStream turns a *Conn into a Stream.
+//
+// The package builds on every system but works on Linux only: elsewhere
+// each entry point returns an error wrapping errors.ErrUnsupported.  See
+// docs/GO.md.
 package rpal

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -33,11 +35,11 @@ func fill(b []byte, seed int64) {
 
 var testSizes = []int{1, 7, 39, 40, 41, 64, 100, 2048, 2049, 4096, 65536, 1 << 20}
 
-// echoServer echoes every message with Read/Send until end of stream.
+// echoServer echoes every message with ReadMsg/Send until end of stream.
 func echoServer(c *Conn) error {
 	defer c.Close()
 	for {
-		m, err := c.Read()
+		m, err := c.ReadMsg()
 		if err == io.EOF {
 			return nil
 		}
@@ -64,7 +66,7 @@ func TestEchoInProcess(t *testing.T) {
 		}
 		done <- echoServer(c)
 	}()
-	c, err := Dial(name)
+	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,10 +125,10 @@ func echoClient(t testing.TB, c *Conn, rounds int) {
 		}
 		fill(b.Bytes(), int64(100+i))
 		want := crc32.ChecksumIEEE(b.Bytes())
-		if err := c.Write(b); err != nil {
+		if err := c.WriteMsg(b); err != nil {
 			t.Fatal(err)
 		}
-		m, err := c.Read()
+		m, err := c.ReadMsg()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -44,7 +46,7 @@ func TestConfigEnv(t *testing.T) {
 }
 
 func TestDialErrors(t *testing.T) {
-	if _, err := Dial(uniqueName("nobody")); !errors.Is(err, syscall.ENOENT) {
+	if _, err := DialConn(uniqueName("nobody")); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("no such service: %v", err)
 	}
 	name, _ := newService(t)
@@ -61,7 +63,7 @@ func TestPolicyRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	_, err = Dial(name)
+	_, err = DialConn(name)
 	if !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("want EACCES, got %v", err)
 	}
@@ -119,7 +121,7 @@ func TestBadHello(t *testing.T) {
 			echoServer(s)
 		}
 	}()
-	cc, err := Dial(name)
+	cc, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,9 +135,9 @@ func TestBadHello(t *testing.T) {
 }
 
 // The doorbell a peer hands over must be one end of a Unix stream socket
-// pair with nothing queued in it: not a pipe (wire version 2), not a
-// datagram socket, not unconnected, not connected to a named socket that
-// could be a third party's.  An accepted one no longer takes the peer's sends.
+// pair with nothing queued in it: not a pipe, not a datagram socket, not
+// unconnected, not connected to a named socket that could be a third
+// party's.  An accepted one no longer takes the peer's sends.
 func TestCheckDoorbell(t *testing.T) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
@@ -311,7 +313,7 @@ func TestHandshakeExtraDescriptors(t *testing.T) {
 		uc.SetReadDeadline(time.Now().Add(2 * time.Second))
 		uc.Read(make([]byte, 256)) // the client's REFUSE
 	}()
-	_, err = Dial(sock)
+	_, err = DialConn(sock)
 	if !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "carried 3 descriptors") {
 		t.Fatalf("WELCOME with 3 descriptors: %v", err)
 	}

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -24,7 +26,7 @@ func runHelper(role string) int {
 	if r := slotHelper(role, name); r >= 0 {
 		return r
 	}
-	c, err := Dial(name)
+	c, err := DialConn(name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -68,7 +70,7 @@ func runHelper(role string) int {
 		c.notifyRX()
 		c.txMu.Unlock()
 		// Wait for the server to hang up.
-		_, err := c.Read()
+		_, err := c.ReadMsg()
 		if err == io.EOF {
 			return 0
 		}

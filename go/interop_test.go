@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -82,7 +84,7 @@ func TestInteropGoClientCServer(t *testing.T) {
 	name := uniqueName("cserver")
 	startReady(t, exec.Command(bin, name))
 
-	c, err := Dial(name)
+	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +92,8 @@ func TestInteropGoClientCServer(t *testing.T) {
 	c.Close()
 
 	// The byte stream over the C echo: chunks come back in order.
-	sc, err := DialStream(t.Context(), name)
+	var d Dialer
+	sc, err := d.DialContext(t.Context(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +154,7 @@ func TestInteropKillCPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.Read()
+	m, err := c.ReadMsg()
 	if err != nil || string(m.Bytes()) != "hello" {
 		t.Fatalf("first message: %v %v", m, err)
 	}
@@ -161,7 +164,7 @@ func TestInteropKillCPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	errc := make(chan error, 1)
-	go func() { _, err := c.Read(); errc <- err }()
+	go func() { _, err := c.ReadMsg(); errc <- err }()
 	time.Sleep(50 * time.Millisecond)
 	t0 := time.Now()
 	cmd.Process.Signal(syscall.SIGKILL)
@@ -233,7 +236,7 @@ func TestInteropHostileGoClientCServer(t *testing.T) {
 			t.Fatalf("%s: the C server did not close the connection: %v\n%s", role, err, out)
 		}
 	}
-	c, err := Dial(name)
+	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +265,7 @@ func TestInteropCBurstThenExit(t *testing.T) {
 	}
 	defer c.Close()
 	for i := 0; i < n; i++ {
-		m, err := c.Read()
+		m, err := c.ReadMsg()
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
 		}
@@ -277,7 +280,7 @@ func TestInteropCBurstThenExit(t *testing.T) {
 		}
 		m.Ack()
 	}
-	if _, err := c.Read(); err != io.EOF {
+	if _, err := c.ReadMsg(); err != io.EOF {
 		t.Fatalf("want EOF, got %v", err)
 	}
 }

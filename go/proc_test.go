@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -39,11 +41,11 @@ func TestCrossProcessKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if m, err := c.Read(); err != nil || string(m.Bytes()) != "hello" {
+	if m, err := c.ReadMsg(); err != nil || string(m.Bytes()) != "hello" {
 		t.Fatalf("first message: %v", err)
 	}
 	errc := make(chan error, 1)
-	go func() { _, err := c.Read(); errc <- err }()
+	go func() { _, err := c.ReadMsg(); errc <- err }()
 	time.Sleep(20 * time.Millisecond)
 	cmd.Process.Kill()
 	select {
@@ -73,7 +75,7 @@ func TestHostilePeer(t *testing.T) {
 			if role == "bad-empty-stream" {
 				_, err = NewStream(c).Read(make([]byte, 64))
 			} else {
-				_, err = c.Read()
+				_, err = c.ReadMsg()
 			}
 			var pe *ProtocolError
 			if !errors.As(err, &pe) || !errors.Is(err, syscall.EPROTO) {
@@ -81,7 +83,7 @@ func TestHostilePeer(t *testing.T) {
 			}
 			t.Logf("%s: %v", role, err)
 			// Sticky: the connection stays closed for I/O.
-			if _, err := c.Read(); !errors.Is(err, syscall.EPROTO) {
+			if _, err := c.ReadMsg(); !errors.Is(err, syscall.EPROTO) {
 				t.Fatalf("second read: %v", err)
 			}
 			if err := c.Send([]byte("x")); !errors.Is(err, syscall.EPROTO) {
@@ -112,14 +114,14 @@ func TestHostileAck(t *testing.T) {
 		if err != nil {
 			return
 		}
-		m, _ := c.Read()
+		m, _ := c.ReadMsg()
 		if m != nil {
 			c.ackPush(m.addr + 64) // not the buffer we were sent
 		}
-		c.Read()
+		c.ReadMsg()
 		c.Close()
 	}()
-	c, err := Dial(name)
+	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +152,7 @@ func TestCloseDeliversQueued(t *testing.T) {
 	name, l := newService(t)
 	const n = 100
 	go func() {
-		c, err := Dial(name)
+		c, err := DialConn(name)
 		if err != nil {
 			return
 		}

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
@@ -91,7 +93,7 @@ func slotWriter(name string) int {
 	deadline := time.Now().Add(10 * time.Second)
 	for try := 0; ; try++ {
 		var err error
-		c, err = Dial(name)
+		c, err = DialConn(name)
 		if try == 0 {
 			if err == nil {
 				fmt.Println("try ok")

@@ -3,17 +3,16 @@
 package rpal
 
 import (
-	"context"
 	"net"
 	"sync"
 	"time"
 	"unsafe"
 )
 
-// Stream is a byte stream over an rpal connection (net.Conn): each Write
-// sends its bytes as one or more messages, Read returns them in order
-// without regard to message boundaries, and io.EOF follows the peer's
-// CloseWrite or Close.  Deadlines follow the net.Conn contract: blocked calls
+// Stream is a byte stream over an rpal connection (net.Conn), what Dial,
+// Dialer.DialContext and Listener.Accept return: each Write sends its bytes
+// as one or more messages, Read returns them in order without regard to
+// message boundaries, and io.EOF follows the peer's CloseWrite or Close.  Deadlines follow the net.Conn contract: blocked calls
 // wake and fail with an error wrapping os.ErrDeadlineExceeded; after Close
 // they fail with net.ErrClosed.
 //
@@ -36,6 +35,9 @@ type Stream struct {
 	wmu sync.Mutex
 }
 
+// A Stream is what net.Conn users (net/http, gRPC) take.
+var _ net.Conn = (*Stream)(nil)
+
 // NewStream returns a byte stream over c.  c must not be used directly
 // afterwards except through the Stream.  Its reader spins up to
 // Config.StreamSpin before it sleeps (see Stream).
@@ -44,17 +46,6 @@ func NewStream(c *Conn) *Stream {
 	c.rxSpin.init(c.p.cfg.StreamSpin)
 	c.rxMu.Unlock()
 	return &Stream{c: c}
-}
-
-// DialStream connects to a service and returns a byte stream; its signature
-// fits grpc.WithContextDialer.
-func DialStream(ctx context.Context, service string) (net.Conn, error) {
-	var d Dialer
-	c, err := d.DialContext(ctx, service)
-	if err != nil {
-		return nil, err
-	}
-	return NewStream(c), nil
 }
 
 // Conn returns the underlying message connection.

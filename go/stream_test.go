@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package rpal
 
 import (
-	"context"
 	"errors"
 	"io"
 	"net"
@@ -30,7 +31,7 @@ func streamPair(t testing.TB) (c1, c2 net.Conn, stop func(), err error) {
 		c, err := l.Accept()
 		ch <- res{c, err}
 	}()
-	c1, err = DialStream(context.Background(), name)
+	c1, err = Dial(name)
 	if err != nil {
 		l.Close()
 		return nil, nil, nil, err

@@ -239,6 +239,4 @@ func parseRefuse(b []byte) (r refuse, ok bool) {
 
 func pow2(x uint64) bool { return x != 0 && x&(x-1) == 0 }
 
-const futexWake = 1 // FUTEX_WAKE, shared (not FUTEX_PRIVATE_FLAG): the word is in another process's memory
-
 const eproto = int32(syscall.EPROTO)

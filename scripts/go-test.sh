@@ -76,6 +76,7 @@ step "build C peers" build_c
 step "go vet" bash -c 'cd go && go vet ./...'
 # `rpal bench`'s Go side (transports rpal-go and go-uds): pure Go.
 step "build cmd/rpal-bench-go (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go build -o /dev/null ./cmd/rpal-bench-go'
+step "builds for darwin, windows, freebsd (rpal: not supported there)" bash -c 'cd go && for os in darwin windows freebsd; do GOOS=$os GOARCH=amd64 CGO_ENABLED=0 go build ./... || exit 1; done'
 step "gofmt" bash -c 'cd go && test -z "$(gofmt -l .)" || { gofmt -l .; false; }'
 step "go test -race" bash -c 'cd go && go test -race -count=1 -timeout 150s ./...'
 step "go test (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go test -count=1 -timeout 120s -v ./... 2>&1 | grep -E "^(=== RUN|--- |PASS|FAIL|ok)" | grep -v "=== RUN"; exit ${PIPESTATUS[0]}'

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 // Command rpal-bench-go is the Go side of two transports of `rpal bench`
 // (cli/tr_go.c, docs/BENCH.md): "rpal-go", Go to Go over this module's
 // rpal.Conn, and "go-uds", Go to Go over a Unix stream socket with the
@@ -85,7 +87,7 @@ func parseFlags() (*options, error) {
 	fs.DurationVar(&o.period, "period", 0, "client: time between batches (0: back to back)")
 	fs.BoolVar(&o.cpu, "cpu", false, "record CPU time of the measured loop")
 	spinUS := fs.Int64("spin-us", 0, "rpal: spin budget in microseconds before sleeping")
-	fs.BoolVar(&o.zerocopy, "zerocopy", false, "rpal: Alloc/Write and Read/Ack instead of Send/Recv")
+	fs.BoolVar(&o.zerocopy, "zerocopy", false, "rpal: Alloc/WriteMsg and ReadMsg/Ack instead of Send/Recv")
 	fs.IntVar(&o.resultsFD, "results", 3, "descriptor of the results file")
 	fs.IntVar(&o.readyFD, "ready", 4, "server: descriptor to write one byte to once listening")
 	if err := fs.Parse(os.Args[1:]); err != nil {

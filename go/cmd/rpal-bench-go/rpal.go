@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
 
+//go:build linux
+
 package main
 
 import (
@@ -10,7 +12,7 @@ import (
 
 // rpalLink is "rpal-go": rpal.Conn, written as a Go user would.  One copy:
 // Send/Recv (a batch goes out with SendBatch, one wake-up check); zero
-// copy: Alloc/Write and Read/Ack, as rpal-connected does with librpal.
+// copy: Alloc/WriteMsg and ReadMsg/Ack, as rpal-connected does with librpal.
 type rpalLink struct {
 	l    *rpal.Listener
 	c    *rpal.Conn
@@ -45,7 +47,7 @@ func openRPAL(o *options) (link, error) {
 		}
 		k.c, err = k.l.AcceptConn()
 	} else {
-		k.c, err = rpal.Dial(o.addr)
+		k.c, err = rpal.DialConn(o.addr)
 	}
 	if err != nil {
 		return nil, err
@@ -68,7 +70,7 @@ func (k *rpalLink) txBuf() ([]byte, error) {
 
 func (k *rpalLink) send(b []byte, more bool) error {
 	if k.zc {
-		if err := k.c.Write(k.buf); err != nil {
+		if err := k.c.WriteMsg(k.buf); err != nil {
 			k.buf.Free()
 			return err
 		}
@@ -90,7 +92,7 @@ func (k *rpalLink) send(b []byte, more bool) error {
 
 func (k *rpalLink) recv() ([]byte, error) {
 	if k.zc {
-		m, err := k.c.Read()
+		m, err := k.c.ReadMsg()
 		if err != nil {
 			return nil, err
 		}

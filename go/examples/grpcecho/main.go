@@ -107,7 +107,8 @@ func bench(transport, addr string, n, size int) result {
 	var st *rpal.Stream
 	if transport == "rpal" {
 		dial = func(ctx context.Context, a string) (net.Conn, error) {
-			c, err := rpal.DialStream(ctx, a)
+			var d rpal.Dialer
+			c, err := d.DialContext(ctx, a)
 			if err == nil {
 				st = c.(*rpal.Stream)
 			}

@@ -8,96 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// process is this process's place in the address map: the reserved region,
-// the slot it owns, its arena and the peers' arenas it maps.
-type process struct {
-	cfg        Config
-	rundir     string
-	region     unsafe.Pointer // cfg.RegionBase
-	regionSize uint64
-	slot       uint32
-	lockFile   *os.File // holds the OFD lock on byte slot of slots.lock
-	lockFd     uintptr  // lockFile's descriptor: our mapped-byte locks too
-	memfd      int
-	arena      unsafe.Pointer // slot base; our arena, read-write
-	arenaAddr  uint64
-	nonce      uint64
-	alloc      *allocator
-
-	mu    sync.Mutex // peers
-	peers map[uint32]*peerMap
-	conns atomic.Int32
-}
-
-var (
-	procMu  sync.Mutex
-	proc    *process
-	errInit error
-)
-
-// Init reserves the region, claims a slot and creates this process's arena,
-// like rpal_init().  cfg may be nil (DefaultConfig).  Other functions call it
-// with nil on first use; a second explicit call fails.
-func Init(cfg *Config) error {
-	procMu.Lock()
-	defer procMu.Unlock()
-	if proc != nil {
-		return errors.New("rpal: already initialised")
-	}
-	_, err := initLocked(cfg)
-	return err
-}
-
-func ensure() (*process, error) {
-	procMu.Lock()
-	defer procMu.Unlock()
-	if proc != nil {
-		return proc, nil
-	}
-	return initLocked(nil)
-}
-
-func initLocked(cfg *Config) (*process, error) {
-	p := &process{memfd: -1, peers: make(map[uint32]*peerMap)}
-	if cfg != nil {
-		p.cfg = *cfg
-	} else {
-		p.cfg = DefaultConfig()
-	}
-	if err := p.cfg.check(); err != nil {
-		return nil, &InitError{Err: err}
-	}
-	if err := p.setup(); err != nil {
-		return nil, &InitError{Err: err}
-	}
-	proc = p
-	return p, nil
-}
-
-// InitError reports why the region, slot or arena could not be set up.
-type InitError struct{ Err error }
-
-func (e *InitError) Error() string { return "rpal: init: " + e.Err.Error() }
-func (e *InitError) Unwrap() error { return e.Err }
-
-// addrPtr turns an address of the region into a pointer.  The region is
-// not Go memory; the garbage collector ignores pointers into it.
-func addrPtr(a uint64) unsafe.Pointer {
-	return unsafe.Add(unsafe.Pointer(nil), uintptr(a))
-}
-
-func (p *process) slotAddr(slot uint32) uint64 {
-	return p.cfg.RegionBase + uint64(slot)*p.cfg.SlotSize
-}
-
+// madviseDontfork keeps a mapping out of forked children (MADV_DONTFORK).
 func madviseDontfork(ptr unsafe.Pointer, n uint64) {
 	_, _, _ = unix.Syscall(unix.SYS_MADVISE, uintptr(ptr), uintptr(n), unix.MADV_DONTFORK)
 }
@@ -144,9 +61,9 @@ func (p *process) setup() error {
 	if err != nil {
 		hint := "set RPAL_REGION_BASE, the same in every peer"
 		if err == unix.EEXIST && p.cfg.RegionBase < 1<<46 {
-			// Since Go 1.26 the runtime puts its heap at a random address
-			// below 1<<46 on amd64; the race detector's shadow memory
-			// lies in 0x200000000000..0x400000000000.
+			// Go 1.26 and later put the heap at a random address below
+			// 1<<46 on amd64; the race detector's shadow memory lies in
+			// 0x200000000000..0x400000000000.
 			hint += ", at or above 0x400000000000 (the default is 0x680000000000)"
 		}
 		return fmt.Errorf("cannot reserve %d bytes at %#x: something is mapped there (%s): %w", size, p.cfg.RegionBase, hint, err)
@@ -271,59 +188,6 @@ func (p *process) createArena() error {
 	return nil
 }
 
-// allocBytes returns the address of n bytes of our arena, or false.
-func (p *process) allocBytes(n uint64) (uint64, bool) {
-	off, ok := p.alloc.get(n)
-	if !ok {
-		return 0, false
-	}
-	return p.arenaAddr + off, true
-}
-
-// allocData returns the address of a message buffer of n bytes for a
-// connection whose peer holds held bytes of our arena, within the reserve
-// and the connection budget (allocator.getData), or false.
-func (p *process) allocData(n, held uint64) (uint64, bool) {
-	off, ok := p.alloc.getData(n, p.cfg.dataReserve(), held, p.cfg.connBudget())
-	if !ok {
-		return 0, false
-	}
-	return p.arenaAddr + off, true
-}
-
-// blockSize is the size of the allocator block at addr of our arena.
-func (p *process) blockSize(addr uint64) uint64 {
-	return p.alloc.blockSize(addr - p.arenaAddr)
-}
-
-func (p *process) freeBytes(addr uint64) bool {
-	if addr < p.arenaAddr || addr >= p.arenaAddr+p.cfg.ArenaSize {
-		return false
-	}
-	return p.alloc.put(addr - p.arenaAddr)
-}
-
-// ptr turns an address of our own arena into a pointer.
-func (p *process) ptr(addr uint64) unsafe.Pointer {
-	return unsafe.Add(p.arena, uintptr(addr-p.arenaAddr))
-}
-
-// peerMap is a peer's arena mapped read-only at its slot, shared by every
-// connection to that incarnation of the peer.  A peer in another process
-// is mapped while we hold the read lock on its slot's mapped byte, so the
-// slot cannot be claimed anew, and the memory cannot change, until the
-// last connection to it is released.
-type peerMap struct {
-	slot  uint32
-	pid   int
-	nonce uint64
-	addr  uint64
-	size  uint64
-	base  unsafe.Pointer
-	refs  int  // connections using it; under process.mu
-	dead  bool // under process.mu
-}
-
 // mappedLock sets (F_RDLCK) or drops (F_UNLCK) our lock on slot's mapped
 // byte.
 func (p *process) mappedLock(slot uint32, typ int16) error {
@@ -385,60 +249,4 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 	pm := &peerMap{slot: h.Slot, pid: pid, nonce: h.ArenaNonce, addr: base, size: h.ArenaSize, base: m, refs: 1}
 	p.peers[h.Slot] = pm
 	return pm, nil
-}
-
-func (p *process) markPeerDead(pm *peerMap) {
-	p.mu.Lock()
-	pm.dead = true
-	p.mu.Unlock()
-}
-
-// putPeer drops one connection's reference; the last one unmaps and then
-// lets the slot go.
-func (p *process) putPeer(pm *peerMap) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pm.refs--
-	if pm.refs > 0 {
-		return
-	}
-	if p.peers[pm.slot] == pm {
-		delete(p.peers, pm.slot)
-	}
-	if pm.pid != os.Getpid() {
-		p.unmapPeer(pm.slot, pm.addr, pm.size)
-	}
-}
-
-// Stats are process-wide counters.
-type Stats struct {
-	Slot        uint32
-	ArenaBase   uint64
-	ArenaSize   uint64
-	ArenaUsed   uint64 // bytes handed out by the allocator
-	ConnBudget  uint64 // bytes of the arena one connection's peer may hold
-	BufsInUse   int    // live blocks, connection blocks included
-	Conns       int    // open connections
-	PeersMapped int    // peer arenas currently mapped
-	RuntimeDir  string
-	RegionBase  uint64
-	SlotSize    uint64
-	NrSlots     uint32
-}
-
-// ProcessStats reports the process-wide counters; it initialises rpal.
-func ProcessStats() (Stats, error) {
-	p, err := ensure()
-	if err != nil {
-		return Stats{}, err
-	}
-	used, n := p.alloc.stats()
-	p.mu.Lock()
-	peers := len(p.peers)
-	p.mu.Unlock()
-	return Stats{
-		Slot: p.slot, ArenaBase: p.arenaAddr, ArenaSize: p.cfg.ArenaSize, ArenaUsed: used, ConnBudget: p.cfg.connBudget(),
-		BufsInUse: n, Conns: int(p.conns.Load()), PeersMapped: peers, RuntimeDir: p.rundir,
-		RegionBase: p.cfg.RegionBase, SlotSize: p.cfg.SlotSize, NrSlots: p.cfg.NrSlots,
-	}, nil
 }

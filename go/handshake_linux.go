@@ -1,0 +1,287 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// peerCred returns the credentials of a socket's peer (SO_PEERCRED).
+func peerCred(uc *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	if cerr != nil {
+		return nil, fmt.Errorf("cannot read peer credentials: %w", cerr)
+	}
+	return cred, nil
+}
+
+// sendRefuse tells the peer why we refuse it (a REFUSE), if it still listens.
+func sendRefuse(uc *net.UnixConn, errno syscall.Errno, why string) {
+	r := refuse{Errno: int32(errno), Reason: why}
+	_ = uc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _, _ = uc.WriteMsgUnix(r.marshal(), nil, nil)
+}
+
+func closeFds(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+}
+
+// recvHandshake reads one datagram with at most two descriptors; extras,
+// and any with a truncated message, are closed.
+func recvHandshake(uc *net.UnixConn) ([]byte, []int, error) {
+	buf := make([]byte, hsSize+16)
+	oob := make([]byte, unix.CmsgSpace(8*4))
+	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
+	var fds []int
+	if oobn > 0 {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+			for i := range msgs {
+				if got, rerr := unix.ParseUnixRights(&msgs[i]); rerr == nil {
+					fds = append(fds, got...)
+				}
+			}
+		}
+	}
+	if err != nil {
+		closeFds(fds)
+		return nil, nil, err
+	}
+	if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 {
+		closeFds(fds)
+		return nil, nil, refused(syscall.EPROTO, "truncated handshake message")
+	}
+	if n == 0 {
+		closeFds(fds)
+		return nil, nil, refused(syscall.ECONNRESET, "peer hung up during the handshake")
+	}
+	if len(fds) > 2 {
+		closeFds(fds[2:])
+		// Keep the count so the check below refuses it.
+		fds = append(fds[:2:2], -1)
+	}
+	return buf[:n], fds, nil
+}
+
+// pinnedCPU returns the one CPU the calling thread may run on, or noCPU.
+// Goroutines move between threads, so the Go side knows its CPU only when
+// the process is pinned to one (threads inherit the affinity mask); then it
+// publishes that CPU as both hints, and neither side spins for a thread
+// that needs the CPU the spinner holds (docs/PROTOCOL.md §6).
+func pinnedCPU() uint32 {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil || set.Count() != 1 {
+		return noCPU
+	}
+	for i := 0; i < len(set)*64; i++ {
+		if set.IsSet(i) {
+			return uint32(i)
+		}
+	}
+	return noCPU
+}
+
+// newSide allocates and initialises our block of a new connection and
+// creates its doorbell.
+func (p *process) newSide() (*side, error) {
+	n := p.cfg.RingEntries
+	size := blockBytes(n, n)
+	addr, ok := p.allocBytes(size)
+	if !ok {
+		return nil, fmt.Errorf("arena exhausted: no room for a connection block: %w", syscall.ENOMEM)
+	}
+	b := p.ptr(addr)
+	clear(unsafe.Slice((*byte)(b), size))
+	s := &side{blockAddr: addr, block: b, nonce: randomU64() | 1, ringEnt: n, cpu: pinnedCPU()}
+	*(*uint32)(unsafe.Add(b, bMagic)) = blockMagic
+	*(*uint16)(unsafe.Add(b, bVersion)) = WireVersion
+	*(*uint16)(unsafe.Add(b, bHdrSize)) = blockHdrSize
+	*(*uint64)(unsafe.Add(b, bNonce)) = s.nonce
+	*(*uint32)(unsafe.Add(b, bRingEntries)) = n
+	*(*uint32)(unsafe.Add(b, bAckEntries)) = n
+	*(*uint32)(unsafe.Add(b, bRingOff)) = blockHdrSize
+	*(*uint32)(unsafe.Add(b, bAckOff)) = blockHdrSize + n*slotSize
+	*(*uint32)(unsafe.Add(b, bTxCPU)) = s.cpu // noCPU unless pinned to one
+	*(*uint32)(unsafe.Add(b, bRxCPU)) = s.cpu
+	// The doorbell: a Unix stream socket pair (ringSocket says why not a
+	// pipe).  Our end refuses passed descriptors where the kernel can
+	// (6.16 on): a peer could otherwise make our drain the last holder
+	// of a file whose release blocks.
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		p.freeBytes(addr)
+		return nil, fmt.Errorf("cannot create a doorbell: %w", err)
+	}
+	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) // ENOPROTOOPT before 6.16
+	s.bell, s.ringEnd = fds[0], fds[1]
+	return s, nil
+}
+
+// dropSide undoes newSide for a handshake that failed.
+func (p *process) dropSide(s *side) {
+	*(*uint32)(unsafe.Add(s.block, bMagic)) = 0
+	*(*uint64)(unsafe.Add(s.block, bNonce)) = 0
+	p.freeBytes(s.blockAddr)
+	unix.Close(s.bell)
+	unix.Close(s.ringEnd)
+}
+
+// checkMemfd: the peer's arena must be a memfd sealed against shrinking and
+// growing (so our mapping can never fault) of the size its hello says.
+func checkMemfd(fd int, size uint64) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return refused(syscall.EPROTO, "peer's arena descriptor is not a regular file")
+	}
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return refused(syscall.EPROTO, "peer's arena is not a memfd (no seals)")
+	}
+	if seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
+		return refused(syscall.EPROTO, "peer's arena is not sealed against shrink and grow (seals %#x)", seals)
+	}
+	if uint64(st.Size) != size {
+		return refused(syscall.EPROTO, "peer's arena is %d bytes, its hello says %d", st.Size, size)
+	}
+	return nil
+}
+
+// checkDoorbell: the peer's doorbell must be a connected Unix stream socket
+// whose other end is unnamed, as socketpair makes (doorbell_check() in C);
+// one connected to a named socket could be a third party's.  On success the
+// end is shut for reading (we only send on it).
+func checkDoorbell(fd int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return refused(syscall.EPROTO, "peer's doorbell is not a socket")
+	}
+	dom, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err1 != nil || err2 != nil || dom != unix.AF_UNIX || typ != unix.SOCK_STREAM {
+		return refused(syscall.EPROTO, "peer's doorbell is not a Unix stream socket")
+	}
+	// The raw call: unix.Getpeername shows an unnamed address and the
+	// abstract name "\x00" alike; only the length tells them apart.
+	var sa unix.RawSockaddrUnix
+	n := uint32(unsafe.Sizeof(sa))
+	_, _, e := unix.Syscall(unix.SYS_GETPEERNAME, uintptr(fd), uintptr(unsafe.Pointer(&sa)), uintptr(unsafe.Pointer(&n)))
+	if e != 0 {
+		return refused(syscall.EPROTO, "peer's doorbell is not connected: %v", e)
+	}
+	if n != uint32(unsafe.Sizeof(sa.Family)) {
+		return refused(syscall.EPROTO, "peer's doorbell is connected to a named socket, not to the peer's own end")
+	}
+	// Nothing may wait in the end we hold: we never read it, so closing
+	// it would release whatever descriptors the peer sent into it, and
+	// releasing a lingering socket blocks.  Shut for reading, it refuses
+	// the peer's later sends; what came before must be nothing.
+	if err := unix.Shutdown(fd, unix.SHUT_RD); err != nil {
+		return refused(syscall.EPROTO, "cannot shut the peer's doorbell for reading: %v", err)
+	}
+	if q, err := unix.IoctlGetInt(fd, unix.SIOCINQ); err != nil || q != 0 {
+		return refused(syscall.EPROTO, "peer's doorbell came with %d bytes queued in it", q)
+	}
+	return nil
+}
+
+// accept checks a received HELLO or WELCOME with its descriptors and builds
+// the connection.  Every descriptor received is consumed (kept or closed).
+func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cred *unix.Ucred, s *side, service string) (*Conn, error) {
+	h, err := checkShape(msg, typ)
+	if err != nil {
+		closeFds(fds)
+		return nil, refused(syscall.EPROTO, "%v", err)
+	}
+	fail := func(e error) (*Conn, error) { closeFds(fds); return nil, e }
+	if int(h.Pid) != int(cred.Pid) {
+		return fail(refused(syscall.EPROTO, "hello says pid %d, the socket says %d", h.Pid, cred.Pid))
+	}
+	if len(fds) != 2 {
+		return fail(refused(syscall.EPROTO, "hello carried %d descriptors, expected 2", len(fds)))
+	}
+	if err := p.checkPeer(&h); err != nil {
+		return fail(err)
+	}
+	if err := checkMemfd(fds[0], h.ArenaSize); err != nil {
+		return fail(err)
+	}
+	if err := checkDoorbell(fds[1]); err != nil {
+		return fail(err)
+	}
+	pm, err := p.mapPeer(fds[0], &h, int(cred.Pid))
+	if err != nil {
+		var re *refusedError
+		if errors.As(err, &re) {
+			return fail(err)
+		}
+		errno := syscall.EPROTO
+		errors.As(err, &errno)
+		return fail(refused(errno, "%v", err))
+	}
+	unix.Close(fds[0]) // the mapping keeps the memory
+	peerBell := fds[1]
+	pb := unsafe.Add(pm.base, uintptr(h.Block-pm.addr))
+	if err := checkBlock(pb, &h); err != nil {
+		p.putPeer(pm)
+		unix.Close(peerBell)
+		return nil, err
+	}
+	pidfd, err := unix.PidfdOpen(int(cred.Pid), unix.PIDFD_NONBLOCK)
+	if err != nil {
+		p.putPeer(pm)
+		unix.Close(peerBell)
+		return nil, refused(syscall.EPROTO, "cannot open a pidfd for peer pid %d: %v", cred.Pid, err)
+	}
+	unix.CloseOnExec(pidfd)
+	c := &Conn{
+		p: p, service: service, sock: uc, pidfd: os.NewFile(uintptr(pidfd), "rpal-pidfd"),
+		me: s.block, meAddr: s.blockAddr,
+		ring: unsafe.Add(s.block, blockHdrSize), ringMask: uint64(s.ringEnt - 1),
+		acks: unsafe.Add(s.block, uintptr(blockHdrSize+s.ringEnt*slotSize)), ackMask: uint64(s.ringEnt - 1),
+		peer: pm, pb: pb,
+		pring: unsafe.Add(pb, blockHdrSize), pringMask: uint64(h.RingEntries - 1),
+		packs: unsafe.Add(pb, uintptr(blockHdrSize+uint64(h.RingEntries)*slotSize)), packMask: uint64(h.AckEntries - 1),
+		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size, peerBell: peerBell,
+		out: make(map[uint64]uint64), outLimit: int(h.AckEntries),
+		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
+		cpu: s.cpu,
+	}
+	c.lastRungRX.Store(math.MaxUint64)
+	c.lastRungTX.Store(math.MaxUint64)
+	c.txSpin.init(p.cfg.Spin)
+	c.rxSpin.init(p.cfg.Spin)
+	c.rxReadyFn = c.rxReady
+	dup, err := unix.FcntlInt(uintptr(s.bell), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		p.putPeer(pm)
+		unix.Close(peerBell)
+		c.pidfd.Close()
+		return nil, refused(syscall.EMFILE, "cannot duplicate the doorbell: %v", err)
+	}
+	c.rxBell = os.NewFile(uintptr(s.bell), "rpal-doorbell")
+	c.txBell = os.NewFile(uintptr(dup), "rpal-doorbell")
+	c.rxRaw, _ = c.rxBell.SyscallConn()
+	c.txRaw, _ = c.txBell.SyscallConn()
+	p.conns.Add(1)
+	return c, nil
+}

@@ -1,0 +1,165 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"errors"
+	"net"
+	"os"
+	"sync"
+	"time"
+)
+
+// Listener accepts rpal connections on a service name, as byte streams
+// (Accept) or message connections (AcceptConn).  Handshakes run
+// concurrently: a client that stalls is dropped after the handshake timeout
+// without delaying others.
+type Listener struct {
+	p       *process
+	service string
+	ln      *net.UnixListener
+	lock    *os.File
+	policy  *Policy
+	conns   chan *Conn
+	done    chan struct{}
+	once    sync.Once
+	wg      sync.WaitGroup
+
+	mu      sync.Mutex
+	refused []error
+}
+
+// A Listener is what net.Listener users (http.Serve, grpc.Server.Serve)
+// take.
+var _ net.Listener = (*Listener)(nil)
+
+// ListenConfig holds options for listening.
+type ListenConfig struct {
+	// Policy checks each client's credentials; nil means same uid.
+	Policy *Policy
+}
+
+// Listen serves a service name with the default policy (same uid).
+func Listen(service string) (*Listener, error) {
+	var lc ListenConfig
+	return lc.Listen(service)
+}
+
+// Listen serves a service name: "<runtime dir>/<name>.sock", a path
+// starting with '/', or an abstract name starting with '@'.  It fails with
+// EADDRINUSE while a live process serves the name; a stale socket left by a
+// dead one is removed.
+func (lc *ListenConfig) Listen(service string) (*Listener, error) {
+	if err := checkOS(); err != nil {
+		return nil, err
+	}
+	l, err := lc.listen(service)
+	if err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "rpal", Addr: Addr{service}, Err: err}
+	}
+	return l, nil
+}
+
+func (l *Listener) loop() {
+	defer l.wg.Done()
+	for {
+		uc, err := l.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-l.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			time.Sleep(5 * time.Millisecond) // EMFILE and the like
+			continue
+		}
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			c, err := l.serverHandshake(uc)
+			if err != nil {
+				uc.Close()
+				l.mu.Lock()
+				if len(l.refused) < 64 {
+					l.refused = append(l.refused, err)
+				}
+				l.mu.Unlock()
+				return
+			}
+			select {
+			case l.conns <- c:
+			case <-l.done:
+				c.Close()
+			}
+		}()
+	}
+}
+
+// AcceptConn waits for the next connection and returns it with its message
+// API, as DialConn does on the client's side.
+func (l *Listener) AcceptConn() (*Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, &net.OpError{Op: "accept", Net: "rpal", Addr: Addr{l.service}, Err: net.ErrClosed}
+	}
+}
+
+// Accept waits for the next connection and returns it as a byte stream (a
+// *Stream), as Dial does on the client's side; with it Listener is a
+// net.Listener.
+func (l *Listener) Accept() (net.Conn, error) {
+	c, err := l.AcceptConn()
+	if err != nil {
+		return nil, err
+	}
+	return NewStream(c), nil
+}
+
+// Refused returns (and forgets) the errors of handshakes refused since the
+// last call: at most 64 are kept.
+func (l *Listener) Refused() []error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := l.refused
+	l.refused = nil
+	return r
+}
+
+// Close stops listening; connections already accepted stay open.
+func (l *Listener) Close() error {
+	first := false
+	l.once.Do(func() {
+		first = true
+		close(l.done)
+		l.ln.Close()
+		l.wg.Wait()
+		for {
+			select {
+			case c := <-l.conns:
+				c.Close()
+				continue
+			default:
+			}
+			break
+		}
+		if l.lock != nil {
+			l.lock.Close()
+		}
+	})
+	if !first {
+		return &net.OpError{Op: "close", Net: "rpal", Addr: Addr{l.service}, Err: net.ErrClosed}
+	}
+	return nil
+}
+
+// Addr returns the service name.
+func (l *Listener) Addr() net.Addr { return Addr{l.service} }

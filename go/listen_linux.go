@@ -1,0 +1,111 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// listen takes the service's lock file (a live server holds it, so a
+// socket found without its lock held is stale), binds the unixpacket socket
+// and starts the accept loop.
+func (lc *ListenConfig) listen(service string) (*Listener, error) {
+	p, err := ensure()
+	if err != nil {
+		return nil, err
+	}
+	path, lockPath, err := p.socketPath(service)
+	if err != nil {
+		return nil, err
+	}
+	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, 16), done: make(chan struct{})}
+	if lockPath != "" {
+		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open %s: %w", lockPath, err)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("service %s is already served by a live process: %w", service, syscall.EADDRINUSE)
+		}
+		l.lock = os.NewFile(uintptr(fd), lockPath)
+		_ = os.Remove(path) // holding the lock proves it stale
+	}
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		if l.lock != nil {
+			l.lock.Close()
+		}
+		return nil, err
+	}
+	if lockPath != "" {
+		_ = os.Chmod(path, 0o600)
+	}
+	l.ln = ln
+	l.wg.Add(1)
+	go l.loop()
+	return l, nil
+}
+
+// serverHandshake runs the server's side of the handshake with one client
+// (docs/PROTOCOL.md §3): HELLO in, checks, WELCOME out.
+func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
+	p := l.p
+	if err := uc.SetDeadline(time.Now().Add(p.cfg.HandshakeTimeout)); err != nil {
+		return nil, err
+	}
+	msg, fds, err := recvHandshake(uc)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, refused(syscall.ETIMEDOUT, "a client connected but sent no hello within %v", p.cfg.HandshakeTimeout)
+		}
+		var re *refusedError
+		if errors.As(err, &re) && re.errno == syscall.EPROTO { // truncated
+			sendRefuse(uc, re.errno, re.msg)
+			return nil, fmt.Errorf("refused a client: %w", err)
+		}
+		return nil, fmt.Errorf("a client hung up during the handshake: %w", err)
+	}
+	cred, err := peerCred(uc)
+	if err != nil {
+		closeFds(fds)
+		sendRefuse(uc, syscall.EACCES, "cannot read peer credentials")
+		return nil, err
+	}
+	if !l.policy.allows(cred.Uid, cred.Gid) {
+		closeFds(fds)
+		why := fmt.Sprintf("peer pid %d uid %d gid %d is not allowed by policy", cred.Pid, cred.Uid, cred.Gid)
+		sendRefuse(uc, syscall.EACCES, why)
+		return nil, refused(syscall.EACCES, "refused a client: %s", why)
+	}
+	s, err := p.newSide()
+	if err != nil {
+		closeFds(fds)
+		sendRefuse(uc, syscall.ENOMEM, "server cannot create a connection")
+		return nil, err
+	}
+	c, err := p.accept(uc, msg, fds, hsHello, cred, s, l.service)
+	if err != nil {
+		sendRefuse(uc, refusalErrno(err), err.Error())
+		p.dropSide(s)
+		return nil, fmt.Errorf("refused client pid %d: %w", cred.Pid, err)
+	}
+	w := p.helloFor(hsWelcome, s, "")
+	_, _, err = uc.WriteMsgUnix(w.marshal(), unix.UnixRights(p.memfd, s.ringEnd), nil)
+	unix.Close(s.ringEnd) // the peer has it: we keep no copy (wakeAll says why)
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("client pid %d went away during the handshake: %w", cred.Pid, err)
+	}
+	_ = uc.SetDeadline(time.Time{})
+	c.watch()
+	return c, nil
+}

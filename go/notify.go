@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// ringBell wakes the peer once per value of its waiting word.  A peer that
+// sleeps on a futex waits on our wake_seq: we change that word, then
+// FUTEX_WAKE it (a wake landing before its FUTEX_WAIT makes the wait return
+// at once).  A peer that sleeps on its doorbell (no futex bit, or the
+// bell bit beside it: it has sleepers of both kinds) gets one byte
+// (ringSocket); EAGAIN means unread bytes, hence a pending wake-up.
+func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
+	if last.Swap(w) == w {
+		return
+	}
+	if w&futexBit != 0 {
+		seq := c.u32(c.me, bWakeSeq)
+		atomic.AddUint32(seq, 1)
+		wakeFutex(seq)
+	}
+	if w&futexBit == 0 || w&bellBit != 0 {
+		ringSocket(c.peerBell)
+	}
+	c.wakeups.Add(1)
+}
+
+// notifyRX wakes the consumer if it advertised sleep; caller holds txMu.
+func (c *Conn) notifyRX() {
+	c.published = c.tail
+	c.wakeRX()
+}
+
+func (c *Conn) wakeRX() {
+	// W1: the sequentially consistent stores of seq and tail come before
+	// this load (pairs with W0 in the peer's wait).
+	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
+	if w&waitRX != 0 {
+		c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX)
+	}
+}
+
+// notifyTX wakes a producer waiting for room or acks; every quarter ring,
+// or when forced (acks, an emptied ring).  Caller holds rxMu or ackMu.
+func (c *Conn) notifyTX(force bool, rxHead uint64) {
+	if !force && rxHead-c.rxChecked < (c.pringMask+1)/4 {
+		return
+	}
+	if !force {
+		c.rxChecked = rxHead
+	}
+	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // after a seq-cst store: W1
+	if w&waitTX != 0 {
+		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX)
+	}
+}
+
+// wakeAll ends, for good, every sleep on our doorbell, once the peer is
+// dead or broke the protocol (the sleepers then see that and return): it
+// expires our own files' read deadlines.  A ring through the end we handed
+// the peer would not do: the peer shares that socket, and may have shut it
+// down or filled it.
+func (c *Conn) wakeAll() {
+	past := time.Unix(1, 0)
+	c.bellMu.Lock()
+	c.wokeAll = true
+	_ = c.rxBell.SetReadDeadline(past)
+	_ = c.txBell.SetReadDeadline(past)
+	c.bellMu.Unlock()
+}

@@ -1,0 +1,223 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"fmt"
+	"net"
+	"sync/atomic"
+	"syscall"
+	"unsafe"
+)
+
+// reserve reports whether slot c.tail is free (ring_reserve()).
+func (c *Conn) reserve() bool {
+	if c.tail-c.headCache <= c.ringMask {
+		return true
+	}
+	c.headCache = atomic.LoadUint64(c.u64(c.pb, bRxHead))
+	if c.tail-c.headCache > c.ringMask+1 {
+		// The peer claims to have consumed what we never sent.
+		c.headCache = c.tail - (c.ringMask + 1)
+	}
+	return c.tail-c.headCache <= c.ringMask
+}
+
+func (c *Conn) publish(data []byte, n uint32, addr uint64, flags uint32) {
+	s := unsafe.Add(c.ring, uintptr((c.tail&c.ringMask)*slotSize))
+	*c.u32(s, sLen) = n
+	*c.u32(s, sFlags) = flags
+	*c.u32(s, 12) = 0
+	*c.u64(s, sAddr) = addr
+	if flags == slotInline {
+		copy(unsafe.Slice((*byte)(unsafe.Add(s, sData)), InlineMax), data)
+	}
+	atomic.StoreUint32(c.u32(s, sSeq), uint32(c.tail+1)) // R0: contents before seq
+	c.tail++
+	atomic.StoreUint64(c.u64(c.me, bTail), c.tail)
+	c.txMsgs.Add(1)
+}
+
+// sendError says why we cannot send (send_error()); caller holds txMu.
+func (c *Conn) sendError() error {
+	if v := c.violation.Load(); v != nil {
+		return v
+	}
+	if c.closed.Load() {
+		return net.ErrClosed
+	}
+	if c.shutWr {
+		return fmt.Errorf("connection was shut down for writing: %w", errPipe)
+	}
+	if c.updatePeerState()&stateClosed != 0 {
+		return fmt.Errorf("peer pid %d closed the connection: %w", c.peerPid, errPipe)
+	}
+	if c.dead.Load() {
+		c.drainAcks()
+		c.reclaim()
+		return fmt.Errorf("peer pid %d is gone: %w", c.peerPid, errReset)
+	}
+	return nil
+}
+
+const (
+	wantSlot  = 1
+	wantQuota = 2
+	wantAck   = 4
+)
+
+func (c *Conn) txReady(what int) bool {
+	if c.dead.Load() || c.closed.Load() || c.violation.Load() != nil || c.updatePeerState()&stateClosed != 0 {
+		return true
+	}
+	if what&wantSlot != 0 && !c.reserve() {
+		return false
+	}
+	if what&(wantQuota|wantAck) != 0 {
+		n := c.drainAcks()
+		if what&wantQuota != 0 && len(c.out) >= c.outLimit {
+			return false
+		}
+		if what&wantAck != 0 && n == 0 && len(c.out) > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// prepare waits for a free slot (and quota) or fails; caller holds txMu.
+func (c *Conn) prepare(what int) error {
+	for {
+		if err := c.sendError(); err != nil {
+			return err
+		}
+		if c.reserve() {
+			if what&wantQuota == 0 {
+				return nil
+			}
+			c.drainAcks()
+			if len(c.out) < c.outLimit {
+				return nil
+			}
+		}
+		// The consumer may be waiting for messages we deferred.
+		if c.published != c.tail {
+			c.notifyRX()
+		}
+		if err := c.wait(waitTX, &c.txSpin, func() bool { return c.txReady(what) }, &c.wrDeadline, c.txRaw); err != nil {
+			return err
+		}
+	}
+}
+
+// sendLocked is a one-copy send; caller holds txMu.
+func (c *Conn) sendLocked(b []byte) error {
+	if len(b) == 0 {
+		return fmt.Errorf("empty messages are not allowed: %w", syscall.EINVAL)
+	}
+	if len(b) <= InlineMax {
+		if err := c.prepare(wantSlot); err != nil {
+			return err
+		}
+		c.publish(b, uint32(len(b)), 0, slotInline)
+		return nil
+	}
+	if uint64(len(b)) > c.p.cfg.ArenaSize/2 || uint64(len(b)) > 0xffffffff {
+		return fmt.Errorf("message of %d bytes is larger than half the arena: %w", len(b), syscall.EMSGSIZE)
+	}
+	if err := c.prepare(wantSlot | wantQuota); err != nil {
+		return err
+	}
+	addr, err := c.allocBuf(len(b))
+	if err != nil {
+		return err
+	}
+	copy(unsafe.Slice((*byte)(c.p.ptr(addr)), len(b)), b)
+	c.hold(addr, blockFor(uint64(len(b))))
+	c.publish(nil, uint32(len(b)), addr, slotBuf)
+	return nil
+}
+
+// sendSlotsLocked sends b as INLINE messages of up to InlineMax bytes each:
+// for a byte stream, where boundaries do not matter, several slots cost
+// less than a buffer that must be allocated, acknowledged and freed.
+// Returns the bytes sent; caller holds txMu.
+func (c *Conn) sendSlotsLocked(b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		k := min(len(b)-n, InlineMax)
+		if err := c.prepare(wantSlot); err != nil {
+			return n, err
+		}
+		c.publish(b[n:n+k], uint32(k), 0, slotInline)
+		n += k
+	}
+	return n, nil
+}
+
+// Send sends one message with one copy: payloads up to InlineMax bytes
+// travel in the ring slot, larger ones in a buffer of our arena that the
+// peer acknowledges.  It blocks while the ring, the buffer quota or the
+// connection's budget (Config.ConnBudget) is full.
+func (c *Conn) Send(b []byte) error {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if err := expired(&c.wrDeadline); err != nil {
+		return c.opErr("send", err)
+	}
+	err := c.sendLocked(b)
+	if err == nil {
+		c.notifyRX()
+	}
+	return c.opErr("send", err)
+}
+
+// SendBatch sends each of msgs as one message with a single wake-up check.
+func (c *Conn) SendBatch(msgs [][]byte) (int, error) {
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	n := 0
+	var err error
+	for _, m := range msgs {
+		if err = c.sendLocked(m); err != nil {
+			break
+		}
+		n++
+	}
+	if n > 0 && !c.dead.Load() {
+		c.notifyRX()
+	}
+	return n, c.opErr("send", err)
+}
+
+// WriteMsg publishes buf to the peer without copying; ownership passes to the
+// peer until it acknowledges the message, then the buffer is freed.  It
+// blocks while the ring, the buffer quota or the connection's budget is
+// full.  On error the caller still owns buf.
+func (c *Conn) WriteMsg(buf *Buffer) error {
+	if buf.p != c.p || buf.n == 0 {
+		return c.opErr("write", fmt.Errorf("not a live buffer of this process: %w", syscall.EINVAL))
+	}
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	if err := expired(&c.wrDeadline); err != nil {
+		return c.opErr("write", err)
+	}
+	if err := c.prepare(wantSlot | wantQuota); err != nil {
+		return c.opErr("write", err)
+	}
+	if buf.state.Load() != 0 {
+		return c.opErr("write", fmt.Errorf("buffer already sent or freed: %w", syscall.EBUSY))
+	}
+	size := c.p.blockSize(buf.addr)
+	if err := c.admit(size); err != nil {
+		return c.opErr("write", err)
+	}
+	if !buf.state.CompareAndSwap(0, 1) {
+		return c.opErr("write", fmt.Errorf("buffer already sent or freed: %w", syscall.EBUSY))
+	}
+	c.hold(buf.addr, size)
+	c.publish(nil, uint32(buf.n), buf.addr, slotBuf)
+	c.notifyRX()
+	return nil
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"math"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The system calls an established connection makes: ringing and draining
+// doorbells, waking a futex, yielding the CPU, closing a descriptor.  The
+// rest of the Linux-specific code sets things up: region_linux.go (the
+// region, the slot, the arenas), handshake_linux.go, dial_linux.go and
+// listen_linux.go (sockets, descriptors, credentials), watch_linux.go
+// (peer death).  unsupported.go stands in for all of it elsewhere.
+
+// checkOS returns nil: rpal runs on Linux.
+func checkOS() error { return nil }
+
+var oneByte = []byte{0}
+
+// ringSocket sends one byte into a doorbell socket without ever blocking,
+// whatever the peer does to the file we share with it (it could clear
+// O_NONBLOCK and fill the socket): MSG_DONTWAIT ignores the file's flags,
+// and MSG_NOSIGNAL turns a dead peer's SIGPIPE into EPIPE.  A socket, not a
+// pipe: a pipe's every read and write takes its mutex, which the peer could
+// hold indefinitely (a splice from an idle socket into the pipe waits with
+// it held), and the ring would hang.
+func ringSocket(fd int) {
+	_ = unix.Sendto(fd, oneByte, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+}
+
+// drainBell empties our end of a doorbell, reading at most 16 times
+// len(buf) bytes, and reports whether it held anything.  A read returning
+// less than asked for has emptied it; a peer that floods it is read at most
+// that much of, and what is left costs no wake-up (every send is a new
+// edge for the netpoller).
+func drainBell(fd int, buf []byte) bool {
+	rung := false
+	for i := 0; i < 16; i++ {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			rung = true
+		}
+		if err != nil || n < len(buf) {
+			break
+		}
+	}
+	return rung
+}
+
+// futexWake is FUTEX_WAKE, shared (not FUTEX_PRIVATE_FLAG): the word is in
+// our arena and the waiter in another process.
+const futexWake = 1
+
+// wakeFutex wakes every waiter on the futex word at addr.
+func wakeFutex(addr *uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake,
+		uintptr(math.MaxInt32), 0, 0, 0)
+}
+
+// osYield gives the CPU to another runnable thread, if any (sched_yield).
+func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// closeFd closes a descriptor we hold outside an *os.File.
+func closeFd(fd int) { _ = unix.Close(fd) }

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"errors"
+	"net"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// spinner is the adaptive spin budget of one direction.  It keeps a moving
+// average of how long waits last.  A spin that catches the event restores
+// the ceiling; so does a wait that had to sleep while the average is within
+// the ceiling (spinning the ceiling would catch a typical wait).  Beyond it
+// the budget halves, down to a sixteenth of the ceiling, so a connection
+// whose waits are long (an idle one, a slow peer) soon stops burning CPU,
+// while an occasional long wait (a preempted peer) does not stop a
+// connection whose waits are short from spinning.  The floor is not zero:
+// where a wake-up costs more than the ceiling (cross-core wake-ups on small
+// VMs take 30-60 µs), a zero budget would never see a short wait again and
+// would stay asleep for good.  librpal's spin_update() (src/notify.c) has
+// the same restore, halving and floor, but judges each wait on its own
+// length rather than on the average.
+type spinner struct{ max, cur, avg time.Duration }
+
+func (s *spinner) init(d time.Duration) { s.max, s.cur, s.avg = d, d, 0 }
+
+// note adds a wait to the average (weight 1/8), counted as at most twice
+// the ceiling so that one preemption does not outweigh many short waits.
+func (s *spinner) note(waited time.Duration) {
+	s.avg += (min(waited, 2*s.max) - s.avg) / 8
+}
+
+// hit records a wait that a spin ended after waited.
+func (s *spinner) hit(waited time.Duration) {
+	s.note(waited)
+	s.cur = s.max
+}
+
+// slept records a wait that slept, waited long in all.
+func (s *spinner) slept(waited time.Duration) {
+	s.note(waited)
+	if s.avg <= s.max {
+		s.cur = s.max
+	} else {
+		s.cur = max(s.cur/2, s.max/16)
+	}
+}
+
+// yieldEvery is how often a spinning waiter gives its CPU away.  With gRPC
+// over a Stream on a 2-vCPU VM (go/examples/grpcecho), a spinner that never
+// yields doubles the p99 of a call; yielding every 25 µs keeps the p99
+// below a Unix socket's for a few µs more CPU per call; every 10 µs the
+// yields cost more than they save.
+const yieldEvery = 25 * time.Microsecond
+
+// spinBudget is how long a waiter in direction bit may spin: the adaptive
+// budget, or nothing when the peer's thread we wait for runs on the one CPU
+// this process is pinned to (spinning there only keeps it off the CPU).
+func (c *Conn) spinBudget(bit uint64, sp *spinner) time.Duration {
+	if sp.cur == 0 || c.cpu == noCPU {
+		return sp.cur
+	}
+	hint := bTxCPU // an RX waiter waits for the peer's sender
+	if bit == waitTX {
+		hint = bRxCPU
+	}
+	if atomic.LoadUint32(c.u32(c.pb, uintptr(hint))) == c.cpu {
+		return 0
+	}
+	return sp.cur
+}
+
+// wait spins up to the adaptive budget, then advertises sleep in our
+// waiting word and parks the goroutine in the netpoller on our doorbell
+// (no OS thread is blocked).  Returns nil when ready() holds, or the
+// deadline / close error.
+func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic.Int64, raw syscall.RawConn) error {
+	if ready() {
+		return nil
+	}
+	if d := deadline.Load(); d != 0 && nowNano() >= d {
+		return os.ErrDeadlineExceeded
+	}
+	t0 := time.Now()
+	if budget := c.spinBudget(bit, sp); budget > 0 {
+		yielded := time.Duration(0)
+		for i := 1; ; i++ {
+			if ready() {
+				sp.hit(time.Since(t0))
+				return nil
+			}
+			if i&63 == 0 {
+				now := time.Now()
+				spun := now.Sub(t0)
+				if spun > budget {
+					break
+				}
+				if d := deadline.Load(); d != 0 && now.UnixNano() >= d {
+					return os.ErrDeadlineExceeded
+				}
+				// Let this process's other goroutines run on our P and,
+				// every yieldEvery, other threads on our CPU: a spinner
+				// that keeps the thread the peer (or our own next step)
+				// needs off the CPU only makes the wait longer.
+				if spun-yielded >= yieldEvery {
+					yielded = spun
+					osYield()
+				} else {
+					runtime.Gosched()
+				}
+			}
+		}
+	}
+	waiting := c.u64(c.me, bWaiting)
+	// We sleep on the doorbell: the direction's flag with its BELL flag.
+	flags := bit | waitRXBell
+	if bit == waitTX {
+		flags = bit | waitTXBell
+	}
+	// The closure below would move a local buffer to the heap on every
+	// call; each direction has one waiter at a time (rxMu, txMu).
+	dir := 0
+	if bit == waitTX {
+		dir = 1
+	}
+	buf := &c.drainBuf[dir]
+	for {
+		if c.closed.Load() {
+			return net.ErrClosed
+		}
+		atomic.AddUint64(waiting, waitEpoch) // W0: a locked RMW
+		atomic.OrUint64(waiting, flags)
+		if ready() {
+			atomic.AndUint64(waiting, ^flags)
+			break
+		}
+		c.sleeps.Add(1)
+		first := true
+		err := raw.Read(func(fd uintptr) bool {
+			// Any wake-up ends this sleep, even one whose byte another
+			// waiter of this connection drained, or one meant for the
+			// other direction: the peer rings once per value of our
+			// waiting word, so the next sleep is advertised afresh.  The
+			// first call drains what earlier rings left (the netpoller
+			// forgets readiness that predates this call).
+			rung := !first
+			first = false
+			if drainBell(int(fd), buf[:]) {
+				rung = true
+			}
+			return rung || ready()
+		})
+		atomic.AndUint64(waiting, ^flags)
+		if err != nil && c.closed.Load() {
+			return net.ErrClosed
+		}
+		if ready() { // wakeAll's expired deadline included
+			break
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrClosed) {
+				return net.ErrClosed
+			}
+			return err // os.ErrDeadlineExceeded
+		}
+	}
+	sp.slept(time.Since(t0))
+	return nil
+}

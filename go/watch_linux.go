@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"golang.org/x/sys/unix"
+)
+
+// watch notices the peer going away: a hang-up of the connection socket
+// (the peer closed, or exited) or its pidfd becoming readable (it exited,
+// even if a child still holds the socket).  docs/PROTOCOL.md §7.
+func (c *Conn) watch() {
+	c.hup = make(chan struct{})
+	go func() {
+		defer close(c.hup)
+		var buf [hsSize]byte
+		for {
+			if _, err := c.sock.Read(buf[:]); err != nil {
+				if !c.closed.Load() {
+					c.markDead(false)
+				}
+				return
+			}
+		}
+	}()
+	raw, err := c.pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	go func() {
+		err := raw.Read(func(fd uintptr) bool {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, _ := unix.Poll(pfd, 0)
+			return n > 0
+		})
+		if err == nil {
+			c.markDead(true)
+		}
+	}()
+}
