@@ -531,3 +531,24 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	info->budget = conn_budget();
 	return 0;
 }
+
+/* ------------------------------------------------------------ protection-key windows */
+
+RPAL_EXPORT long rpal_peer_window_open(int fd)
+{
+	struct rpal_conn *c;
+	int err;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	return (long)mpk_open(c->pkru_bits);
+}
+
+RPAL_EXPORT void rpal_peer_window_close(long cookie)
+{
+	/* Only what rpal_peer_window_open() returned: a non-zero cookie means
+	 * it wrote PKRU, so the CPU has it. */
+	if ((uint64_t)cookie >> 32 == 1)
+		pkru_write((uint32_t)cookie);
+}

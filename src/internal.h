@@ -2,28 +2,34 @@
 /*
  * internal.h - librpal's private state.  Do not include from applications.
  *
- * Map of src/:
+ * Map of src/, by layer; each file uses only its own layer and those above
+ * it in this list (src/CMakeLists.txt checks it at link time):
+ *  base
  *   error.c      per-thread error detail, rpal_strerror
  *   config.c     defaults, environment overrides, validation
+ *  mem
  *   region.c     the reserved region, slot claim, own arena, peer mappings
  *   alloc.c      the buffer allocator of our own arena
+ *   mpk.c        protection keys: peer arenas unreadable outside windows
+ *   safety.c     rpal_access_safely: recovery points for faults on peer memory
+ *  wire
  *   ring.c       data and ack rings: produce, consume, validate
  *   handshake.c  hello encoding and checks (pure; fuzzed)
+ *  core
+ *   notify.c     spinning, sleeping and waking
+ *   watch.c      the watcher thread: hang-ups and deaths wake futex sleepers
  *   init.c       the object table, init, fini, fork, rpal_close, stats
  *   policy.c     credential policies, service names
  *   conn.c       the handshake's common half, peer death, linger, close
  *   listen.c     rpal_listen, rpal_accept (the server's half)
  *   connect.c    rpal_connect (the client's half)
  *   msg.c        send and receive APIs
- *   notify.c     spinning, sleeping and waking
  *   epoll_set.c  rpal_epoll_create, rpal_epoll_ctl: a set and its registrations
  *   epoll.c      rpal_epoll_wait (epoll_park.h: its hosted park path)
- *   watch.c      the watcher thread: hang-ups and deaths wake futex sleepers
- *   safety.c     rpal_access_safely: recovery points for faults on peer memory
- *   mpk.c        protection keys: peer arenas unreadable outside windows
- *   call.c       hosted mode: RPAL calls into a parked receiver; the core
- *                sees it only through local.h (hosted_off.c stands in for
- *                it in a connected-only build, RPAL_HOSTED=OFF)
+ *  hosted
+ *   call.c       RPAL calls into a parked receiver of our own process; the
+ *                core sees it only through local.h (hosted_off.c stands in
+ *                for it in a connected-only build, RPAL_HOSTED=OFF)
  */
 #ifndef RPAL_INTERNAL_H
 #define RPAL_INTERNAL_H
@@ -74,6 +80,15 @@ static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
 		atomic_store_explicit(slot, cpu, memory_order_relaxed);
 	return cpu;
+}
+
+/* The monotonic clock in ns (the vDSO: no system call). */
+static inline uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 /* ------------------------------------------------------------- errors */
@@ -130,7 +145,6 @@ struct rpal_spin {
 };
 void spin_init(struct rpal_spin *s, unsigned max_us);
 void spin_update(struct rpal_spin *s, uint64_t waited_ns);
-uint64_t now_ns(void);
 
 /* --------------------------------------------------------- objects */
 /*

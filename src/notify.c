@@ -37,14 +37,6 @@
 /* Set once futex_waitv() says ENOSYS: sleep on the doorbell instead. */
 static _Atomic bool no_futex_waitv;
 
-uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void spin_init(struct rpal_spin *s, unsigned max_us)
 {
 	uint64_t ns = (uint64_t)max_us * 1000;

@@ -397,8 +397,6 @@ void *arena_alloc(size_t len)
 {
 	void *p;
 
-	if (rpal_ensure_init())
-		return NULL;
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	p = alloc_get(rpal_g.alloc, len);
 	store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
