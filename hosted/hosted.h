@@ -1,15 +1,15 @@
-/* hosted.h: foundations of rpal hosted mode (issue 4).
+/* hosted.h: the pieces of rpal hosted mode that do not depend on librpal (docs/HOSTED.md).
  *
- * Part 1, the loader: load independently built PIE executables into their own glibc linker
- * namespaces (dlmopen LM_ID_NEWLM) inside one process and run each one's main() on its own thread
- * created by that namespace's libc.
+ * Loader: load independently built PIE executables into their own glibc linker namespaces
+ * (dlmopen LM_ID_NEWLM) inside one process and run each one's main() on its own thread, created
+ * by that namespace's libc (loader.c).
  *
- * Part 2, the user-mode switch: hosted_ctx_* (callee-saved registers, rsp, MXCSR, x87 CW, and the
- * fs base by wrfsbase or arch_prctl).
+ * Launcher: the loop of `rpal run` and the host block with the process-wide signal handlers
+ * (launch.c, host.c; the block's layout is rpal_host.h).
  *
- * Part 3, the lazy switch: hosted_lazy_* (see lazy.c).
- *
- * See hosted/README.md for what works, the measured costs and the known limits. */
+ * User-mode switch: hosted_ctx_* and hosted_switch* (callee-saved registers, rsp, MXCSR, x87 CW,
+ * and the fs base by wrfsbase or arch_prctl; switch_x86_64.S, ctx.c).  librpal compiles these two
+ * files in for its RPAL calls (src/call.c). */
 #ifndef RPAL_HOSTED_H
 #define RPAL_HOSTED_H
 
@@ -95,8 +95,8 @@ struct rpal_host;
 
 /* Load, start and wait for "PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]..." (argv[0..argc)), printing
  * each one's exit status on stderr as "<me>: [i] path exited with status N" (unless quiet; a failure
- * inside an RPAL call is always reported).  host: NULL to only load, else every program's librpal
- * joins it (RPAL_HOST).  Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error. */
+ * inside an RPAL call is always reported).  Every program's librpal joins host (RPAL_HOST).
+ * Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error. */
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet);
 
 /* The process's host block for RPAL calls: reserves the rpal region (base, slot size and count as
@@ -140,62 +140,15 @@ void hosted_switch_prctl(hosted_ctx *from, hosted_ctx *to);
 /* The current fs base (reads %fs:0, the TCB self pointer of the x86-64 TLS ABI). */
 uintptr_t hosted_get_fs(void);
 
-/* For the lazy switch.  hosted_ctx_jump_wrfs: resume to (fs by wrfsbase) without saving anything
- * (leaves a signal handler for a borrow point).  hosted_lazy_resume: save the current context in
- * save, then resume the context captured in the signal frame whose ucontext is at uc, on this
- * thread, by rt_sigreturn; a later switch to save returns from the call.  Both live in the code
- * range that Syscall User Dispatch lets through (hosted_sud_allowed_start/end). */
+/* For the lazy switch (host.c's SIGSYS handler and src/call.c).  hosted_ctx_jump_wrfs: resume to
+ * (fs by wrfsbase) without saving anything: a signal handler leaves for the sender's call point.
+ * hosted_lazy_resume: save the current context in save, then resume the context captured in the
+ * signal frame whose ucontext is at uc, on this thread, by rt_sigreturn; a later switch to save
+ * returns from the call.  hosted_lazy_resume lies in the code range that Syscall User Dispatch
+ * always lets through (hosted_sud_allowed_start/end). */
 void hosted_ctx_jump_wrfs(hosted_ctx *to) __attribute__((noreturn));
 void hosted_lazy_resume(hosted_ctx *save, void *uc);
 extern char hosted_sud_allowed_start[], hosted_sud_allowed_end[];
-
-/* ---------------------------------------------------------------------------------------------
- * Lazy switch prototype (lazy.c): a coroutine owned by thread R, borrowed by sender threads S.
- * While S runs it, Syscall User Dispatch blocks syscalls on S; a syscall made by the coroutine traps
- * (SIGSYS) and the coroutine, captured in the signal frame, is handed back to R, which makes the
- * syscall and runs the coroutine on to its next hosted_lazy_wait(); S returns at once.
- * Needs FSGSBASE and Syscall User Dispatch (Linux >= 5.11).  Prototype: see README.md for limits.
- * ------------------------------------------------------------------------------------------- */
-
-typedef struct hosted_lazy_co hosted_lazy_co;
-typedef struct hosted_lazy_sender hosted_lazy_sender;
-
-enum {
-    HOSTED_LAZY_DONE = 0,       /* the coroutine ran on the sender up to its next wait */
-    HOSTED_LAZY_HANDED_OFF = 1, /* it made a syscall: R continues it; the sender is free */
-    HOSTED_LAZY_BUSY = 2,       /* it was not parked (running on R or another sender) */
-};
-
-/* Once per process: checks FSGSBASE and SUD, installs the SIGSYS handler.  0, or -1 with a reason
- * in err. */
-int hosted_lazy_init(char *err, size_t errlen);
-
-/* On a sender thread S, once: a per-thread record (found through the gs base by the SIGSYS
- * handler) with SUD armed and the selector at ALLOW.  NULL with a reason in err. */
-hosted_lazy_sender *hosted_lazy_sender_init(char *err, size_t errlen);
-
-/* On R: make a coroutine with its own stack running body(co, arg) until its first
- * hosted_lazy_wait(), and owned by the calling thread (its fs base, signal mask, sigaltstack). */
-hosted_lazy_co *hosted_lazy_co_create(size_t stack_size, void (*body)(hosted_lazy_co *, void *),
-                                      void *arg);
-
-/* Inside the body: park; returns the next message (given to hosted_lazy_call). */
-void *hosted_lazy_wait(hosted_lazy_co *co);
-
-/* On S: claim the parked coroutine with one CAS, switch into it (fs = R's TCB, SUD selector BLOCK)
- * with msg; returns HOSTED_LAZY_* (see above). */
-int hosted_lazy_call(hosted_lazy_sender *s, hosted_lazy_co *co, void *msg);
-
-/* On R: serve hand-offs (resume trapped frames) until hosted_lazy_stop(). */
-void hosted_lazy_serve(hosted_lazy_co *co);
-void hosted_lazy_stop(hosted_lazy_co *co);
-
-/* on = 0: calls by this sender leave the coroutine's syscalls on the sender's thread (no SUD trap;
- * thread-like semantics, e.g. gettid() returns the sender's id).  Default on. */
-void hosted_lazy_sender_trap(hosted_lazy_sender *s, int on);
-
-/* Counters of a sender: borrows, hand-offs (traps). */
-void hosted_lazy_sender_stats(const hosted_lazy_sender *s, long *calls, long *traps);
 
 #ifdef __cplusplus
 }

@@ -1,10 +1,10 @@
-/* launch.c: the command-line front end shared by rpal-run and `rpal run`.
+/* launch.c: the loop behind `rpal run` (cli/cmd_run.c).
  *
  *   PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]...
  *
  * Loads every program (each in its own linker namespace), starts them all, waits for all, and
- * reports each one's exit status on stderr.  With a host block (rpal_host.h), each program's
- * environment carries RPAL_HOST so that its librpal joins the others for RPAL calls. */
+ * reports each one's exit status on stderr as it ends.  Each program's environment carries
+ * RPAL_HOST (rpal_host.h), so that its copy of librpal joins the others for RPAL calls. */
 #include "hosted.h"
 #include "rpal_host.h"
 
@@ -35,14 +35,11 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
                     HOSTED_NNS - 1);
             return 2;
         }
-        char **envp = NULL;
-        if (host) {
-            int idx = hosted_host_add(host, argv[start]);
-            envp = idx < 0 ? NULL : hosted_host_environ(host, idx);
-            if (!envp) {
-                fprintf(stderr, "%s: out of memory\n", me);
-                return 2;
-            }
+        int idx = hosted_host_add(host, argv[start]);
+        char **envp = idx < 0 ? NULL : hosted_host_environ(host, idx);
+        if (!envp) {
+            fprintf(stderr, "%s: out of memory\n", me);
+            return 2;
         }
         hosted_prog *p = hosted_load(argv[start], n, argv + start, envp, err, sizeof err);
         if (!p) {
@@ -71,7 +68,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         reported[k] = 1;
         left--;
         int st = hosted_wait(progs[k]);
-        int sig = host ? atomic_load(&host->progs[k].failed) : 0;
+        int sig = atomic_load(&host->progs[k].failed);
         if (st != 0) failed = 1;
         if (sig)
             fprintf(stderr, "%s: [%d] %s failed: signal %d (%s) inside an RPAL call, at address %#llx\n",

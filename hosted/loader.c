@@ -16,7 +16,7 @@
  *
  * The libc copy of a secondary namespace never grows the brk heap in glibc >= 2.34 (its sbrk fails
  * with ENOMEM and its malloc falls back to mmap), so several libcs in one process do not fight over
- * the brk; the test checks it.  See README.md. */
+ * the brk; the test checks it.  See docs/HOSTED.md. */
 #include "hosted.h"
 
 #include <dlfcn.h>
@@ -250,7 +250,8 @@ void hosted_reexec_with_tunables(int argc, char **argv) {
 
 /* glibc's hard limit is DL_NNS = 16 namespaces (the base one included) whatever the tunables say;
  * glibc.rtld.nns only sizes the static TLS surplus that each namespace's libc needs (without the
- * tunables the 12th namespace failed here with "cannot allocate memory in static TLS block"). */
+ * tunables, glibc 2.36 refuses about the 12th namespace with "cannot allocate memory in static TLS
+ * block"). */
 static _Atomic int ns_in_use = 1; /* the base namespace */
 
 int hosted_ns_limit(void) { return HOSTED_NNS - ns_in_use; }
@@ -320,7 +321,7 @@ static void exit_hook(int status, hosted_prog *p) {
     if (raw_syscall1(SYS_gettid, 0) == atomic_load(&p->main_tid))
         __builtin_longjmp(p->exit_jb, 1); /* back into prog_thread */
     /* exit() from another thread of the program: end this thread only.  The program's other
-     * threads are not stopped (see README). */
+     * threads are not stopped (docs/HOSTED.md, limits). */
     finish(p);
     for (;;) raw_syscall1(SYS_exit, 0);
 }

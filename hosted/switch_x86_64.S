@@ -27,9 +27,8 @@
 .endm
 
 /* Resume by an indirect jump, not ret: the return stack buffer holds the other stack's return
- * addresses, so a ret here is always mispredicted, while the jump's target is learned (about 20
- * cycles a switch on librpal's call path; one microbenchmark goes the other way, see
- * hosted/README.md section 2). */
+ * addresses, so a ret here is always mispredicted, while the jump's target is learned (figures in
+ * docs/HOSTED.md, "The user-mode switch"). */
 .macro RESTORE_FRAME
         ldmxcsr (%rsp)
         fldcw   4(%rsp)
@@ -120,10 +119,10 @@ hosted_ctx_trampoline:
         ud2
         .size   hosted_ctx_trampoline, .-hosted_ctx_trampoline
 
-/* ---- lazy switch support (lazy.c) ---- */
+/* ---- lazy switch support (host.c's signal handlers, src/call.c) ---- */
 
 /* void hosted_ctx_jump_wrfs(hosted_ctx *to): resume to (fs by wrfsbase) without saving anything:
- * leaves a SIGSYS handler for the sender's borrow point. */
+ * how the launcher's SIGSYS and fault handlers leave for the sender's call point. */
         .globl  hosted_ctx_jump_wrfs
         .hidden hosted_ctx_jump_wrfs
         .type   hosted_ctx_jump_wrfs, @function
@@ -136,7 +135,7 @@ hosted_ctx_jump_wrfs:
         .size   hosted_ctx_jump_wrfs, .-hosted_ctx_jump_wrfs
 
 /* The code range that Syscall User Dispatch always lets through on sender threads: the resume
- * through a signal frame and a signal restorer (see lazy.c). */
+ * through a signal frame (the host block publishes the range, src/call.c arms it). */
         .section .text.hosted_sud_allowed,"ax",@progbits
         .globl  hosted_sud_allowed_start
         .hidden hosted_sud_allowed_start
@@ -158,17 +157,6 @@ hosted_lazy_resume:
         syscall
         ud2
         .size   hosted_lazy_resume, .-hosted_lazy_resume
-
-/* Signal restorer for handlers that may return while the selector blocks syscalls. */
-        .globl  hosted_sud_restorer
-        .hidden hosted_sud_restorer
-        .type   hosted_sud_restorer, @function
-        .p2align 4
-hosted_sud_restorer:
-        movl    $15, %eax
-        syscall
-        ud2
-        .size   hosted_sud_restorer, .-hosted_sud_restorer
 
         .globl  hosted_sud_allowed_end
         .hidden hosted_sud_allowed_end

@@ -127,9 +127,9 @@ static int send_fd(int sock, int fd)
  * What a holder of a doorbell file can start on it and leave waiting: a
  * splice out of it (nothing ever comes: no one sends the other way), one
  * into it from an empty pipe, and one into it from an idle socket (only a
- * pipe takes that: it then holds the pipe's lock while it waits, so wire
- * version 2's pipe doorbells hung every ring), each on a thread of its own
- * that waits until the process dies.
+ * pipe takes that: it then holds the pipe's lock while it waits, which
+ * would hang every ring of a pipe doorbell: docs/PROTOCOL.md section 6),
+ * each on a thread of its own that waits until the process dies.
  */
 struct splice_arg {
 	int in, out;

@@ -1,4 +1,4 @@
-/* test_loader.c: three ordinary PIE programs (two instances of prog_counter, two of prog_exit) run
+/* test_loader.c: four ordinary PIE programs (two instances of prog_counter, two of prog_exit) run
  * at once in one process, each in its own namespace; checks separation, exit statuses, flushed
  * stdio, exit handlers, exit() without ending the host. */
 #include "../hosted.h"
