@@ -14,10 +14,12 @@
  * find the sender's record through the gs base, which librpal points at it. */
 #include "hosted.h"
 #include "rpal_host.h"
+#include "sigchain.h"   /* src/: librpal's, shared */
 
 #include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,26 +55,23 @@ static struct rpal_host_sender *current_call(void) {
     return rpal_sender_in_call(s, fs) ? s : NULL;
 }
 
-/* Give a signal we do not handle to whoever had it before us. */
+/* Hand a signal that is not ours on as if the launcher had never installed a handler: to the
+ * disposition the process had before hosted_host_create (a sanitizer's handler, SIG_IGN inherited
+ * across exec, usually SIG_DFL; the programs' own handlers come later and replace ours).  The same
+ * code as librpal's fault handler uses (src/sigchain.h): TLS-free, as it may run with a
+ * receiver's fs base (a SIGSYS that Syscall User Dispatch did not raise, during a call). */
 static void chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc) {
-    if (old->sa_flags & SA_SIGINFO) {
-        if (old->sa_sigaction) {
-            old->sa_sigaction(sig, si, uc);
-            return;
-        }
-    } else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
-        old->sa_handler(sig);
-        return;
-    }
-    /* Default action: restore it; returning re-raises a fault (or the kernel's SIGSYS). */
-    signal(sig, SIG_DFL);
-    if (sig == SIGSYS || sig == SIGFPE) raise(sig);
+    sig_chain(old, sig, si, uc);
 }
 
 static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     struct rpal_host_sender *s = current_call();
     ucontext_t *uc = ucv;
     if (!s || si->si_code != SYS_USER_DISPATCH) {
+        /* Not a syscall of a borrowed receiver (seccomp's SIGSYS, a kill()).  During a call, let
+         * the rest of the call's syscalls through, chain()'s and the old handler's first, as
+         * for a signal handler that returns during a call (below). */
+        if (s) s->selector = SUD_ALLOW;
         chain(&old_sys, sig, si, ucv);
         return;
     }
@@ -112,22 +111,32 @@ static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
     (void)w;
 }
 
+/* RPAL_DEBUG_FAULT, for debugging only (stdio and dladdr are not async-signal-safe): the function
+ * of the faulting pc, and every library address among the 400 words above the stack pointer. */
+static void debug_fault(const ucontext_t *uc) {
+    Dl_info di;
+    void *pc = (void *)uc->uc_mcontext.gregs[REG_RIP];
+    if (dladdr(pc, &di))
+        fprintf(stderr, "  in %s (%s+%#lx)\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
+                (unsigned long)((char *)pc - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
+    uint64_t *fp = (uint64_t *)uc->uc_mcontext.gregs[REG_RSP];
+    for (int k = 0; k < 400; k++) {
+        if (dladdr((void *)fp[k], &di) && di.dli_fname && strstr(di.dli_fname, "lib"))
+            fprintf(stderr, "  stack %s %s+%#lx\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
+                    (unsigned long)((char *)fp[k] - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
+    }
+}
+
 static void on_fault(int sig, siginfo_t *si, void *ucv) {
     struct rpal_host_sender *s = current_call();
-    if (!s) {
-        report_fault(sig, si, ucv);
-        if (getenv("RPAL_DEBUG_FAULT")) {
-            Dl_info di;
-            void *pc = (void *)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RIP];
-            if (dladdr(pc, &di))
-                fprintf(stderr, "  in %s (%s+%#lx)\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
-                        (unsigned long)((char *)pc - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
-            uint64_t *fp = (uint64_t *)((ucontext_t *)ucv)->uc_mcontext.gregs[REG_RSP];
-            for (int k = 0; k < 400; k++) {
-                if (dladdr((void *)fp[k], &di) && di.dli_fname && strstr(di.dli_fname, "lib") )
-                    fprintf(stderr, "  stack %s %s+%#lx\n", di.dli_fname, di.dli_sname ? di.dli_sname : "?",
-                        (unsigned long)((char *)fp[k] - (char *)(di.dli_saddr ? di.dli_saddr : di.dli_fbase)));
-            }
+    int fault = sig_fault_is_synchronous(sig, si);
+    if (!s || !fault) {
+        /* Not a fault of a borrowed receiver: a fault outside calls, or a signal sent with kill()
+         * (during a call too: then let the rest of the call's syscalls through, chain()'s first). */
+        if (s) s->selector = SUD_ALLOW;
+        if (fault) {
+            report_fault(sig, si, ucv);
+            if (getenv("RPAL_DEBUG_FAULT")) debug_fault(ucv);
         }
         for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
             if (fault_sigs[i] == sig) chain(&old_fault[i], sig, si, ucv);
@@ -184,12 +193,16 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sigemptyset(&sa.sa_mask);
-    /* SA_NODEFER: the handlers leave by a jump, which must not leave the signal blocked. */
-    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    /* SA_NODEFER: the handlers leave by a jump, which must not leave the signal blocked.
+     * SA_ONSTACK for faults only: a receiver that overflows its stack during a call fails the call
+     * where the sender's thread has an alternate stack.  Never for SIGSYS: its frame must lie on
+     * the receiver's stack, as the receiver's saved state that its own thread resumes. */
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sa.sa_sigaction = on_fault;
     for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
         sigaction(fault_sigs[i], &sa, &old_fault[i]);
     if (h->fsgsbase && sud_works()) {
+        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
         sa.sa_sigaction = on_sigsys;
         if (sigaction(SIGSYS, &sa, &old_sys) == 0) h->sud = 1;
     }

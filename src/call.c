@@ -250,6 +250,24 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 	return s;
 }
 
+/*
+ * For a signal handler of librpal that is about to make system calls
+ * (safety.c): inside an RPAL call Syscall User Dispatch would hand each of
+ * them to the receiver's own thread, and leave this thread with the
+ * handler's signal mask.  Let them through for the rest of the call, as the
+ * launcher's handlers do.  Async-signal-safe: no TLS, no system call.
+ */
+void call_signal_allow_syscalls(void)
+{
+	struct rpal_host_sender *s;
+
+	if (!host || !host->fsgsbase)
+		return;
+	s = (struct rpal_host_sender *)rpal_rdgsbase();
+	if (rpal_sender_in_call(s, rdfsbase()))
+		s->selector = SUD_ALLOW;
+}
+
 /* Run r on this thread until it parks, traps or faults; then give it back.
  * cookie: which of its connections the call is for (a hint, 0 none). */
 static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie)

@@ -36,6 +36,7 @@ int call_deliver(struct rpal_conn *c, bool may_call);   /* run a parked local re
 struct rpal_host_rcv *call_rcv_create(int top);         /* where a set's waiter parks */
 void call_rcv_retire(struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
+void call_signal_allow_syscalls(void);         /* a signal handler inside a call */
 #else
 static inline int host_setup(struct rpal_config *cfg) { (void)cfg; return 0; }
 static inline bool host_active(void) { return false; }
@@ -47,6 +48,7 @@ static inline int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (v
 static inline struct rpal_host_rcv *call_rcv_create(int top) { (void)top; return NULL; }
 static inline void call_rcv_retire(struct rpal_host_rcv *r) { (void)r; }
 static inline bool call_from_producer(const struct rpal_conn *c) { (void)c; return false; }
+static inline void call_signal_allow_syscalls(void) {}
 #endif
 
 #endif /* RPAL_LOCAL_H */

@@ -55,6 +55,7 @@
 #include <ucontext.h>
 
 #include "internal.h"
+#include "sigchain.h"
 
 struct rpal_recovery {
 	sigjmp_buf jb;
@@ -74,80 +75,10 @@ static struct sigaction old_act[2];           /* [0] SIGSEGV, [1] SIGBUS */
 
 static inline int sig_index(int sig) { return sig == SIGBUS; }
 
-/* A fault we may recover: raised by the kernel for this very thread's
- * access (si_code > 0), not sent by kill/tgkill/sigqueue (si_code <= 0),
- * and not an asynchronous machine-check report about some other page. */
-static bool fault_is_synchronous(int sig, const siginfo_t *si)
-{
-	if (!si || si->si_code <= 0)
-		return false;
-#ifdef BUS_MCEERR_AO
-	if (sig == SIGBUS && si->si_code == BUS_MCEERR_AO)
-		return false;
-#endif
-	return true;
-}
-
-/*
- * What the kernel would have done before running the old handler: reset it
- * first if it was one-shot, block its sa_mask (the caller's mask comes back
- * with sigreturn), unblock sig if it asked for SA_NODEFER.
- */
-static void enter_old_handler(int sig, const struct sigaction *old)
-{
-	struct sigaction dfl;
-	sigset_t set;
-
-	if (old->sa_flags & SA_RESETHAND) {
-		memset(&dfl, 0, sizeof(dfl));
-		dfl.sa_handler = SIG_DFL;
-		sigaction(sig, &dfl, NULL);
-	}
-	pthread_sigmask(SIG_BLOCK, &old->sa_mask, NULL);
-	if (old->sa_flags & SA_NODEFER) {
-		sigemptyset(&set);
-		sigaddset(&set, sig);
-		pthread_sigmask(SIG_UNBLOCK, &set, NULL);
-	}
-}
-
-/*
- * Hand the signal on as if our handler had never been installed.  Called
- * in signal context with sig blocked.
- */
+/* Hand a signal that is not ours to what was there before (sigchain.h). */
 static void chain(int sig, siginfo_t *si, void *uc)
 {
-	struct sigaction *old = &old_act[sig_index(sig)];
-	struct sigaction dfl;
-
-	if (old->sa_flags & SA_SIGINFO) {
-		if (old->sa_sigaction) {
-			void (*fn)(int, siginfo_t *, void *) = old->sa_sigaction;
-			enter_old_handler(sig, old);
-			fn(sig, si, uc);
-			return;
-		}
-	} else if (old->sa_handler != SIG_DFL && old->sa_handler != SIG_IGN) {
-		void (*fn)(int) = old->sa_handler;
-		enter_old_handler(sig, old);
-		fn(sig);
-		return;
-	}
-
-	/* SIG_IGN: a signal sent with kill() would have been ignored; a real
-	 * fault would not (the kernel forces SIG_DFL for it). */
-	if (old->sa_handler == SIG_IGN && !fault_is_synchronous(sig, si))
-		return;
-
-	/* SIG_DFL: die of this signal, as without us.  The re-raised signal
-	 * stays pending while sig is blocked here and is delivered, with the
-	 * default action, as the handler returns: the process is killed by
-	 * sig with the faulting context's registers (a core dump shows the
-	 * faulting instruction). */
-	memset(&dfl, 0, sizeof(dfl));
-	dfl.sa_handler = SIG_DFL;
-	sigaction(sig, &dfl, NULL);
-	raise(sig);
+	sig_chain(&old_act[sig_index(sig)], sig, si, uc);
 }
 
 static void fault_handler(int sig, siginfo_t *si, void *ucv)
@@ -156,7 +87,10 @@ static void fault_handler(int sig, siginfo_t *si, void *ucv)
 	ucontext_t *uc = ucv;
 	int saved_errno = errno;
 
-	if (w && fault_is_synchronous(sig, si)) {
+	/* Before any system call: inside an RPAL call (hosted mode) each
+	 * would be handed to the receiver's own thread (local.h). */
+	call_signal_allow_syscalls();
+	if (w && sig_fault_is_synchronous(sig, si)) {
 		w->signo = sig;
 		w->code = si->si_code;
 		w->addr = si->si_addr;

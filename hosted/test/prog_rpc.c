@@ -7,8 +7,10 @@
  *                                        calls run, the set's other users (not its parked owner)
  *   prog_rpc client SERVICE THREADS N    THREADS connections x N checksummed round trips, then
  *                                        the probes below (when hosted), then QUIT
- *   prog_rpc crasher SERVICE             ask the server to fault inside its handler; check that
- *                                        our send fails with ECONNRESET and that we go on
+ *   prog_rpc crasher SERVICE [overflow]  ask the server to fault inside its handler; check that
+ *                                        our send fails with ECONNRESET and that we go on; with
+ *                                        overflow, the handler overflows its stack, and this
+ *                                        thread has an alternate signal stack for the fault
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -27,6 +29,7 @@
  * kernel's default PKRU, not the key of its own that the client opened. */
 #include <errno.h>
 #include <malloc.h>
+#include <signal.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -101,8 +104,26 @@ static long largest_unread_pipe(void) {
     return most;
 }
 
+/* Recurses until the stack's guard page stops it (overflow_sink never goes negative: the test is
+ * there for the compiler, which cannot know). */
+static volatile int overflow_sink;
+static int overflow(int n) {
+    volatile char pad[256];
+    pad[0] = 1;
+    overflow_sink += pad[0];
+    return overflow_sink >= 0 ? overflow(n + 1) + pad[1] : n;
+}
+
+static int no_fault(void *arg) {
+    (void)arg;
+    return 0;
+}
+
 static int server(const char *service, int meddle) {
     pid_t main_tid = (pid_t)syscall(SYS_gettid);
+    /* rpal_access_safely() installs librpal's SIGSEGV/SIGBUS handler over the launcher's: the
+     * crasher's fault inside a call must still fail only this program. */
+    if (rpal_access_safely(no_fault, NULL) != 0) return 1;
     struct epoll_event ev, evs[16];
     int lfd = rpal_listen(service, NULL), ep, quit = 0, open = 0;
     long unread = -1;
@@ -187,7 +208,10 @@ static int server(const char *service, int meddle) {
                     break;
                 }
                 case OP_CRASH:
-                    *(volatile int *)(uintptr_t)q.sum = 1; /* q.sum = 0: a null write */
+                    if (q.sum == 1)
+                        overflow(0);
+                    else
+                        *(volatile int *)(uintptr_t)q.sum = 1; /* q.sum = 0: a null write */
                     break;
                 case OP_QUIT:
                     quit = 1;
@@ -434,7 +458,7 @@ static int client(const char *service, int threads, long n) {
     return errors ? 1 : 0;
 }
 
-static int crasher(const char *service) {
+static int crasher(const char *service, int overflow_stack) {
     int fd = connect_retry(service);
     if (fd < 0) return 1;
     struct req q = { .op = OP_ECHO };
@@ -448,7 +472,13 @@ static int crasher(const char *service) {
         calls0 = rpal_hosted_stat(st, 2) > 0 ? st[0].calls : 0;
         if (roundtrip(fd, &q, &r)) return 1;
     } while (rpal_hosted_stat(st, 2) > 0 && st[0].calls == calls0);
-    q = (struct req){ .op = OP_CRASH, .sum = 0 };
+    if (overflow_stack) {
+        /* The fault comes on this thread, with the server's stack full: only an alternate
+         * stack has room for the launcher's handler. */
+        stack_t ss = { .ss_sp = malloc(64 << 10), .ss_size = 64 << 10 };
+        if (!ss.ss_sp || sigaltstack(&ss, NULL) < 0) return 1;
+    }
+    q = (struct req){ .op = OP_CRASH, .sum = overflow_stack ? 1 : 0 };
     ssize_t s = rpal_send(fd, &q, sizeof q, 0);
     printf("crasher: send of CRASH returned %zd (%s)\n", s, s < 0 ? rpal_strerror((int)s) : "ok");
     ssize_t len = rpal_recv(fd, &r, sizeof r, 0);
@@ -467,7 +497,8 @@ int main(int argc, char **argv) {
     unsigned a, b, c, d;
     pkru_probe = getenv("RPAL_PROTECT_PEERS") && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4));
     if (argc >= 5 && !strcmp(argv[1], "client")) return client(argv[2], atoi(argv[3]), atol(argv[4]));
-    if (argc >= 3 && !strcmp(argv[1], "crasher")) return crasher(argv[2]);
-    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N]\n");
+    if (argc >= 3 && !strcmp(argv[1], "crasher"))
+        return crasher(argv[2], argc >= 4 && !strcmp(argv[3], "overflow"));
+    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N | overflow]\n");
     return 2;
 }

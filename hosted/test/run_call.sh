@@ -16,7 +16,10 @@
 #     trips so that the server sleeps for each one: no message lost, and the server's doorbells are
 #     emptied as it sleeps (no pipe left holding more than a byte or two);
 #  2. a fault inside a handler run by a call: the sender's send fails with ECONNRESET, the server
-#     is reported failed, the sender goes on and exits 0;
+#     is reported failed, the sender goes on and exits 0 (also when the handler overflows its stack
+#     and the sender's thread has an alternate signal stack); a SIGSEGV sent with kill() passes on as
+#     if the launcher had installed no handler: it ends the process, or, where SIGSEGV was ignored
+#     when `rpal run` started, it is ignored and the launcher's handler stays;
 #  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
@@ -125,6 +128,48 @@ echo "$out" | grep -q "failed: signal 11 .*inside an RPAL call" && ok "the fault
 echo "$out" | grep -q "send of CRASH returned -104" && ok "the sender's send failed with ECONNRESET" ||
 	bad "sender's send after the fault"
 echo "$out" | grep -q "\[1\] .* exited with status 0" && ok "the sender went on and exited 0" || bad "sender status"
+# A receiver that overflows its stack in a call: the launcher's handler runs on the sender
+# thread's alternate stack, and only the receiver fails.
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-o" ::: "$PROG" crasher "$svc-o" overflow 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+[ $rc -eq 1 ] && echo "$out" | grep -q "failed: signal 11 .*inside an RPAL call" &&
+	echo "$out" | grep -q "send of CRASH returned -104" && echo "$out" | grep -q "\[1\] .* exited with status 0" &&
+	ok "a stack overflow inside a call fails only the receiver (sender with an alternate stack)" ||
+	bad "stack overflow inside a call: rpal run exited $rc"
+
+# Signals that are not the launcher's go on as if it had installed nothing (host.c, chain): a
+# kill -SEGV ends `rpal run` by SIGSEGV; with SIGSEGV ignored when it started, the kill is ignored
+# and the launcher's fault handler stays installed.
+# sig_run NAME [ignore]: starts a hosted server; sets pid and log once it is ready.
+sig_run() {
+	log=$(mktemp)
+	if [ -n "${2:-}" ]; then
+		(trap '' SEGV; exec timeout 60 "$RPAL" run "$PROG" server "$svc-$1") > "$log" 2>&1 &
+	else
+		timeout 60 "$RPAL" run "$PROG" server "$svc-$1" > "$log" 2>&1 &
+	fi
+	pid=$!
+	for _ in $(seq 300); do grep -q "server: ready" "$log" && break; sleep 0.02; done
+}
+sig_run s1
+kill -SEGV "$(pgrep -P "$pid")" 2>/dev/null
+wait "$pid"
+rc=$?
+# timeout reports a child killed by a signal as 128+signal.
+[ $rc -eq 139 ] && ok "kill -SEGV ends rpal run by SIGSEGV" || bad "kill -SEGV: rpal run exited $rc"
+rm -f "$log"
+sig_run s2 ignore
+child=$(pgrep -P "$pid")
+kill -SEGV "$child" 2>/dev/null
+sleep 0.2
+caught=$(sed -n 's/^SigCgt:[[:space:]]*//p' "/proc/$child/status" 2>/dev/null)
+kill -0 "$child" 2>/dev/null && [ -n "$caught" ] && [ $((0x$caught >> 10 & 1)) -eq 1 ] &&
+	ok "SIGSEGV ignored at start: kill -SEGV ignored, the fault handler still installed" ||
+	bad "SIGSEGV ignored at start: after kill -SEGV, alive and caught: ${caught:-gone}"
+kill "$child" 2>/dev/null
+wait "$pid" 2>/dev/null
+rm -f "$log"
 
 # Same source, both modes: the connected-mode examples, unchanged, hosted.  The server never
 # exits, so stop the process once the client is done.
