@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "internal.h"
+#include "alloc.h"
 
 #define NIL        UINT32_MAX
 #define MAX_ORDER  32

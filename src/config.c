@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "base.h"
 
 /* The first malformed RPAL_* variable, reported by rpal_config_check(). */
 static __thread char env_error[96];

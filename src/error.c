@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "internal.h"
+#include "base.h"
 
 static __thread int last_err;
 static __thread char last_msg[256];
