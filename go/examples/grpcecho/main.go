@@ -6,6 +6,7 @@
 //	go run . -n 20000            # benchmark both transports
 //	go run . -serve rpal NAME    # just serve (NAME: an rpal service)
 //	go run . -serve unix PATH    # just serve on a Unix socket
+//	go run . -stopped 30         # 30 clients stopped mid-call; does another get through?
 //
 // The service has one unary method, /rpal.Echo/Echo, whose messages are raw
 // bytes (a pass-through codec: no protobuf code generation needed).  The
@@ -92,17 +93,35 @@ type result struct {
 	info                      *rpal.ConnInfo // rpal: the client's counters
 }
 
-func bench(transport, addr string, n, size int) result {
-	srv := exec.Command(os.Args[0], "-serve", transport, addr)
-	srv.Stderr = os.Stderr
-	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	out, _ := srv.StdoutPipe()
-	if err := srv.Start(); err != nil {
+// start runs this program with args in a process that dies with us; ready
+// says whether it printed "ready".
+func start(args ...string) (*exec.Cmd, <-chan bool) {
+	c := exec.Command(os.Args[0], args...)
+	c.Stderr = os.Stderr
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, _ := c.StdoutPipe()
+	if err := c.Start(); err != nil {
 		log.Fatal(err)
 	}
-	if sc := bufio.NewScanner(out); !sc.Scan() || sc.Text() != "ready" {
-		log.Fatalf("%s server did not start", transport)
+	ready := make(chan bool, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		ready <- sc.Scan() && sc.Text() == "ready"
+	}()
+	return c, ready
+}
+
+// child is start, waiting for "ready".
+func child(args ...string) *exec.Cmd {
+	c, ready := start(args...)
+	if !<-ready {
+		log.Fatalf("%v did not start", args)
 	}
+	return c
+}
+
+func bench(transport, addr string, n, size int) result {
+	srv := child("-serve", transport, addr)
 	var dial func(context.Context, string) (net.Conn, error)
 	var st *rpal.Stream
 	if transport == "rpal" {
@@ -177,12 +196,24 @@ func bench(transport, addr string, n, size int) result {
 
 func main() {
 	serveFlag := flag.String("serve", "", "serve on this transport (rpal or unix) at the address given as argument")
+	stoppedFlag := flag.Int("stopped", 0, "instead of the benchmark: this many stopped clients with large calls in flight, then a healthy client's calls must go through")
+	hogFlag := flag.String("hog", "", "be one of -stopped's clients, of the rpal service given")
 	n := flag.Int("n", 20000, "requests per transport")
 	size := flag.Int("size", 32, "request and response payload bytes")
 	order := flag.String("transports", "unix,rpal,unix,rpal", "transports to run, in order")
 	flag.Parse()
 	if *serveFlag != "" {
 		serve(*serveFlag, flag.Arg(0))
+		return
+	}
+	if *hogFlag != "" {
+		hog(*hogFlag)
+		return
+	}
+	if *stoppedFlag > 0 {
+		if !stopped(fmt.Sprintf("grpcecho-%d", os.Getpid()), *stoppedFlag) {
+			os.Exit(1)
+		}
 		return
 	}
 	dir, err := os.MkdirTemp("", "grpcecho")
