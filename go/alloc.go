@@ -78,9 +78,10 @@ func (a *allocator) get(n uint64) (uint64, bool) {
 // getData is get for a message buffer: the block must leave reserve bytes
 // free, and if held (the bytes of this arena the connection's peer holds)
 // is not 0, held plus the block may exceed neither budget nor the bytes
-// left free after it.  The last rule is a dynamic threshold: N peers that
-// stop reading take at most N/(N+1) of the heap together, and a
-// connection that holds nothing is bound by the reserve alone.
+// left free after it.  The last rule is a dynamic threshold: a peer that
+// stops reading takes at most half of what the others left (see "Memory"
+// in rpal(7) for what that leaves after many), and a connection that holds
+// nothing is bound by the reserve alone.
 func (a *allocator) getData(n, reserve, held, budget uint64) (uint64, bool) {
 	k := orderOf(n)
 	if k >= len(a.free) {

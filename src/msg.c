@@ -28,8 +28,8 @@ static int send_error(struct rpal_conn *c)
  * The per-connection share of our arena (rpal(7), "Memory").  One arena
  * serves every connection, so a peer that stops releasing must not fill it:
  * what a peer holds stays under the connection's budget and under what is
- * left free once the new buffer is out, so that N peers that all stop can
- * hold at most N/(N+1) of the arena between them and the others keep room.
+ * left free once the new buffer is out, so a peer that stops takes at most
+ * half of what the others left (rpal(7) says what that leaves after many).
  * A connection whose peer holds nothing may always send, arena permitting:
  * it then waits for nobody but its own peer.  allocated: the block is
  * already counted as used (rpal_send_buf).
