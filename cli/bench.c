@@ -2,6 +2,7 @@
 /* bench.c - `rpal bench`: options, the run matrix, reporting. */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -12,9 +13,9 @@
 #include "tsc.h"
 
 const char *const placement_name[PL_NR] = { "same-core", "split", "unpinned" };
-const char *const suite_name[SU_NR] = { "latency", "throughput", "large", "cpu" };
+const char *const suite_name[SU_NR] = { "latency", "throughput", "large", "cpu", "rpc" };
 const char *const metric_name[M_NR] = { "oneway", "rtt", "throughput", "cpu_per_msg", "call_rtt",
-					 "switch_pair" };
+					 "switch_pair", "rpc" };
 static const size_t large_sizes[] = { 4096, 65536, 1048576 };
 
 const char *wait_name(int wait)
@@ -45,13 +46,24 @@ static void usage(FILE *f)
 "                        librpal does not spin for a peer on its own CPU\n"
 "  -S, --suite LIST      latency (ping-pong: one-way + round trip), throughput\n"
 "                        (batches, msgs/s), large (4 KiB, 64 KiB, 1 MiB, one-copy\n"
-"                        and zero-copy), cpu (CPU per message at --rate), or all\n"
+"                        and zero-copy), cpu (CPU per message at --rate), rpc\n"
+"                        (request/response at --rates: latency and CPU), or\n"
+"                        all (the first four; name rpc to add it)\n"
 "                        (default: latency,throughput)\n"
 "  -b, --batch N         throughput: messages sent before waiting (default 32)\n"
 "      --large-count N   large: messages per size (default: --count scaled down\n"
 "                        by size, at least 100)\n"
 "  -r, --rate N          cpu: messages per second (default 1000); adds cpu\n"
-"  -T, --seconds T       cpu: duration (default 2); adds cpu\n"
+"  -T, --seconds T       cpu, and rpc per rate: duration (default 2); adds cpu\n"
+"                        unless rpc is asked for\n"
+"      --rates LIST      rpc: offered requests/s, comma list; max = closed loop,\n"
+"                        as fast as replies come (default 1000,10000,max);\n"
+"                        adds rpc.  Open loop: request i is due at start + i/rate\n"
+"                        and its latency counts from then, not from its send\n"
+"      --concurrency N   rpc: requests outstanding at most, 1..64 (default 1);\n"
+"                        N x size must be at most 64 KiB\n"
+"      --work NS         rpc: server busy-work per request, ns (default 0)\n"
+"                        rpc's --size is 1024 unless given\n"
 "  -R, --rounds N        run every case N times (default 1), interleaved: each\n"
 "                        case once, then each again, and so on; report each\n"
 "                        case's median run (by p50; throughput and CPU by mean).\n"
@@ -186,8 +198,50 @@ static uint64_t large_count(const struct bench_opts *o, size_t size)
 
 enum {
 	OPT_LARGE_COUNT = 256, OPT_WARMUP, OPT_TIMEOUT, OPT_JSON, OPT_PLOT, OPT_PROGRESS,
-	OPT_NO_PROGRESS, OPT_SPIN_US,
+	OPT_NO_PROGRESS, OPT_SPIN_US, OPT_RATES, OPT_CONCURRENCY, OPT_WORK,
 };
+
+/* --rates: "1000,10k,max"; max is 0 (closed loop).  -1 on garbage. */
+static int parse_rates(const char *arg, struct bench_opts *o)
+{
+	char buf[512], *save, *tok, *end;
+
+	snprintf(buf, sizeof(buf), "%s", arg);
+	o->nrates = 0;
+	for (tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		double v = 0;
+
+		if (o->nrates == RPC_MAX_RATES) {
+			fprintf(stderr, "rpal bench: --rates takes at most %d rates\n", RPC_MAX_RATES);
+			return -1;
+		}
+		if (strcmp(tok, "max")) {
+			v = strtod(tok, &end);
+			if (*end || !(v >= 1 && v <= 1e7)) {
+				fprintf(stderr, "rpal bench: --rates: \"%s\" is not max or 1..1e7 requests/s\n",
+					tok);
+				return -1;
+			}
+		}
+		o->rates[o->nrates++] = v;
+	}
+	if (!o->nrates) {
+		fprintf(stderr, "rpal bench: empty --rates list\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* Is name one of the comma-separated words of list? */
+static bool list_has(const char *list, const char *name)
+{
+	size_t n = strlen(name);
+
+	for (const char *p = list; p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL)
+		if (!strncmp(p, name, n) && (p[n] == ',' || !p[n]))
+			return true;
+	return false;
+}
 
 static int parse(int argc, char **argv, struct bench_opts *o)
 {
@@ -204,6 +258,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		{ "rate", required_argument, NULL, 'r' },
 		{ "seconds", required_argument, NULL, 'T' },
 		{ "rounds", required_argument, NULL, 'R' },
+		{ "rates", required_argument, NULL, OPT_RATES },
+		{ "concurrency", required_argument, NULL, OPT_CONCURRENCY },
+		{ "work", required_argument, NULL, OPT_WORK },
 		{ "warmup", required_argument, NULL, OPT_WARMUP },
 		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 		{ "json", optional_argument, NULL, OPT_JSON },
@@ -215,7 +272,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 }
 	};
-	int cpu[2], c, cpu_opt = 0;
+	int cpu[2], c, cpu_opt = 0, rpc_opt = 0, seconds_opt = 0;
 	uint64_t v;
 	char *end;
 
@@ -224,6 +281,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		.suites = 1u << SU_LATENCY | 1u << SU_THROUGHPUT, .size = 32, .count = 1000000,
 		.batch = 32, .rate = 1000, .seconds = 2, .warmup = 1000, .timeout_s = 600,
 		.spin_us = 1000000, .rounds = 1,
+		.rates = { 1000, 10000, 0 }, .nrates = 3, .concurrency = 1,
 		.progress = isatty(2),
 	};
 	o->ncpu = pick_cpus(cpu);
@@ -251,6 +309,9 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		case 'S':
 			if (parse_list(optarg, "suite", find_suite, &o->suites))
 				return -1;
+			/* "all" is the classic four: an rpc sweep is long, and asked for by name. */
+			if (o->suites == ~0u && !list_has(optarg, "rpc"))
+				o->suites &= ~(1u << SU_RPC);
 			break;
 		case 's':
 			if (parse_u64(optarg, &v) || v < MSG_MIN || v > MSG_MAX) {
@@ -259,6 +320,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			}
 			o->size = v;
+			o->size_set = 1;
 			break;
 		case 'n':
 			/* Every sample is kept: 16 bytes a message, shared and populated. */
@@ -296,7 +358,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				fprintf(stderr, "rpal bench: --seconds must be in (0, 3600]\n");
 				return -1;
 			}
-			cpu_opt = 1;
+			seconds_opt = 1;
 			break;
 		case 'R':
 			if (parse_u64(optarg, &v) || v < 1 || v > MAX_ROUNDS) {
@@ -305,6 +367,26 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 				return -1;
 			}
 			o->rounds = (unsigned)v;
+			break;
+		case OPT_RATES:
+			if (parse_rates(optarg, o))
+				return -1;
+			rpc_opt = 1;
+			break;
+		case OPT_CONCURRENCY:
+			if (parse_u64(optarg, &v) || v < 1 || v > RPC_MAX_CONC) {
+				fprintf(stderr, "rpal bench: --concurrency must be 1..%d, not \"%s\"\n",
+					RPC_MAX_CONC, optarg);
+				return -1;
+			}
+			o->concurrency = (unsigned)v;
+			break;
+		case OPT_WORK:
+			if (parse_u64(optarg, &v) || v > 100000000) {
+				fprintf(stderr, "rpal bench: --work must be 0..1e8 ns, not \"%s\"\n", optarg);
+				return -1;
+			}
+			o->work_ns = v;
 			break;
 		case OPT_WARMUP:
 			if (parse_u64(optarg, &v) || v > 1000000) {
@@ -356,12 +438,23 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 		fprintf(stderr, "rpal bench: unexpected argument \"%s\"\n", argv[optind]);
 		return -1;
 	}
-	if (cpu_opt)
+	if (rpc_opt)
+		o->suites |= 1u << SU_RPC;
+	/* --seconds is also rpc's: it asks for cpu only where rpc is not run. */
+	if (cpu_opt || (seconds_opt && !(o->suites & (1u << SU_RPC))))
 		o->suites |= 1u << SU_CPU;
 	o->transports &= (1u << nr_transports) - 1;
 	o->placements &= (1u << PL_NR) - 1;
 	o->suites &= (1u << SU_NR) - 1;
 	o->waits &= 3;
+	if ((o->suites & (1u << SU_RPC)) &&
+	    o->concurrency * (o->size_set ? o->size : RPC_SIZE) > RPC_MAX_INFLIGHT_BYTES) {
+		/* Every reply in flight must fit the reply path, or the server
+		 * blocks in its send while the client blocks in its own: deadlock. */
+		fprintf(stderr, "rpal bench: --concurrency x --size must be at most %d bytes\n",
+			RPC_MAX_INFLIGHT_BYTES);
+		return -1;
+	}
 	if ((o->placements & (1u << PL_SPLIT)) && o->ncpu < 2) {
 		fprintf(stderr, "rpal bench: placement split needs 2 CPUs; %d allowed here\n", o->ncpu);
 		return -1;
@@ -391,9 +484,16 @@ static void describe(const struct run_spec *s, char *buf, size_t n)
 {
 	const char *w = wait_name(s->wait);
 
-	snprintf(buf, n, "%s %s%s%s %s %zu B%s", transports[s->transport]->name,
-		 placement_name[s->placement], w ? " wait=" : "", w ? w : "", suite_name[s->suite],
-		 s->size, s->zerocopy ? " zero-copy" : "");
+	int l = snprintf(buf, n, "%s %s%s%s %s %zu B%s", transports[s->transport]->name,
+			 placement_name[s->placement], w ? " wait=" : "", w ? w : "", suite_name[s->suite],
+			 s->size, s->zerocopy ? " zero-copy" : "");
+
+	if (s->suite == SU_RPC && l > 0 && (size_t)l < n) {
+		if (s->rate > 0)
+			snprintf(buf + l, n - l, " rate=%.0f", s->rate);
+		else
+			snprintf(buf + l, n - l, " rate=max");
+	}
 }
 
 /* Run one case once; false (error filed) if it failed. */
@@ -448,6 +548,26 @@ static void file_case(struct run_out *runs, unsigned n, struct report *r, size_t
 	}
 }
 
+/*
+ * An rpc case at one offered rate.  count is the sample store: the
+ * requests of the schedule, or for max (closed loop) room for a fast
+ * transport's --seconds; a run that fills it ends early, and its rate is
+ * still requests / the time they took.
+ */
+static void rpc_spec(const struct bench_opts *o, struct run_spec *s, double rate)
+{
+	double n = rate > 0 ? ceil(rate * o->seconds) : o->seconds * 5e6;
+
+	s->size = o->size_set ? o->size : RPC_SIZE;
+	s->rate = rate;
+	s->seconds = o->seconds;
+	s->concurrency = o->concurrency;
+	s->work_ns = o->work_ns;
+	s->count = n < 1000 && rate <= 0 ? 1000 : n > 3e7 ? 30000000 : (uint64_t)n;
+	if (!s->count)
+		s->count = 1;
+}
+
 /* Every case the options ask for, in report order. */
 static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 {
@@ -464,7 +584,8 @@ static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 			for (unsigned ti = 0; ti < nr_transports; ti++) {
 				const struct transport *t = transports[ti];
 
-				if (!(o->transports & (1u << ti)) || (t->unavailable && t->unavailable()))
+				if (!(o->transports & (1u << ti)) || (t->unavailable && t->unavailable()) ||
+				    (su == SU_RPC && t->no_rpc))
 					continue;
 				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
 					struct run_spec s = {
@@ -485,7 +606,10 @@ static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 							s.count = 1;
 						s.warmup = o->warmup < 100 ? o->warmup : 100;
 					}
-					for (unsigned k = 0; k < (su == SU_LARGE ? 3u : 1u); k++)
+					/* large: a case per size; rpc: per offered rate */
+					unsigned nk = su == SU_LARGE ? 3u : su == SU_RPC ? o->nrates : 1u;
+
+					for (unsigned k = 0; k < nk; k++)
 						for (int zc = 0; zc < (su == SU_LARGE ? 2 : 1); zc++) {
 							if (zc && !(t->flags & TF_ZEROCOPY))
 								continue;
@@ -495,6 +619,8 @@ static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 								s.count = large_count(o, s.size);
 								s.warmup = 10;
 							}
+							if (su == SU_RPC)
+								rpc_spec(o, &s, o->rates[k]);
 							if (*n == cap) {
 								cap = cap * 2 + 16;
 								v = realloc(v, cap * sizeof(*v));

@@ -19,7 +19,7 @@
 #include "stats.h"
 
 enum placement { PL_SAME_CORE, PL_SPLIT, PL_UNPINNED, PL_NR };
-enum suite { SU_LATENCY, SU_THROUGHPUT, SU_LARGE, SU_CPU, SU_NR };
+enum suite { SU_LATENCY, SU_THROUGHPUT, SU_LARGE, SU_CPU, SU_RPC, SU_NR };
 enum wait { WAIT_NONE = -1, WAIT_SLEEP = 0, WAIT_SPIN = 1 };
 
 extern const char *const placement_name[PL_NR];
@@ -35,6 +35,12 @@ struct msg_hdr {
 #define MSG_MIN ((size_t)sizeof(struct msg_hdr))
 #define MSG_MAX ((size_t)64 << 20)
 
+/* The rpc suite: request/response at offered rates (rpc in run.c). */
+#define RPC_SIZE 1024			/* --size when not given */
+#define RPC_MAX_RATES 16
+#define RPC_MAX_CONC 64			/* requests in flight: every ring holds them */
+#define RPC_MAX_INFLIGHT_BYTES 65536	/* concurrency x size: fits every buffer */
+
 /* Options of one `rpal bench` invocation. */
 struct bench_opts {
 	unsigned transports;		/* bit i: transport i */
@@ -47,6 +53,11 @@ struct bench_opts {
 	unsigned batch;
 	double rate;
 	double seconds;
+	double rates[RPC_MAX_RATES];	/* rpc: offered requests/s; 0 = max (closed loop) */
+	unsigned nrates;
+	unsigned concurrency;		/* rpc: requests outstanding at most */
+	uint64_t work_ns;		/* rpc: server busy-work per request */
+	int size_set;			/* --size given (else rpc uses RPC_SIZE) */
 	unsigned warmup;
 	unsigned timeout_s;		/* per run */
 	unsigned rounds;		/* runs of each cell, interleaved; median reported */
@@ -70,7 +81,10 @@ struct run_spec {
 	uint64_t count;			/* measured messages */
 	unsigned warmup;		/* extra messages first, not recorded */
 	unsigned batch;			/* throughput: messages per batch */
-	double rate;			/* cpu: messages per second */
+	double rate;			/* cpu: messages per second; rpc: offered, 0 = max */
+	double seconds;			/* rpc: measured time (max) or requests / rate */
+	unsigned concurrency;		/* rpc */
+	uint64_t work_ns;		/* rpc: server busy-work per request */
 	unsigned spin_us;		/* rpal: spin_us when wait is spin */
 	int cpu_server, cpu_client;	/* -1: not pinned */
 };
@@ -98,6 +112,11 @@ struct run_shared {
 	uint64_t wakeups[2], sleeps[2];		/* [role] wake-up syscalls made, sleeps taken */
 	uint64_t *oneway;			/* count: server */
 	uint64_t *rtt;				/* count: client (or per batch) */
+	double tsc_hz;				/* rpc: the parent's calibration */
+	_Alignas(64) atomic_uint_fast64_t rpc_total;	/* rpc: requests sent; the next is the end */
+	atomic_uint rpc_server_done;		/* rpc: the server has the end marker */
+	uint64_t rpc_done;			/* rpc: measured requests answered */
+	uint64_t rpc_unsent;			/* rpc: scheduled but not sent by the deadline */
 	unsigned nextra;			/* latency metrics beyond oneway and rtt: */
 	struct {
 		int metric;			/* enum metric */
@@ -131,6 +150,7 @@ struct transport {
 	unsigned flags;
 #define TF_WAIT 0x1			/* honours --wait */
 #define TF_ZEROCOPY 0x2			/* has a zero-copy path */
+	const char *no_rpc;		/* why the rpc suite does not run it, or NULL */
 	int (*setup)(struct bt_ctx *);		/* parent, before fork */
 	int (*open)(struct bt_ctx *);		/* child, pinned */
 	int (*accept)(struct bt_ctx *);		/* server, after ready; may be NULL */
@@ -158,7 +178,7 @@ int bt_serve(const struct transport *t, struct bt_ctx *c);
 int bt_drive(const struct transport *t, struct bt_ctx *c);
 
 /* Results, one per metric of a run. */
-enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_CALL_RTT, M_SWITCH_PAIR, M_NR };
+enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_CALL_RTT, M_SWITCH_PAIR, M_RPC, M_NR };
 extern const char *const metric_name[M_NR];
 
 #define CDF_POINTS 201			/* quantiles kept for --plot */
@@ -177,7 +197,12 @@ struct result {
 	struct stats st;		/* in unit */
 	double tput;			/* throughput: overall msgs/s */
 	struct cpu_use cpu[2];		/* cpu: per role */
-	double rate, seconds;
+	double rate, seconds;		/* rpc: offered (0 = max), wall seconds measured */
+	double achieved_rate;		/* rpc: requests answered / seconds */
+	double cpu_per_req_ns, cpu_cores;	/* rpc: both processes' CPU per request, per wall s */
+	unsigned concurrency;		/* rpc */
+	uint64_t work_ns;		/* rpc */
+	uint64_t unsent;		/* rpc: open loop overloaded, given up at 2 x --seconds */
 	uint64_t skew;
 	int has_counts;			/* wake-ups and sleeps per message, both sides */
 	double wakeups_per_msg, sleeps_per_msg;

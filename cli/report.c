@@ -54,7 +54,7 @@ static const struct result *same_case(const struct report *r, const struct resul
 
 		if (!strcmp(transports[b->transport]->name, name) &&
 		    b->placement == x->placement && b->suite == x->suite && b->metric == x->metric &&
-		    b->size == x->size && !b->zerocopy)
+		    b->size == x->size && !b->zerocopy && b->rate == x->rate)
 			return b;
 	}
 	return NULL;
@@ -82,7 +82,8 @@ static void ratio(const struct report *r, const struct result *x, char *buf)
 /*
  * An rpal row over its target's baseline, round by round: futex for latency
  * (the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
- * asleep), uds-epoll for CPU per message.  Returns the baseline's name, or
+ * asleep; rpc: its p50 at the same offered rate), uds-epoll for CPU per
+ * message.  Returns the baseline's name, or
  * NULL without rounds or a baseline row to compare with.
  */
 static const char *by_round(const struct report *r, const struct result *x, struct paired *p)
@@ -90,8 +91,8 @@ static const char *by_round(const struct report *r, const struct result *x, stru
 	const char *base = x->metric == M_CPU ? "uds-epoll" : "futex";
 	const struct result *b;
 
-	if (x->rounds < 2 || (x->suite != SU_LATENCY && x->suite != SU_CPU) ||
-	    (x->metric != M_ONEWAY && x->metric != M_RTT && x->metric != M_CPU) ||
+	if (x->rounds < 2 || (x->suite != SU_LATENCY && x->suite != SU_CPU && x->suite != SU_RPC) ||
+	    (x->metric != M_ONEWAY && x->metric != M_RTT && x->metric != M_CPU && x->metric != M_RPC) ||
 	    strncmp(transports[x->transport]->name, "rpal", 4) || !(b = same_case(r, x, base)) ||
 	    b->rounds != x->rounds)
 		return NULL;
@@ -198,10 +199,72 @@ static void section(const struct report *r, FILE *f, int pl, int su, int m, cons
 	}
 }
 
+static const char *fmt_rate(char *buf, double rate)
+{
+	if (rate > 0)
+		sprintf(buf, "%.0f", rate);
+	else
+		strcpy(buf, "max");
+	return buf;
+}
+
+/*
+ * The rpc suite at one placement: a block per offered rate, in --rates
+ * order, a row per transport and wait.  Latency runs from each request's
+ * scheduled send to its reply (open loop), or from its send (max).
+ */
+static void rpc_section(const struct report *r, FILE *f, int pl)
+{
+	const struct bench_opts *o = r->o;
+	char a[32], b[32], c[32], d[32], lab[64], pd[96], rt[32];
+	int head = 0, lw = 22;
+
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		int l;
+
+		if ((int)x->placement != pl || x->metric != M_RPC)
+			continue;
+		l = (int)strlen(label(x, lab));
+		if (l > lw)
+			lw = l;
+	}
+	for (unsigned k = 0; k < o->nrates; k++)
+		for (unsigned i = 0; i < r->nres; i++) {
+			const struct result *x = &r->res[i];
+
+			if ((int)x->placement != pl || x->metric != M_RPC || x->rate != o->rates[k])
+				continue;
+			if (!head++) {
+				fprintf(f, "\nrpc: request and reply of %zu B, %u outstanding at most, %g s per rate"
+					"%s; latency from each request's scheduled send; %s\n", x->size,
+					x->concurrency, o->seconds, o->work_ns ? ", with server work" : "",
+					placement_desc(r, x, pd));
+				if (o->work_ns)
+					fprintf(f, "  server busy-work: %llu ns per request\n",
+						(unsigned long long)o->work_ns);
+				fprintf(f, "  %-*s %8s %10s %9s %9s %9s %9s %11s %9s\n", lw, "transport", "rate",
+					"achieved", "p50 ns", "p99 ns", "p99.9 ns", "max ns", "CPU ns/req",
+					"CPU cores");
+			}
+			fprintf(f, "  %-*s %8s %10.0f %9s %9s %9s %9s %11.0f %9.3f\n", lw, label(x, lab),
+				fmt_rate(rt, x->rate), x->achieved_rate, fmt_ns(a, ns(r, x->st.p50)),
+				fmt_ns(b, ns(r, x->st.p99)), fmt_ns(c, ns(r, x->st.p999)),
+				fmt_ns(d, ns(r, x->st.max)), x->cpu_per_req_ns, x->cpu_cores);
+			if (x->unsent)
+				fprintf(f, "  %-*s overloaded: %llu scheduled requests not sent by %g s; "
+					"the figures above leave them out\n", lw, "",
+					(unsigned long long)x->unsent, 2 * o->seconds);
+		}
+	if (head)
+		fprintf(f, "  rate: offered requests/s (max: closed loop); achieved: replies/s; CPU: both "
+			"processes' user+sys (getrusage) per request, and over wall time in cores\n");
+}
+
 /* Syscalls behind the figures, from rpal_conn_info(): both sides, warm-up included. */
 static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 {
-	char lab[64];
+	char lab[64], rt[32];
 
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
@@ -209,8 +272,13 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m ||
 		    !x->has_counts)
 			continue;
-		fprintf(f, "  %s: %.3f wake-up syscalls and %.3f sleeps per message (both sides)\n",
-			label(x, lab), x->wakeups_per_msg, x->sleeps_per_msg);
+		if (x->metric == M_RPC)		/* a row per rate: say which */
+			fprintf(f, "  %s at %s%s: %.3f wake-up syscalls and %.3f sleeps per request and reply "
+				"(both sides)\n", label(x, lab), fmt_rate(rt, x->rate), x->rate > 0 ? "/s" : "",
+				x->wakeups_per_msg, x->sleeps_per_msg);
+		else
+			fprintf(f, "  %s: %.3f wake-up syscalls and %.3f sleeps per message (both sides)\n",
+				label(x, lab), x->wakeups_per_msg, x->sleeps_per_msg);
 	}
 }
 
@@ -218,7 +286,7 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m)
 {
 	const char *base;
-	char lab[64];
+	char lab[64], rt[32];
 	struct paired p;
 	int head = 0;
 
@@ -231,8 +299,11 @@ static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m
 		if (!head++)
 			fprintf(f, "  round by round, %s over the same round's %s (sign test: same?):\n",
 				m == M_CPU ? "CPU/msg" : "p50", base);
+		label(x, lab);
+		if (x->metric == M_RPC)
+			snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), " at %s", fmt_rate(rt, x->rate));
 		fprintf(f, "    %-22s median %.3fx (%.3f-%.3f), lower in %u, higher in %u of %u rounds, p = %.2g\n",
-			label(x, lab), p.median, p.min, p.max, p.lower, p.higher, p.n, p.sign_p);
+			lab, p.median, p.min, p.max, p.lower, p.higher, p.n, p.sign_p);
 	}
 }
 
@@ -306,13 +377,24 @@ void report_table(const struct report *r, FILE *f)
 		section(r, f, pl, SU_CPU, M_CPU, t);
 		counts_note(r, f, pl, SU_CPU, M_CPU);
 		by_round_note(r, f, pl, SU_CPU, M_CPU);
+		rpc_section(r, f, pl);
+		counts_note(r, f, pl, SU_RPC, M_RPC);
+		by_round_note(r, f, pl, SU_RPC, M_RPC);
 	}
-	fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: > 1 is better.\n");
+	if (o->suites & ~(1u << SU_RPC))	/* the rpc block has no such column */
+		fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: "
+			"> 1 is better.\n");
+	else
+		fputc('\n', f);
 	for (unsigned i = 0; i < nr_transports; i++)
 		if ((o->transports & (1u << i)) && transports[i]->unavailable &&
 		    transports[i]->unavailable())
 			fprintf(f, "not available: %s: %s\n", transports[i]->name,
 				transports[i]->unavailable());
+		else if ((o->transports & (1u << i)) && (o->suites & (1u << SU_RPC)) &&
+			 transports[i]->no_rpc)
+			fprintf(f, "not available for rpc: %s: %s\n", transports[i]->name,
+				transports[i]->no_rpc);
 	for (unsigned i = 0; i < r->nerrs; i++)
 		fprintf(f, "FAILED: %s\n", r->errs[i]);
 }
@@ -377,13 +459,18 @@ int report_json(const struct report *r, FILE *f)
 	jstr(f, o->cmdline);
 	fprintf(f, ",\n  \"rpal_version\": \"0.1\",\n  \"options\": {\"size\": %zu, \"count\": %llu, "
 		"\"batch\": %u, \"warmup\": %u, \"rate\": %.1f, \"seconds\": %.3f, "
-		"\"spin_us\": %u, \"rounds\": %u},\n  \"results\": [",
+		"\"spin_us\": %u, \"rounds\": %u, \"concurrency\": %u, \"work_ns\": %llu, \"rates\": [",
 		o->size, (unsigned long long)o->count, o->batch, o->warmup, o->rate, o->seconds,
-		o->spin_us, o->rounds);
+		o->spin_us, o->rounds, o->concurrency, (unsigned long long)o->work_ns);
+	for (unsigned k = 0; k < o->nrates; k++) {
+		fputs(k ? ", " : "", f);
+		jval(f, o->rates[k]);
+	}
+	fprintf(f, "]},\n  \"results\": [");
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
 		const char *w = wait_name(x->wait);
-		int lat = x->metric != M_THROUGHPUT && x->metric != M_CPU;
+		int lat = x->metric != M_THROUGHPUT && x->metric != M_CPU;	/* rpc too */
 
 		fprintf(f, "%s\n    {\"transport\": \"%s\", \"placement\": \"%s\", \"wait\": ", first ? "" : ",",
 			transports[x->transport]->name, placement_name[x->placement]);
@@ -443,6 +530,20 @@ int report_json(const struct report *r, FILE *f)
 				x->rate, x->seconds, (unsigned long long)x->cpu[0].user_ns,
 				(unsigned long long)x->cpu[0].sys_ns, (unsigned long long)x->cpu[1].user_ns,
 				(unsigned long long)x->cpu[1].sys_ns);
+		if (x->metric == M_RPC) {
+			/* rate 0 is max: closed loop. */
+			jnum(f, "rate", x->rate);
+			jnum(f, "achieved_rate", x->achieved_rate);
+			fprintf(f, ", \"concurrency\": %u, \"work_ns\": %llu, \"unsent\": %llu",
+				x->concurrency, (unsigned long long)x->work_ns, (unsigned long long)x->unsent);
+			jnum(f, "cpu_per_req_ns", x->cpu_per_req_ns);
+			jnum(f, "cpu_cores", x->cpu_cores);
+			jnum(f, "seconds", x->seconds);
+			fprintf(f, ", \"server_user_ns\": %llu, \"server_sys_ns\": %llu, "
+				"\"client_user_ns\": %llu, \"client_sys_ns\": %llu",
+				(unsigned long long)x->cpu[0].user_ns, (unsigned long long)x->cpu[0].sys_ns,
+				(unsigned long long)x->cpu[1].user_ns, (unsigned long long)x->cpu[1].sys_ns);
+		}
 		fputc('}', f);
 	}
 	fprintf(f, "\n  ],\n  \"unavailable\": [");
@@ -453,6 +554,17 @@ int report_json(const struct report *r, FILE *f)
 			continue;
 		fprintf(f, "%s{\"transport\": \"%s\", \"reason\": ", first ? "" : ", ", transports[i]->name);
 		jstr(f, transports[i]->unavailable());
+		fputc('}', f);
+		first = 0;
+	}
+	/* Usable, but not by the rpc suite: said so, never left out silently. */
+	for (unsigned i = 0; (o->suites & (1u << SU_RPC)) && i < nr_transports; i++) {
+		if (!(o->transports & (1u << i)) || !transports[i]->no_rpc ||
+		    (transports[i]->unavailable && transports[i]->unavailable()))
+			continue;
+		fprintf(f, "%s{\"transport\": \"%s\", \"suite\": \"rpc\", \"reason\": ", first ? "" : ", ",
+			transports[i]->name);
+		jstr(f, transports[i]->no_rpc);
 		fputc('}', f);
 		first = 0;
 	}

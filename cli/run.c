@@ -16,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -244,6 +245,185 @@ int bt_drive(const struct transport *t, struct bt_ctx *c)
 	return 0;
 }
 
+/* ------------------------------------------------------------------ rpc */
+
+/* Send request seq (its header stamped now); the TSC it was stamped with. */
+static int rpc_send(const struct transport *t, struct bt_ctx *c, uint32_t seq, uint64_t *at)
+{
+	void *b = t->tx_buf(c);
+
+	if (!b)
+		return -EIO;
+	fill(b, seq, c->spec->size);
+	*at = tsc_now();
+	stamp(b, *at);
+	return t->send(c, b, 0);
+}
+
+/* Receive and check the reply to request seq. */
+static int rpc_reply(const struct transport *t, struct bt_ctx *c, uint32_t seq)
+{
+	const void *m = t->recv(c);
+	uint64_t sent;
+
+	if (!m)
+		return -EIO;
+	if (!check(m, seq, c->spec->size, &sent)) {
+		c->sh->bad++;
+		return bt_fail(c, EBADMSG, "client: reply to request %u arrived corrupted", seq);
+	}
+	t->release(c);
+	return 0;
+}
+
+static void sleep_until(uint64_t at_ns)
+{
+	struct timespec ts = { (time_t)(at_ns / 1000000000ull), (long)(at_ns % 1000000000ull) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+/*
+ * The rpc server: echo every request (after --work ns of busy-work) until
+ * the end marker, the request numbered rpc_total, which the client
+ * publishes before it sends it.  Its CPU counts from the first measured
+ * request's wait: a consumer that spins for it pays for the spin.
+ */
+static int rpc_serve(const struct transport *t, struct bt_ctx *c)
+{
+	const struct run_spec *s = c->spec;
+	struct run_shared *sh = c->sh;
+	uint64_t work = (uint64_t)((double)s->work_ns * sh->tsc_hz / 1e9);
+
+	for (uint64_t i = 0;; i++) {
+		const void *m;
+		uint64_t sent;
+		void *out;
+		int ret;
+
+		if (i == s->warmup)
+			cpu_mark(&sh->cpu[ROLE_SERVER], 0);
+		m = t->recv(c);
+		if (!m)
+			return -EIO;
+		if (!check(m, (uint32_t)i, s->size, &sent)) {
+			sh->bad++;
+			return bt_fail(c, EBADMSG, "server: request %llu arrived corrupted",
+				       (unsigned long long)i);
+		}
+		if (i == atomic_load_explicit(&sh->rpc_total, memory_order_acquire)) {
+			t->release(c);
+			break;
+		}
+		if (work) {
+			/* The service's own work: keeps the CPU, as a handler does. */
+			uint64_t t0 = tsc_now();
+
+			while (tsc_now() - t0 < work)
+				_mm_pause();
+		}
+		out = t->tx_buf(c);
+		if (!out)
+			return -EIO;
+		memcpy(out, m, s->size);
+		t->release(c);
+		ret = t->send(c, out, 0);
+		if (ret < 0)
+			return ret;
+	}
+	cpu_mark(&sh->cpu[ROLE_SERVER], 1);
+	atomic_store_explicit(&sh->rpc_server_done, 1, memory_order_release);
+	while (!atomic_load_explicit(&sh->client_done, memory_order_acquire))
+		usleep(100);
+	return 0;
+}
+
+/*
+ * The rpc client.  Open loop (rate > 0): request j is due at start + j/rate
+ * whatever the replies do, and its latency runs from that slot to its
+ * reply, so a stall that delays later sends is counted in each of them (no
+ * coordinated omission).  A request due while concurrency are outstanding
+ * waits for a reply, its clock already running.  The client is one thread
+ * over blocking receives: while it waits for a reply it cannot send, so
+ * with concurrency > 1 a request falling due then goes out with the next
+ * reply (late, and counted late).  Closed loop (rate 0): keep concurrency
+ * requests outstanding for --seconds; latency runs from each send.
+ * An open loop the transport cannot keep up with falls ever further
+ * behind: at twice --seconds the client stops sending, and the requests
+ * never sent are counted (unsent), since their latency is not known.
+ */
+static int rpc_drive(const struct transport *t, struct bt_ctx *c)
+{
+	const struct run_spec *s = c->spec;
+	struct run_shared *sh = c->sh;
+	uint64_t w = s->warmup, planned = s->count, sent = 0, done = 0, at, last;
+	uint64_t due[RPC_MAX_CONC], start_ns, t_start, end_tsc;
+	double period_cyc = s->rate > 0 ? sh->tsc_hz / s->rate : 0;
+	double period_ns = s->rate > 0 ? 1e9 / s->rate : 0;
+	unsigned n = s->concurrency;
+	int ret;
+
+	/* The default 50 us timer slack would make every slot late at 10k/s. */
+	prctl(PR_SET_TIMERSLACK, 1UL);
+	for (uint64_t i = 0; i < w; i++)
+		if ((ret = rpc_send(t, c, (uint32_t)i, &at)) < 0 ||
+		    (ret = rpc_reply(t, c, (uint32_t)i)) < 0)
+			return ret;
+	cpu_mark(&sh->cpu[ROLE_CLIENT], 0);
+	start_ns = mono_ns();
+	t_start = last = tsc_now();
+	end_tsc = t_start + (uint64_t)(s->seconds * sh->tsc_hz);
+	for (;;) {
+		/* Send every request that is due, while fewer than n are out. */
+		while (sent < planned && sent - done < n) {
+			uint64_t slot = t_start + (uint64_t)((double)sent * period_cyc), now = tsc_now();
+
+			if (now >= end_tsc && (!period_cyc || now - t_start >= 2 * (end_tsc - t_start))) {
+				sh->rpc_unsent = planned - sent;
+				planned = sent;		/* time is up (open loop: overloaded) */
+				break;
+			}
+			if (period_cyc && slot > now)
+				break;
+			if ((ret = rpc_send(t, c, (uint32_t)(w + sent), &at)) < 0)
+				return ret;
+			due[sent % n] = period_cyc ? slot : at;
+			sent++;
+		}
+		if (done == sent) {
+			if (sent >= planned)
+				break;
+			sleep_until(start_ns + (uint64_t)((double)sent * period_ns));
+			continue;
+		}
+		if ((ret = rpc_reply(t, c, (uint32_t)(w + done))) < 0)
+			return ret;
+		last = tsc_now();
+		sh->rtt[done] = last - due[done % n];
+		done++;
+		if (!(done & 255))
+			atomic_store_explicit(&sh->progress, w + done, memory_order_relaxed);
+	}
+	/* Open loop: the run spans its slots, each 1/rate long, so that n requests
+	 * over n - 1 intervals do not read as a rate above the offered one. */
+	if (period_cyc && t_start + (uint64_t)((double)sent * period_cyc) > last)
+		last = t_start + (uint64_t)((double)sent * period_cyc);
+	sh->elapsed_tsc = last - t_start;
+	cpu_mark(&sh->cpu[ROLE_CLIENT], 1);
+	sh->rpc_done = done;
+	/* The end marker: published first, so the server knows it for what it is. */
+	atomic_store_explicit(&sh->rpc_total, w + sent, memory_order_release);
+	if ((ret = rpc_send(t, c, (uint32_t)(w + sent), &at)) < 0)
+		return ret;
+	/* Close only once the server has it: a close may overtake it. */
+	while (!atomic_load_explicit(&sh->rpc_server_done, memory_order_acquire))
+		usleep(100);
+	atomic_store_explicit(&sh->progress, w + planned, memory_order_relaxed);
+	atomic_store_explicit(&sh->client_done, 1, memory_order_release);
+	return 0;
+}
+
 static int child(const struct transport *t, struct bt_ctx *c, int cpu)
 {
 	int ret;
@@ -264,9 +444,9 @@ static int child(const struct transport *t, struct bt_ctx *c, int cpu)
 		atomic_store_explicit(&c->sh->server_ready, 1, memory_order_release);
 		if (t->accept && (ret = t->accept(c)) < 0)
 			goto out;
-		ret = bt_serve(t, c);
+		ret = c->spec->suite == SU_RPC ? rpc_serve(t, c) : bt_serve(t, c);
 	} else {
-		ret = bt_drive(t, c);
+		ret = c->spec->suite == SU_RPC ? rpc_drive(t, c) : bt_drive(t, c);
 	}
 out:
 	t->close(c);
@@ -413,7 +593,8 @@ static void fill_result(struct result *r, const struct run_spec *s, enum metric 
 
 static void counts(const struct run_spec *s, const struct run_shared *sh, struct result *r)
 {
-	double n = (double)(warm(s) + measured(s));
+	/* rpc: the requests answered, and the end marker. */
+	double n = (double)(warm(s) + (s->suite == SU_RPC ? sh->rpc_done + 1 : measured(s)));
 
 	r->has_counts = sh->has_counts;
 	r->wakeups_per_msg = (double)(sh->wakeups[0] + sh->wakeups[1]) / n;
@@ -441,6 +622,27 @@ static void collect(const struct run_spec *s, struct run_shared *sh, double hz, 
 		r->st.p99 = st.p99 ? (uint64_t)(s->batch * hz / st.p99) : 0;
 		r->st.p999 = st.p999 ? (uint64_t)(s->batch * hz / st.p999) : 0;
 		r->st.max = st.max ? (uint64_t)(s->batch * hz / st.max) : 0;
+		counts(s, sh, r);
+		out->nres = 1;
+		return;
+	}
+	if (s->suite == SU_RPC) {
+		uint64_t ns = sh->cpu[0].user_ns + sh->cpu[0].sys_ns + sh->cpu[1].user_ns +
+			      sh->cpu[1].sys_ns;
+		double wall = (double)sh->elapsed_tsc / hz;
+
+		fill_result(r, s, M_RPC);
+		stats_compute(sh->rtt, sh->rpc_done, &r->st);
+		r->cpu[0] = sh->cpu[0];
+		r->cpu[1] = sh->cpu[1];
+		r->rate = s->rate;
+		r->seconds = wall;
+		r->concurrency = s->concurrency;
+		r->work_ns = s->work_ns;
+		r->unsent = s->rate > 0 ? sh->rpc_unsent : 0;
+		r->achieved_rate = wall > 0 ? (double)sh->rpc_done / wall : 0;
+		r->cpu_per_req_ns = sh->rpc_done ? (double)ns / (double)sh->rpc_done : 0;
+		r->cpu_cores = wall > 0 ? (double)ns / 1e9 / wall : 0;
 		counts(s, sh, r);
 		out->nres = 1;
 		return;
@@ -487,7 +689,8 @@ void run_one(const struct bench_opts *o, const struct run_spec *s, double hz, st
 	const struct transport *t = transports[s->transport];
 	uint64_t n = measured(s);
 	size_t head = (sizeof(struct run_shared) + 4095) & ~(size_t)4095;
-	size_t len = head + 2 * n * sizeof(uint64_t);
+	/* rpc keeps only the client's latencies: no one-way samples. */
+	size_t len = head + (s->suite == SU_RPC ? 1 : 2) * n * sizeof(uint64_t);
 	struct run_shared *sh;
 	struct bt_ctx c = { .spec = s };
 	pid_t pid[2] = { 0, 0 };
@@ -502,7 +705,9 @@ void run_one(const struct bench_opts *o, const struct run_spec *s, double hz, st
 		return;
 	}
 	sh->oneway = (uint64_t *)((char *)sh + head);
-	sh->rtt = sh->oneway + n;
+	sh->rtt = s->suite == SU_RPC ? sh->oneway : sh->oneway + n;
+	sh->tsc_hz = hz;
+	atomic_store(&sh->rpc_total, UINT64_MAX);
 	c.sh = sh;
 	c.role = ROLE_SERVER;
 	ret = t->setup(&c);

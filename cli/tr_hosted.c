@@ -260,6 +260,10 @@ const struct transport tr_rpal_hosted = {
 		"into the server parked in rpal_epoll_wait (an RPAL call)",
 	.unavailable = hosted_unavailable,
 	.flags = TF_ZEROCOPY,
+	/* Its client's send is a call that returns when the server parks: one
+	 * request in flight by construction, and its loops run in bench_hosted.c. */
+	.no_rpc = "rpal-bench-hosted runs the ping-pong loops in its own programs; the rpc loop is "
+		  "not ported there",
 	.setup = hr_setup,
 	.open = hr_open,
 	.teardown = hr_teardown,

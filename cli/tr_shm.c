@@ -100,6 +100,10 @@ static int shm_open_(struct bt_ctx *c)
 	if (c->spec->suite == SU_THROUGHPUT && c->spec->batch > m->nslots)
 		return bt_fail(c, EINVAL, "batch %u exceeds the ring's %zu slots", c->spec->batch,
 			       m->nslots);
+	/* rpc: every request and reply in flight needs a slot, or both sides block. */
+	if (c->spec->suite == SU_RPC && c->spec->concurrency > m->nslots)
+		return bt_fail(c, EINVAL, "concurrency %u exceeds the ring's %zu slots",
+			       c->spec->concurrency, m->nslots);
 	m->rx = m->ring[in];
 	m->tx = m->ring[!in];
 	m->rx_efd = m->efd[in];

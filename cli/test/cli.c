@@ -36,7 +36,8 @@ int main(int argc, char **argv)
 	static const char *const opts[] = {
 		"--transport", "--placement", "--size", "--count", "--wait", "--suite", "--batch",
 		"--spin-us", "--large-count", "--rate", "--seconds", "--warmup", "--timeout", "--json", "--plot",
-		"--progress", "--no-progress", "--list", "--verbose", "--help", NULL,
+		"--progress", "--no-progress", "--list", "--verbose", "--help", "--rates", "--concurrency",
+		"--work", "--rounds", NULL,
 	};
 	char *r = argc > 1 ? argv[1] : "./rpal";
 	struct out o;
@@ -48,6 +49,10 @@ int main(int argc, char **argv)
 	expect((char *[]){ r, "bench", "--transport", "carrier-pigeon", NULL }, 2, 1, "carrier-pigeon");
 	expect((char *[]){ r, "bench", "--placement", "far", NULL }, 2, 1, "placement");
 	expect((char *[]){ r, "bench", "--bogus", NULL }, 2, 1, "--help");
+	expect((char *[]){ r, "bench", "--rates", "10,fast", NULL }, 2, 1, "--rates");
+	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "65", NULL }, 2, 1, "--concurrency");
+	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "64", "--size", "2k", NULL }, 2, 1,
+	       "--concurrency x --size");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "uds-epoll");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "rpal-hosted");
 

@@ -10,6 +10,11 @@
  *   json.c RPAL rounds: --rounds 3 runs every case once per round, in the
  *     same order each round, shows each figure's median run, and compares
  *     rpal with futex round by round (by_round) from those runs.
+ *   json.c RPAL rpc: the rpc suite at 2000/s and max over three transports
+ *     (rpal-connected asleep) and again at concurrency 4: a result per
+ *     transport x wait x rate with every rpc field, the low rate achieved
+ *     within 20 %, ordered percentiles, CPU > 0; rpal-hosted listed as not
+ *     available for rpc; the table has the rpc block.
  * It checks shape and logic only: never how fast anything was.
  */
 #include <math.h>
@@ -56,7 +61,7 @@ static void check_result(const struct jval *r, size_t i)
 {
 	static const char *const pl[] = { "same-core", "split", "unpinned", NULL };
 	static const char *const metric[] = { "oneway", "rtt", "throughput", "cpu_per_msg", "call_rtt",
-					      "switch_pair", NULL };
+					      "switch_pair", "rpc", NULL };
 	static const char *const wait[] = { "spin", "sleep", NULL };
 	static const char *const num[] = { "count", "mean", "p50", "p99", "p999", "max", NULL };
 	const struct jval *w = json_get(r, "wait");
@@ -68,7 +73,7 @@ static void check_result(const struct jval *r, size_t i)
 	CHECK(is(w, J_NULL) || (is(w, J_STR) && in(w->str, wait)),
 	      "results[%zu].wait is not spin, sleep or null", i);
 	CHECK(in(m, metric), "results[%zu].metric is not oneway/rtt/throughput/cpu_per_msg/call_rtt/"
-	      "switch_pair", i);
+	      "switch_pair/rpc", i);
 	CHECK(str(r, "unit"), "results[%zu].unit is not a string", i);
 	for (int k = 0; num[k]; k++)
 		CHECK(is(json_get(r, num[k]), J_NUM), "results[%zu].%s is not a number", i, num[k]);
@@ -382,10 +387,157 @@ static int smoke(char *rpal)
 	return fails ? 1 : 0;
 }
 
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	long len;
+
+	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
+		text = calloc(1, (size_t)len + 1);
+		if (text && fread(text, 1, (size_t)len, f) != (size_t)len)
+			text[0] = 0;
+	}
+	if (f)
+		fclose(f);
+	return text;
+}
+
+static double num(const struct jval *o, const char *k)
+{
+	const struct jval *v = json_get(o, k);
+
+	return is(v, J_NUM) ? v->num : NAN;
+}
+
+/* One rpc result: every field there, and sane for a run of rate (0: max). */
+static void check_rpc(const struct jval *r, size_t i, double seconds, unsigned conc)
+{
+	static const char *const fields[] = { "rate", "achieved_rate", "size", "concurrency", "count",
+					      "p50_ns", "p99_ns", "p999_ns", "cpu_per_req_ns", "cpu_cores",
+					      "rounds", NULL };
+	double rate = num(r, "rate"), got = num(r, "achieved_rate"), n = num(r, "count");
+
+	for (int k = 0; fields[k]; k++)
+		CHECK(is(json_get(r, fields[k]), J_NUM), "rpc results[%zu].%s is not a number", i, fields[k]);
+	CHECK(str(r, "suite") && !strcmp(str(r, "suite"), "rpc"), "rpc results[%zu].suite is not rpc", i);
+	CHECK(str(r, "metric") && !strcmp(str(r, "metric"), "rpc"), "rpc results[%zu].metric is not rpc", i);
+	CHECK(num(r, "size") == 1024, "rpc results[%zu].size is not the suite's default 1024", i);
+	CHECK(num(r, "concurrency") == conc, "rpc results[%zu].concurrency is not %u", i, conc);
+	CHECK(n > 0, "rpc results[%zu].count is not > 0", i);
+	CHECK(num(r, "p50_ns") > 0 && num(r, "p50_ns") <= num(r, "p99_ns") &&
+	      num(r, "p99_ns") <= num(r, "p999_ns"), "rpc results[%zu]: p50_ns %g p99_ns %g p999_ns %g out of "
+	      "order", i, num(r, "p50_ns"), num(r, "p99_ns"), num(r, "p999_ns"));
+	CHECK(num(r, "cpu_per_req_ns") > 0 && num(r, "cpu_cores") > 0, "rpc results[%zu]: cpu_per_req_ns %g, "
+	      "cpu_cores %g, not > 0", i, num(r, "cpu_per_req_ns"), num(r, "cpu_cores"));
+	CHECK(is(json_get(r, "round_p50s"), J_ARR) && json_get(r, "round_p50s")->n == 1,
+	      "rpc results[%zu] lacks round_p50s of its one run", i);
+	if (rate > 0) {
+		/* Open loop: every scheduled request is sent, and on time at a low rate. */
+		CHECK(n == ceil(rate * seconds), "rpc results[%zu].count %g, want rate x seconds = %g", i, n,
+		      ceil(rate * seconds));
+		CHECK(fabs(got / rate - 1) <= 0.2, "rpc results[%zu]: achieved %g/s, offered %g/s", i, got, rate);
+	} else {
+		CHECK(rate == 0 && got > 0, "rpc results[%zu]: max is rate %g, achieved %g", i, rate, got);
+	}
+}
+
+/* Results of (transport, wait, rate) in d. */
+static int count_rpc(const struct jval *d, const char *t, const char *w, double rate)
+{
+	const struct jval *res = json_get(d, "results");
+	int n = 0;
+
+	for (size_t i = 0; is(res, J_ARR) && i < res->n; i++) {
+		const struct jval *r = res->items[i], *wv = json_get(r, "wait");
+
+		n += str(r, "transport") && !strcmp(str(r, "transport"), t) && num(r, "rate") == rate &&
+		     (w ? is(wv, J_STR) && !strcmp(wv->str, w) : is(wv, J_NULL));
+	}
+	return n;
+}
+
+/* Run one rpc sweep (JSON to a file, the table to stdout) and check both. */
+static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
+{
+	char json[] = "/tmp/rpal-bench-rpc-XXXXXX", jarg[80], *text = NULL;
+	char *argv[] = { rpal, "bench", "--suite", "rpc", "--rates", "2000,max", "--seconds", "0.2",
+			 "--transport", transports, "--wait", "sleep", "--concurrency", conc, "--no-progress",
+			 jarg, NULL };
+	static const char *const tr[] = { "uds-epoll", "futex", "rpal-connected" };
+	struct out o;
+	struct jval *d = NULL;
+	int fd = mkstemp(json);
+
+	if (fd < 0) {
+		CHECK(0, "mkstemp");
+		return;
+	}
+	close(fd);
+	snprintf(jarg, sizeof(jarg), "--json=%s", json);
+	printf("json: %s bench --suite rpc --rates 2000,max --seconds 0.2 --transport %s --wait sleep "
+	       "--concurrency %s --json=FILE\n", rpal, transports, conc);
+	if (runcmd(argv, &o)) {
+		CHECK(0, "cannot run %s", rpal);
+		unlink(json);
+		return;
+	}
+	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
+	CHECK(strstr(o.buf[0], "rpc: request and reply of 1024 B"), "no rpc block in the table:\n%s", o.buf[0]);
+	text = slurp(json);
+	CHECK(text && text[0], "no JSON written to %s", json);
+	if (text)
+		d = check_doc(text);
+	if (d) {
+		const struct jval *res = json_get(d, "results"), *errs = json_get(d, "errors");
+		const struct jval *un = json_get(d, "unavailable");
+		unsigned nt = 0;
+
+		CHECK(is(errs, J_ARR) && errs->n == 0, "the bench reports failed runs");
+		for (size_t i = 0; is(res, J_ARR) && i < res->n; i++)
+			check_rpc(res->items[i], i, 0.2, (unsigned)atoi(conc));
+		for (int t = 0; t < 3; t++) {
+			const char *w = strcmp(tr[t], "rpal-connected") ? NULL : "sleep";
+
+			if (!strstr(transports, tr[t]))
+				continue;
+			nt++;
+			CHECK(count_rpc(d, tr[t], w, 2000) == 1 && count_rpc(d, tr[t], w, 0) == 1,
+			      "%s: not one result at 2000/s and one at max", tr[t]);
+		}
+		CHECK(is(res, J_ARR) && res->n == 2 * nt, "%zu results, want %u (transports x 2 rates)",
+		      is(res, J_ARR) ? res->n : 0, 2 * nt);
+		if (want_table) {
+			/* Never dropped silently: listed, as unavailable or not for rpc. */
+			int found = 0;
+
+			for (size_t i = 0; is(un, J_ARR) && i < un->n; i++)
+				found |= str(un->items[i], "transport") &&
+					 !strcmp(str(un->items[i], "transport"), "rpal-hosted") &&
+					 str(un->items[i], "reason");
+			CHECK(found, "rpal-hosted is not in \"unavailable\"");
+			CHECK(strstr(o.buf[0], "not available") && strstr(o.buf[0], "rpal-hosted"),
+			      "the table does not say rpal-hosted is not available");
+		}
+	}
+	unlink(json);
+	json_free(d);
+	free(text);
+	out_free(&o);
+}
+
+static int rpc(char *rpal)
+{
+	rpc_run(rpal, "uds-epoll,futex,rpal-connected,rpal-hosted", "1", 1);
+	rpc_run(rpal, "uds-epoll,futex", "4", 0);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 || access(argv[1], X_OK)) {
-		printf("usage: %s PATH/TO/rpal shape|smoke|rounds\n", argv[0]);
+		printf("usage: %s PATH/TO/rpal shape|smoke|rounds|rpc\n", argv[0]);
 		return 1;
 	}
 	if (!strcmp(argv[2], "shape"))
@@ -394,6 +546,8 @@ int main(int argc, char **argv)
 		return smoke(argv[1]);
 	if (!strcmp(argv[2], "rounds"))
 		return rounds(argv[1]);
+	if (!strcmp(argv[2], "rpc"))
+		return rpc(argv[1]);
 	printf("unknown mode %s\n", argv[2]);
 	return 1;
 }
