@@ -122,6 +122,28 @@ static uint64_t warm(const struct run_spec *s)
 	return s->warmup;
 }
 
+/*
+ * Receive message seq and check its pattern; *sent: the TSC stamped in it.
+ * NULL if the transport failed (*err -EIO) or the message arrived
+ * corrupted (*err from bt_fail, naming who and what).
+ */
+static const void *recv_checked(const struct transport *t, struct bt_ctx *c, uint64_t seq,
+				const char *what, uint64_t *sent, int *err)
+{
+	const void *m = t->recv(c);
+
+	if (!m) {
+		*err = -EIO;
+		return NULL;
+	}
+	if (!check(m, (uint32_t)seq, c->spec->size, sent)) {
+		c->sh->bad++;
+		*err = bt_fail(c, EBADMSG, "%s %llu arrived corrupted", what, (unsigned long long)seq);
+		return NULL;
+	}
+	return m;
+}
+
 int bt_serve(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
@@ -137,14 +159,9 @@ int bt_serve(const struct transport *t, struct bt_ctx *c)
 
 		if (i == w && s->suite == SU_CPU)
 			cpu_mark(&sh->cpu[ROLE_SERVER], 0);
-		m = t->recv(c);
+		m = recv_checked(t, c, i, "server: message", &sent, &ret);
 		if (!m)
-			return -EIO;
-		if (!check(m, (uint32_t)i, s->size, &sent)) {
-			sh->bad++;
-			return bt_fail(c, EBADMSG, "server: message %llu arrived corrupted",
-				       (unsigned long long)i);
-		}
+			return ret;
 		now = tsc_now();
 		if (i >= w) {
 			/* Cross-CPU TSC skew could make this negative: clamp and count. */
@@ -222,14 +239,9 @@ int bt_drive(const struct transport *t, struct bt_ctx *c)
 			if (ret < 0)
 				return ret;
 		}
-		m = t->recv(c);
+		m = recv_checked(t, c, i + batch - 1, "client: echo of message", &echoed, &ret);
 		if (!m)
-			return -EIO;
-		if (!check(m, (uint32_t)(i + batch - 1), s->size, &echoed)) {
-			sh->bad++;
-			return bt_fail(c, EBADMSG, "client: echo of message %llu arrived corrupted",
-				       (unsigned long long)(i + batch - 1));
-		}
+			return ret;
 		t->release(c);
 		t1 = tsc_now();
 		if (i >= w)
@@ -263,15 +275,11 @@ static int rpc_send(const struct transport *t, struct bt_ctx *c, uint32_t seq, u
 /* Receive and check the reply to request seq. */
 static int rpc_reply(const struct transport *t, struct bt_ctx *c, uint32_t seq)
 {
-	const void *m = t->recv(c);
 	uint64_t sent;
+	int err;
 
-	if (!m)
-		return -EIO;
-	if (!check(m, seq, c->spec->size, &sent)) {
-		c->sh->bad++;
-		return bt_fail(c, EBADMSG, "client: reply to request %u arrived corrupted", seq);
-	}
+	if (!recv_checked(t, c, seq, "client: reply to request", &sent, &err))
+		return err;
 	t->release(c);
 	return 0;
 }
@@ -304,14 +312,9 @@ static int rpc_serve(const struct transport *t, struct bt_ctx *c)
 
 		if (i == s->warmup)
 			cpu_mark(&sh->cpu[ROLE_SERVER], 0);
-		m = t->recv(c);
+		m = recv_checked(t, c, i, "server: request", &sent, &ret);
 		if (!m)
-			return -EIO;
-		if (!check(m, (uint32_t)i, s->size, &sent)) {
-			sh->bad++;
-			return bt_fail(c, EBADMSG, "server: request %llu arrived corrupted",
-				       (unsigned long long)i);
-		}
+			return ret;
 		if (i == atomic_load_explicit(&sh->rpc_total, memory_order_acquire)) {
 			t->release(c);
 			break;
