@@ -144,6 +144,19 @@ static const void *recv_checked(const struct transport *t, struct bt_ctx *c, uin
 	return m;
 }
 
+/* Send m back, then release it: copied out first, since zero-copy data
+ * goes away with the release. */
+static int echo(const struct transport *t, struct bt_ctx *c, const void *m)
+{
+	void *out = t->tx_buf(c);
+
+	if (!out)
+		return -EIO;
+	memcpy(out, m, c->spec->size);
+	t->release(c);
+	return t->send(c, out, 0);
+}
+
 int bt_serve(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
@@ -154,7 +167,6 @@ int bt_serve(const struct transport *t, struct bt_ctx *c)
 	for (uint64_t i = 0; i < total; i++) {
 		const void *m;
 		uint64_t sent, now;
-		void *out;
 		int ret;
 
 		if (i == w && s->suite == SU_CPU)
@@ -175,13 +187,7 @@ int bt_serve(const struct transport *t, struct bt_ctx *c)
 			t->release(c);
 			continue;
 		}
-		/* Echo: copy out before release, since zero-copy data goes away. */
-		out = t->tx_buf(c);
-		if (!out)
-			return -EIO;
-		memcpy(out, m, s->size);
-		t->release(c);
-		ret = t->send(c, out, 0);
+		ret = echo(t, c, m);
 		if (ret < 0)
 			return ret;
 	}
@@ -307,7 +313,6 @@ static int rpc_serve(const struct transport *t, struct bt_ctx *c)
 	for (uint64_t i = 0;; i++) {
 		const void *m;
 		uint64_t sent;
-		void *out;
 		int ret;
 
 		if (i == s->warmup)
@@ -326,12 +331,7 @@ static int rpc_serve(const struct transport *t, struct bt_ctx *c)
 			while (tsc_now() - t0 < work)
 				_mm_pause();
 		}
-		out = t->tx_buf(c);
-		if (!out)
-			return -EIO;
-		memcpy(out, m, s->size);
-		t->release(c);
-		ret = t->send(c, out, 0);
+		ret = echo(t, c, m);
 		if (ret < 0)
 			return ret;
 	}

@@ -281,6 +281,23 @@ static int rounds(char *rpal)
 	return fails ? 1 : 0;
 }
 
+/* The whole of a file, NUL-terminated; NULL if it cannot be read. */
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	char *text = NULL;
+	long len;
+
+	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
+		text = calloc(1, (size_t)len + 1);
+		if (text && fread(text, 1, (size_t)len, f) != (size_t)len)
+			text[0] = 0;
+	}
+	if (f)
+		fclose(f);
+	return text;
+}
+
 static int smoke(char *rpal)
 {
 	char json[] = "/tmp/rpal-bench-smoke-XXXXXX", svg[64];
@@ -294,7 +311,6 @@ static int smoke(char *rpal)
 	struct jval *d = NULL;
 	FILE *f;
 	int fd = mkstemp(json);
-	long len;
 
 	if (fd < 0) {
 		printf("FAIL: mkstemp\n");
@@ -314,14 +330,7 @@ static int smoke(char *rpal)
 	}
 	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
 	CHECK(strstr(o.buf[0], "one-way latency"), "no table on stdout");
-	f = fopen(json, "r");
-	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
-		text = calloc(1, (size_t)len + 1);
-		if (text && fread(text, 1, (size_t)len, f) != (size_t)len)
-			text[0] = 0;
-	}
-	if (f)
-		fclose(f);
+	text = slurp(json);
 	CHECK(text && text[0], "no JSON written to %s", json);
 	if (text)
 		d = check_doc(text);
@@ -387,21 +396,6 @@ static int smoke(char *rpal)
 	return fails ? 1 : 0;
 }
 
-static char *slurp(const char *path)
-{
-	FILE *f = fopen(path, "r");
-	char *text = NULL;
-	long len;
-
-	if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) > 0 && !fseek(f, 0, SEEK_SET)) {
-		text = calloc(1, (size_t)len + 1);
-		if (text && fread(text, 1, (size_t)len, f) != (size_t)len)
-			text[0] = 0;
-	}
-	if (f)
-		fclose(f);
-	return text;
-}
 
 static double num(const struct jval *o, const char *k)
 {
