@@ -125,10 +125,13 @@ static uint64_t warm(const struct run_spec *s)
 /*
  * Receive message seq and check its pattern; *sent: the TSC stamped in it.
  * NULL if the transport failed (*err -EIO) or the message arrived
- * corrupted (*err from bt_fail, naming who and what).
+ * corrupted (*err from bt_fail, naming who and what).  Always inline: the
+ * check of a large message lies between receipt and the server's stamp,
+ * and out of line it cost the hosted 1 MiB zero-copy one-way 10% more.
  */
-static const void *recv_checked(const struct transport *t, struct bt_ctx *c, uint64_t seq,
-				const char *what, uint64_t *sent, int *err)
+static inline __attribute__((always_inline))
+const void *recv_checked(const struct transport *t, struct bt_ctx *c, uint64_t seq, const char *what,
+			 uint64_t *sent, int *err)
 {
 	const void *m = t->recv(c);
 
