@@ -223,6 +223,7 @@ struct rpal_global {
 	struct rpal_arena_hdr *arena;
 	struct rpal_alloc *alloc;
 	pthread_mutex_t alloc_lock;
+	_Atomic uint64_t arena_used;  /* the allocator's count, for quota checks that take no lock */
 	struct rpal_peer *peers;
 	struct rpal_linger *lingering;
 	unsigned nr_conns;
@@ -241,11 +242,31 @@ void peer_put(struct rpal_peer *p);
 void *arena_alloc(size_t len);
 long arena_free(void *p);
 long arena_claim(void *p, size_t len);
-uint64_t arena_free_bytes(void);        /* unallocated bytes of our arena's heap */
-uint64_t conn_budget(void);             /* rpal_config.conn_budget, 0 resolved */
-uint64_t arena_reserve(void);           /* kept free of data buffers */
 void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
+
+/* Inline: a quota check runs on every buffer send. */
+/* Unallocated bytes of our arena's heap. */
+static inline uint64_t arena_free_bytes(void)
+{
+	uint64_t heap = rpal_g.cfg.arena_size - RPAL_PAGE, used = load_relaxed(&rpal_g.arena_used);
+
+	return used < heap ? heap - used : 0;
+}
+
+/* rpal_config.conn_budget, 0 resolved. */
+static inline uint64_t conn_budget(void)
+{
+	return rpal_g.cfg.conn_budget ? rpal_g.cfg.conn_budget : rpal_g.cfg.arena_size / 4;
+}
+
+/* What data buffers leave free, for connection blocks. */
+static inline uint64_t arena_reserve(void)
+{
+	uint64_t r = rpal_g.cfg.arena_size / 64;
+
+	return r < (1u << 20) ? r : (1u << 20);
+}
 
 /* init.c: the object table, indexed by descriptor. */
 /* Two-level table indexed by descriptor; lookups take no lock. */
@@ -389,8 +410,28 @@ static inline bool ring_readable(struct rpal_conn *c)
 	return !slot_empty(c, head, load_relaxed(&c->pring[head & c->pring_mask].seq));
 }
 
-/* msg.c: may c publish a buffer whose block is size bytes now? */
-bool quota_ok(const struct rpal_conn *c, uint64_t size, bool allocated);
+/*
+ * The per-connection share of our arena (rpal(7), "Memory").  One arena
+ * serves every connection, so a peer that stops releasing must not fill it:
+ * what a peer holds stays under the connection's budget and under what is
+ * left free once the new buffer is out, so a peer that stops takes at most
+ * half of what the others left (rpal(7) says what that leaves after many).
+ * A connection whose peer holds nothing may always send, arena permitting:
+ * it then waits for nobody but its own peer.  allocated: the block is
+ * already counted as used (rpal_send_buf).
+ */
+static inline bool quota_ok(const struct rpal_conn *c, uint64_t size, bool allocated)
+{
+	uint64_t held = load_relaxed(&c->out_bytes), avail = arena_free_bytes();
+
+	if (c->out.count >= c->out_limit)
+		return false;
+	if (held == 0)
+		return true;
+	if (!allocated)
+		avail = avail > size ? avail - size : 0;
+	return held + size <= conn_budget() && held + size <= avail;
+}
 
 /* EPOLLOUT: a slot is free and the buffer a send last waited for fits
  * (with none waiting, any small one), so a woken writer does not spin. */

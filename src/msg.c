@@ -24,29 +24,6 @@ static int send_error(struct rpal_conn *c)
 	return 0;
 }
 
-/*
- * The per-connection share of our arena (rpal(7), "Memory").  One arena
- * serves every connection, so a peer that stops releasing must not fill it:
- * what a peer holds stays under the connection's budget and under what is
- * left free once the new buffer is out, so a peer that stops takes at most
- * half of what the others left (rpal(7) says what that leaves after many).
- * A connection whose peer holds nothing may always send, arena permitting:
- * it then waits for nobody but its own peer.  allocated: the block is
- * already counted as used (rpal_send_buf).
- */
-bool quota_ok(const struct rpal_conn *c, uint64_t size, bool allocated)
-{
-	uint64_t held = load_relaxed(&c->out_bytes), avail = arena_free_bytes();
-
-	if (c->out.count >= c->out_limit)
-		return false;
-	if (held == 0)
-		return true;
-	if (!allocated)
-		avail = avail > size ? avail - size : 0;
-	return held + size <= conn_budget() && held + size <= avail;
-}
-
 /* Wait for a free slot (and, for a buffer of size bytes, quota) or fail. */
 static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t size, bool allocated)
 {

@@ -33,8 +33,6 @@ struct rpal_global rpal_g = {
 	.memfd = -1,
 };
 
-/* The allocator's count, for readers that take no lock (quota checks). */
-static _Atomic uint64_t arena_used;
 
 void geom_self(struct rpal_geom *g)
 {
@@ -199,7 +197,7 @@ static int arena_create(void)
 
 	rpal_g.alloc = alloc_create((char *)p + RPAL_PAGE, size - RPAL_PAGE);
 	if (rpal_g.alloc)
-		store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
+		store_relaxed(&rpal_g.arena_used, alloc_used(rpal_g.alloc));
 	if (!rpal_g.alloc) {
 		reserve_again(base, size);
 		close(fd);
@@ -399,28 +397,9 @@ void *arena_alloc(size_t len)
 
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	p = alloc_get(rpal_g.alloc, len);
-	store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
+	store_relaxed(&rpal_g.arena_used, alloc_used(rpal_g.alloc));
 	pthread_mutex_unlock(&rpal_g.alloc_lock);
 	return p;
-}
-
-uint64_t arena_free_bytes(void)
-{
-	uint64_t heap = rpal_g.cfg.arena_size - RPAL_PAGE, used = load_relaxed(&arena_used);
-
-	return used < heap ? heap - used : 0;
-}
-
-uint64_t conn_budget(void)
-{
-	return rpal_g.cfg.conn_budget ? rpal_g.cfg.conn_budget : rpal_g.cfg.arena_size / 4;
-}
-
-uint64_t arena_reserve(void)
-{
-	uint64_t r = rpal_g.cfg.arena_size / 64;
-
-	return r < (1u << 20) ? r : (1u << 20);
 }
 
 long arena_free(void *p)
@@ -429,7 +408,7 @@ long arena_free(void *p)
 
 	pthread_mutex_lock(&rpal_g.alloc_lock);
 	ret = alloc_put(rpal_g.alloc, p);
-	store_relaxed(&arena_used, alloc_used(rpal_g.alloc));
+	store_relaxed(&rpal_g.arena_used, alloc_used(rpal_g.alloc));
 	pthread_mutex_unlock(&rpal_g.alloc_lock);
 	return ret;
 }
