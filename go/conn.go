@@ -52,11 +52,13 @@ type Conn struct {
 	// Doorbells: the peer's ring end (we ring it), and our end twice (one
 	// file per direction, so a receiver and a sender can sleep on it at
 	// the same time).  bellMu orders deadline changes on those files
-	// against wakeAll, which leaves them expired for good.
+	// against wakeAll, which leaves them expired for good, and against
+	// kicks (see kick).
 	peerBell   int
 	drainBuf   [2][1024]byte // per direction: what a waiter reads off our doorbell
 	bellMu     sync.Mutex
 	wokeAll    bool
+	kicked     [2]bool // per direction: its file's deadline is expired by a kick
 	rxBell     *os.File
 	txBell     *os.File
 	rxRaw      syscall.RawConn
@@ -298,8 +300,8 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 func (c *Conn) setBellDeadline(f *os.File, t time.Time) error {
 	c.bellMu.Lock()
 	defer c.bellMu.Unlock()
-	if c.wokeAll {
-		return nil
+	if c.wokeAll || (f == c.rxBell && c.kicked[0]) || (f == c.txBell && c.kicked[1]) {
+		return nil // the waiter sets the new deadline when it takes the kick
 	}
 	if err := f.SetReadDeadline(t); err != nil {
 		return c.opErr("set", err)

@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"os"
 	"sync/atomic"
 	"time"
 )
@@ -70,4 +71,51 @@ func (c *Conn) wakeAll() {
 	_ = c.rxBell.SetReadDeadline(past)
 	_ = c.txBell.SetReadDeadline(past)
 	c.bellMu.Unlock()
+}
+
+// kick wakes the other direction's waiter, which sleeps on its own file of
+// our doorbell: a byte the peer rang for it may have been drained by this
+// direction's waiter, and the kernel reports readiness only to the files
+// that still find the byte there when the netpoller looks.  Expiring its
+// file's deadline wakes it (or, if it has not parked yet, makes it return
+// at once) with no system call; takeKick sets the deadline back.
+func (c *Conn) kick(dir int) {
+	c.bellMu.Lock()
+	defer c.bellMu.Unlock()
+	if c.wokeAll || c.kicked[dir] {
+		return
+	}
+	c.kicked[dir] = true
+	_ = c.bellFile(dir).SetReadDeadline(time.Unix(1, 0))
+}
+
+// takeKick reports whether a deadline error of direction dir's waiter was
+// a kick, and if so restores that direction's deadline.
+func (c *Conn) takeKick(dir int) bool {
+	c.bellMu.Lock()
+	defer c.bellMu.Unlock()
+	if !c.kicked[dir] {
+		return false
+	}
+	c.kicked[dir] = false
+	if c.wokeAll {
+		return true
+	}
+	d := &c.rdDeadline
+	if dir == 1 {
+		d = &c.wrDeadline
+	}
+	t := time.Time{}
+	if n := d.Load(); n != 0 {
+		t = time.Unix(0, n)
+	}
+	_ = c.bellFile(dir).SetReadDeadline(t)
+	return true
+}
+
+func (c *Conn) bellFile(dir int) *os.File {
+	if dir == 1 {
+		return c.txBell
+	}
+	return c.rxBell
 }

@@ -118,9 +118,9 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	}
 	waiting := c.u64(c.me, bWaiting)
 	// We sleep on the doorbell: the direction's flag with its BELL flag.
-	flags := bit | waitRXBell
+	flags, otherFlags := bit|waitRXBell, uint64(waitTX|waitTXBell)
 	if bit == waitTX {
-		flags = bit | waitTXBell
+		flags, otherFlags = bit|waitTXBell, waitRX|waitRXBell
 	}
 	// The closure below would move a local buffer to the heap on every
 	// call; each direction has one waiter at a time (rxMu, txMu).
@@ -142,20 +142,27 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		c.sleeps.Add(1)
 		first := true
 		err := raw.Read(func(fd uintptr) bool {
-			// Any wake-up ends this sleep, even one whose byte another
-			// waiter of this connection drained, or one meant for the
-			// other direction: the peer rings once per value of our
-			// waiting word, so the next sleep is advertised afresh.  The
-			// first call drains what earlier rings left (the netpoller
-			// forgets readiness that predates this call).
+			// Any wake-up ends this sleep, even one meant for the other
+			// direction: the peer rings once per value of our waiting
+			// word, so the next sleep is advertised afresh.  The first
+			// call drains what earlier rings left (the netpoller
+			// forgets readiness that predates this call).  What we
+			// drain may have been rung for the other direction's
+			// sleeper: kick passes the wake-up on.
 			rung := !first
 			first = false
 			if drainBell(int(fd), buf[:]) {
 				rung = true
+				if atomic.LoadUint64(waiting)&otherFlags != 0 {
+					c.kick(1 - dir)
+				}
 			}
 			return rung || ready()
 		})
 		atomic.AndUint64(waiting, ^flags)
+		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.takeKick(dir) {
+			err = nil
+		}
 		if err != nil && c.closed.Load() {
 			return net.ErrClosed
 		}
