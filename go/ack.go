@@ -5,7 +5,6 @@ package rpal
 import (
 	"fmt"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
 )
 
@@ -66,7 +65,7 @@ func (c *Conn) allocBuf(n int) (uint64, error) {
 			continue
 		}
 		if c.outBytes == 0 {
-			return 0, fmt.Errorf("arena exhausted: no room for a %d-byte message (do peers release what they receive?): %w", n, syscall.ENOMEM)
+			return 0, fmt.Errorf("no room for a %d-byte message (do peers release what they receive?): %w", n, errArenaFull)
 		}
 		if err := c.waitAck(); err != nil {
 			return 0, err

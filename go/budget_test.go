@@ -178,3 +178,87 @@ func TestConnBudgetLongStreamWrite(t *testing.T) {
 		t.Fatal("stream data differs")
 	}
 }
+
+// Many stream peers that stopped reading, each stopped in turn while the
+// server writes to it: once the arena runs low, stream writes travel in
+// ring slots, so a new connection still gets its block and a healthy
+// stream still carries 256 KiB writes both ways.
+func TestStreamStoppedPeers(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st0, _ := ProcessStats()
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, _ := ProcessStats()
+			if st.ArenaUsed <= st0.ArenaUsed {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("arena use %d after the test, %d before", st.ArenaUsed, st0.ArenaUsed)
+				return
+			}
+		}
+	})
+	name, l := newService(t)
+	pair := func() (*Stream, *Stream) {
+		t.Helper()
+		c, err := DialConn(name)
+		if err != nil {
+			t.Fatalf("dial: %v", err)
+		}
+		s, err := l.AcceptConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return NewStream(c), NewStream(s)
+	}
+	stopped := 48
+	if testing.Short() {
+		stopped = 24
+	}
+	msg := make([]byte, 1<<20)
+	for i := 0; i < stopped; i++ {
+		_, srv := pair()
+		srv.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+		n, err := srv.Write(msg)
+		for err == nil {
+			var m int
+			m, err = srv.Write(msg)
+			n += m
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("stopped peer %d: after %d bytes: %v, want a timeout", i, n, err)
+		}
+	}
+	st, _ := ProcessStats()
+	t.Logf("%d stopped peers; arena %d of %d KiB used", stopped, st.ArenaUsed>>10, p.cfg.ArenaSize>>10)
+
+	cli, srv := pair()
+	out := make([]byte, 256<<10)
+	in := make([]byte, len(out))
+	cli.SetDeadline(time.Now().Add(10 * time.Second))
+	srv.SetDeadline(time.Now().Add(10 * time.Second))
+	go io.Copy(srv, srv)
+	for i := 0; i < 20; i++ {
+		fill(out, int64(i))
+		// Write while reading: the echo's writes wait for ours to be read.
+		werr := make(chan error, 1)
+		go func() {
+			_, err := cli.Write(out)
+			werr <- err
+		}()
+		_, err := io.ReadFull(cli, in)
+		if err := <-werr; err != nil {
+			t.Fatalf("healthy write %d: %v", i, err)
+		}
+		if err != nil {
+			t.Fatalf("healthy read %d: %v", i, err)
+		}
+		if !bytes.Equal(in, out) {
+			t.Fatalf("healthy echo %d differs", i)
+		}
+	}
+}

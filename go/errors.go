@@ -29,6 +29,10 @@ var (
 	errPipe  = syscall.EPIPE
 )
 
+// errArenaFull is a buffer the arena has no room for, whatever the
+// connections' shares (ENOMEM).
+var errArenaFull = fmt.Errorf("arena exhausted: %w", syscall.ENOMEM)
+
 // errWouldBlock is returned by the non-blocking calls when nothing is there.
 var errWouldBlock = fmt.Errorf("no message ready: %w", syscall.EAGAIN)
 

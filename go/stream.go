@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"time"
@@ -136,12 +137,20 @@ func (s *Stream) Write(b []byte) (int, error) {
 	for n < len(b) {
 		k := min(len(b)-n, chunk)
 		var err error
-		if k <= slotsMax {
+		if k <= slotsMax || c.p.alloc.freeBytes() < c.p.cfg.ArenaSize/4 {
+			// Short writes, and every write once the arena runs low
+			// (peers that stopped reading hold it): ring slots, which
+			// take nothing from the arena, so those peers cannot starve
+			// other connections or keep new ones out.
 			var m int
 			m, err = c.sendSlotsLocked(b[n : n+k])
 			n += m
 		} else if err = c.sendLocked(b[n : n+k]); err == nil {
 			n += k
+		} else if errors.Is(err, errArenaFull) { // no block that large is free
+			var m int
+			m, err = c.sendSlotsLocked(b[n : n+k])
+			n += m
 		}
 		if err != nil {
 			if n > 0 && !c.dead.Load() {

@@ -9,7 +9,8 @@
 # CGO_ENABLED=0 build of cmd/rpal-bench-go (rpal bench's Go side), gofmt,
 # the tests with the race detector, the tests with CGO_ENABLED=0 (interop
 # included), the same as on Linux 5.15 (under old_kernel), the C
-# check of the shared test vectors, and builds the gRPC example (skip it
+# check of the shared test vectors, and builds the gRPC example and runs its
+# stopped-clients check, 40 clients stopped mid-call (skip both
 # with RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits
 # non-zero on any failure.
 set -u
@@ -86,7 +87,10 @@ step "go test as on Linux 5.15" bash -c "cd go && CGO_ENABLED=0 go test -count=1
 step "check_vectors (C)" "$OUT/check_vectors" test/vectors
 # The gRPC example is its own module (the package does not depend on gRPC).
 if [ -z "${RPAL_GO_SKIP_EXAMPLES:-}" ]; then
-	step "build examples/grpcecho" bash -c 'cd go/examples/grpcecho && go mod download && go vet ./... && go build -o /dev/null .'
+	step "build examples/grpcecho" bash -c 'cd go/examples/grpcecho && go mod download && go vet ./... && go build -o "$0/grpcecho" .' "$OUT"
+	# gRPC end to end: 40 clients stopped in turn with 16 calls of 1 MiB in
+	# flight each, then a healthy client's calls must go through.
+	step "grpcecho -stopped 40" "$OUT/grpcecho" -stopped 40
 fi
 
 echo
