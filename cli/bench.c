@@ -20,7 +20,7 @@ static const size_t large_sizes[] = { 4096, 65536, 1048576 };
 
 const char *wait_name(int wait)
 {
-	return wait == WAIT_SPIN ? "spin" : wait == WAIT_SLEEP ? "sleep" : NULL;
+	return wait == WAIT_SPIN ? "spin" : wait == WAIT_SLEEP ? "sleep" : wait == WAIT_ADAPTIVE ? "adaptive" : NULL;
 }
 
 static void usage(FILE *f)
@@ -39,9 +39,10 @@ static void usage(FILE *f)
 "  -s, --size BYTES      message size, header included, >= 16 (default 32);\n"
 "                        k/m suffixes are powers of 1024\n"
 "  -n, --count N         measured messages per run (default 1000000)\n"
-"  -w, --wait LIST       rpal consumers: spin (awake: spin up to --spin-us\n"
-"                        before sleeping) and/or sleep (sleep at once)\n"
-"                        (default: both)\n"
+"  -w, --wait LIST       rpal consumers: adaptive (librpal's default: spin\n"
+"                        only while cheaper than a sleep), spin (awake: spin\n"
+"                        up to --spin-us before sleeping), sleep (sleep at\n"
+"                        once) (default: all three)\n"
 "      --spin-us N       rpal spin_us for --wait spin (default 1000000);\n"
 "                        librpal does not spin for a peer on its own CPU\n"
 "  -S, --suite LIST      latency (ping-pong: one-way + round trip), throughput\n"
@@ -165,9 +166,9 @@ static int find_placement(const char *s) { return find_in(s, placement_name, PL_
 static int find_suite(const char *s) { return find_in(s, suite_name, SU_NR); }
 static int find_wait(const char *s)
 {
-	static const char *const w[] = { "sleep", "spin" };
+	static const char *const w[WAIT_NR] = { "sleep", "spin", "adaptive" };
 
-	return find_in(s, w, 2);
+	return find_in(s, w, WAIT_NR);
 }
 
 /* The first two CPUs we may run on. */
@@ -277,7 +278,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	char *end;
 
 	*o = (struct bench_opts){
-		.transports = ~0u, .placements = 1u << PL_SPLIT, .waits = 3,
+		.transports = ~0u, .placements = 1u << PL_SPLIT, .waits = (1u << WAIT_NR) - 1,
 		.suites = 1u << SU_LATENCY | 1u << SU_THROUGHPUT, .size = 32, .count = 1000000,
 		.batch = 32, .rate = 1000, .seconds = 2, .warmup = 1000, .timeout_s = 600,
 		.spin_us = 1000000, .rounds = 1,
@@ -446,7 +447,7 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 	o->transports &= (1u << nr_transports) - 1;
 	o->placements &= (1u << PL_NR) - 1;
 	o->suites &= (1u << SU_NR) - 1;
-	o->waits &= 3;
+	o->waits &= (1u << WAIT_NR) - 1;
 	if ((o->suites & (1u << SU_RPC)) &&
 	    o->concurrency * (o->size_set ? o->size : RPC_SIZE) > RPC_MAX_INFLIGHT_BYTES) {
 		/* Every reply in flight must fit the reply path, or the server
@@ -587,7 +588,7 @@ static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 				if (!(o->transports & (1u << ti)) || (t->unavailable && t->unavailable()) ||
 				    (su == SU_RPC && t->no_rpc))
 					continue;
-				for (int w = WAIT_SLEEP; w <= WAIT_SPIN; w++) {
+				for (int w = WAIT_SLEEP; w < WAIT_NR; w++) {
 					struct run_spec s = {
 						.transport = (int)ti, .placement = pl, .suite = su,
 						.wait = (t->flags & TF_WAIT) ? w : WAIT_NONE,

@@ -20,7 +20,7 @@
 
 enum placement { PL_SAME_CORE, PL_SPLIT, PL_UNPINNED, PL_NR };
 enum suite { SU_LATENCY, SU_THROUGHPUT, SU_LARGE, SU_CPU, SU_RPC, SU_NR };
-enum wait { WAIT_NONE = -1, WAIT_SLEEP = 0, WAIT_SPIN = 1 };
+enum wait { WAIT_NONE = -1, WAIT_SLEEP = 0, WAIT_SPIN = 1, WAIT_ADAPTIVE = 2, WAIT_NR = 3 };
 
 extern const char *const placement_name[PL_NR];
 extern const char *const suite_name[SU_NR];
@@ -45,7 +45,7 @@ struct msg_hdr {
 struct bench_opts {
 	unsigned transports;		/* bit i: transport i */
 	unsigned placements;		/* bit per enum placement */
-	unsigned waits;			/* bit 0 sleep, bit 1 spin */
+	unsigned waits;			/* bit 1 << enum wait */
 	unsigned suites;		/* bit per enum suite */
 	size_t size;
 	uint64_t count;

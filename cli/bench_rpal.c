@@ -52,7 +52,12 @@ static int rp_open(struct bt_ctx *c)
 	int ret;
 
 	rpal_config_default(&cfg);
-	cfg.spin_us = c->spec->wait == WAIT_SPIN ? c->spec->spin_us : 0;
+	if (c->spec->wait == WAIT_SPIN) {
+		cfg.wait_policy = RPAL_WAIT_POLICY_SPIN;
+		cfg.spin_us = c->spec->spin_us;
+	} else {
+		cfg.wait_policy = c->spec->wait == WAIT_SLEEP ? RPAL_WAIT_POLICY_SLEEP : RPAL_WAIT_POLICY_ADAPTIVE;
+	}
 	ret = rpal_init(&cfg);
 	if (ret < 0)
 		return rp_err(c, "rpal_init", ret);

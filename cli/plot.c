@@ -140,7 +140,7 @@ int report_plot(const struct report *r, const char *path)
 		const char *w = wait_name(x->wait), *col;
 		const char *dash = nplace > 1 ? dashes[x->placement] : "";
 		double last = 1.0 / (double)x->st.count;
-		int key = x->transport * 2 + (x->wait == WAIT_SPIN), c = 0;
+		int key = x->transport * WAIT_NR + (x->wait > 0 ? x->wait : 0), c = 0;
 
 		if (!plotted(x))
 			continue;

@@ -34,6 +34,7 @@
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include "bench.h"
+#include "rpal.h"
 
 /*
  * The results file, written by rpal-bench-go (go/cmd/rpal-bench-go/main.go,
@@ -145,7 +146,9 @@ static int go_start(struct bt_ctx *c, int res_fd, int ready_fd)
 	snprintf(a[2], sizeof(a[2]), "%llu", (unsigned long long)warmup);
 	snprintf(a[3], sizeof(a[3]), "%u", batch);
 	snprintf(a[4], sizeof(a[4]), "%lluns", (unsigned long long)(s->suite == SU_CPU ? 1e9 / s->rate : 0));
-	snprintf(a[5], sizeof(a[5]), "%u", s->wait == WAIT_SPIN ? s->spin_us : 0);
+	/* Go's waiter has no policies: adaptive is its default spin. */
+	snprintf(a[5], sizeof(a[5]), "%u",
+		 s->wait == WAIT_SPIN ? s->spin_us : s->wait == WAIT_ADAPTIVE ? RPAL_DEFAULT_SPIN_US : 0);
 	argv[n++] = "rpal-bench-go";
 	argv[n++] = "-role";
 	argv[n++] = c->role == ROLE_SERVER ? "server" : "client";

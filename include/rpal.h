@@ -71,7 +71,18 @@ struct rpal_config {
 	unsigned protect_peers;   /* RPAL_PROTECT_*; RPAL_PROTECT_PEERS */
 	uint64_t conn_budget;     /* bytes of our arena one peer may hold, 64 KiB..arena_size;
 	                             0 = arena_size / 4; RPAL_CONN_BUDGET (see rpal(7)) */
+	unsigned wait_policy;     /* RPAL_WAIT_POLICY_*; RPAL_WAIT=adaptive|spin|sleep */
 };
+
+/*
+ * wait_policy: what a waiter does before it sleeps (see rpal(7), "Waiting").
+ * ADAPTIVE spins only while that costs less CPU than a sleep and its
+ * wake-up, judged from how soon recent waits ended and from what sleeps
+ * and wake-ups cost this process; never longer than spin_us.
+ */
+#define RPAL_WAIT_POLICY_ADAPTIVE 0u  /* the default */
+#define RPAL_WAIT_POLICY_SPIN     1u  /* spin up to spin_us every time, then sleep */
+#define RPAL_WAIT_POLICY_SLEEP    2u  /* sleep at once */
 
 /*
  * protect_peers: keep peer arenas unreadable outside windows with memory

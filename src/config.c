@@ -45,6 +45,22 @@ static void env_uint(const char *name, unsigned *v)
 		snprintf(env_error, sizeof(env_error), "%s=%llu is too large", name, (unsigned long long)x);
 }
 
+static void env_wait_policy(unsigned *v)
+{
+	static const char *const names[] = { "adaptive", "spin", "sleep" };
+	const char *e = getenv("RPAL_WAIT");
+
+	if (!e || !*e)
+		return;
+	for (unsigned i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+		if (!strcmp(e, names[i])) {
+			*v = i;
+			return;
+		}
+	if (!env_error[0])
+		snprintf(env_error, sizeof(env_error), "RPAL_WAIT=%.32s is not adaptive, spin or sleep", e);
+}
+
 RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 {
 	const char *dir;
@@ -68,6 +84,7 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 	env_uint("RPAL_HANDSHAKE_MS", &cfg->handshake_ms);
 	env_uint("RPAL_PROTECT_PEERS", &cfg->protect_peers);
 	env_u64("RPAL_CONN_BUDGET", &cfg->conn_budget);
+	env_wait_policy(&cfg->wait_policy);
 	dir = getenv("RPAL_RUNTIME_DIR");
 	if (dir && strlen(dir) < sizeof(cfg->runtime_dir))
 		strcpy(cfg->runtime_dir, dir);
@@ -97,6 +114,9 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536", c->ring_entries);
 	if (c->spin_us > 10u * 1000 * 1000)
 		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s", c->spin_us);
+	if (c->wait_policy > RPAL_WAIT_POLICY_SLEEP)
+		return rpal_fail(EINVAL, "config: wait_policy %u must be 0 (adaptive), 1 (spin) or 2 (sleep)",
+				 c->wait_policy);
 	if (c->conn_budget && (c->conn_budget < (64u << 10) || c->conn_budget > c->arena_size))
 		return rpal_fail(EINVAL, "config: conn_budget %" PRIu64 " must be 0 (arena_size / 4) or in 64 KiB..arena_size",
 				 c->conn_budget);

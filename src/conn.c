@@ -140,8 +140,8 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;
-	spin_init(&c->rx_spin, rpal_g.cfg.spin_us);
-	spin_init(&c->tx_spin, rpal_g.cfg.spin_us);
+	spin_init(&c->rx_spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
+	spin_init(&c->tx_spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
 	c->wake_page = page;    /* the watcher finds it from here on (obj_set) */
 	ret = obj_set(sock, &c->obj);
 	if (ret)

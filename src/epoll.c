@@ -294,7 +294,10 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	pthread_mutex_unlock(&ep->lock);
+	uint64_t cpu0 = (ep->futex_sleeps++ & 15) ? 0 : thread_cpu_ns();
 	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
+	if (cpu0)
+		spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
 	pthread_mutex_lock(&ep->lock);
 	mpk_all_sync();
 	sleep_end(ep);
@@ -362,7 +365,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			store_relaxed(&ep->park_owner, (unsigned long)pthread_self());
 		return park_wait(ep, events, max, deadline, fast);
 	}
-	budget = ep->spin.cur_ns;
+	budget = spin_budget(&ep->spin);
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours
 		 * cannot publish while we spin. */
@@ -377,9 +380,9 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		if (!other)
 			budget = 0;
 	}
-	/* The clock only for a spin (and how long it paid) or a deadline:
-	 * a sleep that needs neither costs no read of it. */
-	if (budget && !t0)
+	/* The clock only for a spin (and how long it paid), a sleep the
+	 * adaptive policy learns from, or a deadline. */
+	if ((budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE) && !t0)
 		t0 = now_ns();
 	for (i = 1; budget && ep->nregs; i++) {
 		cpu_relax();
@@ -396,9 +399,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			n = k ? k : scan(ep, events, max);
 		}
 		if (n) {
-			/* Caught while spinning: spinning paid (spin_update's rule
-			 * for a wait within the ceiling), and no clock read. */
-			ep->spin.cur_ns = ep->spin.max_ns;
+			spin_caught(&ep->spin);   /* no clock read */
 			return n;
 		}
 		if (!(i & 63)) {
@@ -432,7 +433,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			return k;
 		n = k + scan(ep, events + k, max - k);
 		if (n) {
-			if (budget)
+			if (budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE)
 				spin_update(&ep->spin, now_ns() - t0);
 			return n;
 		}

@@ -34,7 +34,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 	}
 	ep->obj.kind = OBJ_EPOLL;
 	pthread_mutex_init(&ep->lock, NULL);
-	spin_init(&ep->spin, rpal_g.cfg.spin_us);
+	spin_init(&ep->spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
 	ep->fd = epoll_create1(flags);
 	ep->top = epoll_create1(EPOLL_CLOEXEC);
 	ep->kick = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);

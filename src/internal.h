@@ -54,11 +54,23 @@ struct rpal_peer {
 
 /* --------------------------------------------------------- adaptive spin */
 struct rpal_spin {
-	uint32_t max_ns;    /* configured ceiling */
-	uint32_t cur_ns;    /* current budget */
+	uint32_t max_ns;    /* ceiling: spin_us */
+	uint8_t policy;     /* RPAL_WAIT_POLICY_* */
+	uint8_t hist;       /* adaptive: the last 8 waits, 1 = ended within a sleep's cost */
+	uint16_t probe_gap; /* adaptive, while not spinning: spin once per probe_gap waits */
+	uint16_t probe_left;
 };
-void spin_init(struct rpal_spin *s, unsigned max_us);
+void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
+/* This wait's spin budget, ns (0: sleep at once). */
+uint64_t spin_budget(struct rpal_spin *s);
+/* After a wait: caught while spinning, or ended after waited_ns. */
+void spin_caught(struct rpal_spin *s);
 void spin_update(struct rpal_spin *s, uint64_t waited_ns);
+/* Samples of what sleeping costs this process: a sleeper's CPU time, a
+ * waker's FUTEX_WAKE or doorbell write. */
+void spin_note_sleep_cpu(uint64_t ns);
+void spin_note_wake(uint64_t ns);
+uint64_t thread_cpu_ns(void);
 
 /* --------------------------------------------------------- objects */
 /*

@@ -37,30 +37,6 @@
 /* Set once futex_waitv() says ENOSYS: sleep on the doorbell instead. */
 static _Atomic bool no_futex_waitv;
 
-void spin_init(struct rpal_spin *s, unsigned max_us)
-{
-	uint64_t ns = (uint64_t)max_us * 1000;
-
-	s->max_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
-	s->cur_ns = s->max_ns;
-}
-
-/*
- * Adapt the budget to what waiting would have bought: a wait that ended
- * within the ceiling restores it; a longer one halves it, down to a
- * sixteenth, so a mostly idle connection spins briefly, then sleeps and
- * burns no CPU.
- */
-void spin_update(struct rpal_spin *s, uint64_t waited_ns)
-{
-	if (waited_ns <= s->max_ns)
-		s->cur_ns = s->max_ns;
-	else if (s->cur_ns / 2 >= s->max_ns / 16)
-		s->cur_ns /= 2;
-	/* Never below max/16: a budget of zero would never see a short wait
-	 * again where a wake-up costs more than the ceiling (cross-core). */
-}
-
 /*
  * One byte into the peer's doorbell socket.  The send must never block,
  * whatever the peer does: it shares the open file with us and could clear
@@ -91,6 +67,9 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	if (w == *last)
 		return;
 	*last = w;
+	/* One wake-up in 16 is timed: what a sleep costs its waker. */
+	uint64_t t0 = (*count & 15) ? 0 : now_ns();
+
 	if (w & futex_bit) {
 		/* Change the word it waits on, then wake: a FUTEX_WAIT that
 		 * comes later sees the change and does not sleep. */
@@ -101,6 +80,8 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	}
 	if (!(w & futex_bit) || (w & bell_bit))
 		doorbell_write(c->peer_doorbell);
+	if (t0)
+		spin_note_wake(now_ns() - t0);
 	(*count)++;
 }
 
@@ -264,7 +245,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
 	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;
 	_Atomic uint64_t *sleeps = (what & WANT_RX) ? &c->rx_sleeps : &c->tx_sleeps;
-	uint64_t t0, budget = spin->cur_ns;
+	uint64_t t0, budget;
 	unsigned i;
 
 	if (wait_done(c, what))
@@ -272,6 +253,7 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	if (flags & RPAL_NONBLOCK)
 		return -EAGAIN;
 
+	budget = spin_budget(spin);
 	/* Spinning for a thread on our own CPU only keeps it from running. */
 	if (budget) {
 		uint32_t me = cpu_note((what & WANT_RX) ? &c->me->rx_cpu : &c->me->tx_cpu);
@@ -279,12 +261,13 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		if (it == me)
 			budget = 0;
 	}
-	/* The clock only to time a spin: a sleep at once needs none. */
-	t0 = budget ? now_ns() : 0;
+	/* The clock only to time a spin, or a sleep the adaptive policy
+	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
+	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
 	for (i = 1; budget; i++) {
 		cpu_relax();
 		if (wait_done(c, what)) {
-			spin->cur_ns = spin->max_ns;   /* as spin_update() would */
+			spin_caught(spin);
 			return 0;
 		}
 		if (!(i & 63) && now_ns() - t0 > budget)
@@ -322,6 +305,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			wait_end(c, bits);
 			break;
 		}
+		/* One sleep in 16 is timed in CPU: what it costs the sleeper. */
+		uint64_t cpu0 = (load_relaxed(sleeps) & 15) ? 0 : thread_cpu_ns();
 		stat_inc(sleeps);
 		if (futex && c->wake_mine) {
 			/* Our word of the wake page: the peer bumps it to wake
@@ -350,11 +335,13 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 					conn_mark_dead(c, pfd[2].revents & POLLIN);
 			}
 		}
+		if (cpu0)
+			spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
 		wait_end(c, bits);
 		if (wait_done(c, what))
 			break;
 	}
-	if (budget)
+	if (t0)
 		spin_update(spin, now_ns() - t0);
 	return 0;
 }

@@ -62,7 +62,7 @@ static void check_result(const struct jval *r, size_t i)
 	static const char *const pl[] = { "same-core", "split", "unpinned", NULL };
 	static const char *const metric[] = { "oneway", "rtt", "throughput", "cpu_per_msg", "call_rtt",
 					      "switch_pair", "rpc", NULL };
-	static const char *const wait[] = { "spin", "sleep", NULL };
+	static const char *const wait[] = { "spin", "sleep", "adaptive", NULL };
 	static const char *const num[] = { "count", "mean", "p50", "p99", "p999", "max", NULL };
 	const struct jval *w = json_get(r, "wait");
 	const char *m = str(r, "metric");
@@ -71,7 +71,7 @@ static void check_result(const struct jval *r, size_t i)
 	CHECK(str(r, "transport"), "results[%zu].transport is not a string", i);
 	CHECK(in(str(r, "placement"), pl), "results[%zu].placement is not one of the three", i);
 	CHECK(is(w, J_NULL) || (is(w, J_STR) && in(w->str, wait)),
-	      "results[%zu].wait is not spin, sleep or null", i);
+	      "results[%zu].wait is not spin, sleep, adaptive or null", i);
 	CHECK(in(m, metric), "results[%zu].metric is not oneway/rtt/throughput/cpu_per_msg/call_rtt/"
 	      "switch_pair/rpc", i);
 	CHECK(str(r, "unit"), "results[%zu].unit is not a string", i);
@@ -366,6 +366,7 @@ static int smoke(char *rpal)
 				if (rpal_t) {
 					CHECK(has(d, name, "spin", metrics[m]), "%s spin: no %s", name, metrics[m]);
 					CHECK(has(d, name, "sleep", metrics[m]), "%s sleep: no %s", name, metrics[m]);
+					CHECK(has(d, name, "adaptive", metrics[m]), "%s adaptive: no %s", name, metrics[m]);
 				} else {
 					CHECK(has(d, name, NULL, metrics[m]), "%s: no %s", name, metrics[m]);
 				}
