@@ -4,8 +4,9 @@
 Turns the JSON of one `rpal bench` run into the Markdown shown in the README:
 the machine, date and command of the run, then one-way latency, round trip,
 throughput and CPU per message, each with its ratio to uds-epoll in the same
-placement, and with rounds, each rpal row against futex (latency) or uds-epoll
-(CPU) round by round.  Nothing is typed by hand: rerun the bench, rerun this script.
+placement, request/response latency and CPU at each offered rate, and with
+rounds, each rpal row against futex (latency, rpc) or uds-epoll (CPU) round by
+round.  Nothing is typed by hand: rerun the bench, rerun this script.
 With --update, replaces the text between <!-- bench:begin --> and
 <!-- bench:end --> in the given file instead of printing.
 """
@@ -26,6 +27,14 @@ def ns(r, key):
     return "-" if v is None else ("%.1f" % v if v < 100 else "{:,.0f}".format(v))
 
 
+def us(v):
+    return "-" if v is None else ("%.2f" % (v / 1e3) if v < 1e4 else "{:,.1f}".format(v / 1e3))
+
+
+def rate_name(rate):
+    return "{:,.0f}/s".format(rate) if rate else "max"
+
+
 def ratio(v):
     return "-" if not v else ("%.2fx" % v if v < 10 else "%.1fx" % v)
 
@@ -39,10 +48,10 @@ def base(results, r):
     return None
 
 
-def by_round(rows, what):
+def by_round(rows, what, name=label):
     """The rpal rows' round-by-round comparison with their baseline, as a paragraph."""
     paired = [(v["baseline"], "%s median %.3fx (%.3f to %.3f), lower in %d and higher in %d of %d rounds "
-               "(sign test p = %.2g)" % (label(r), v["median"], v["min"], v["max"], v["lower"],
+               "(sign test p = %.2g)" % (name(r), v["median"], v["min"], v["max"], v["lower"],
                                          v["higher"], v["rounds"], v["sign_p"]))
               for r in rows for v in [r.get("by_round")] if v]
     if not paired:
@@ -116,6 +125,21 @@ def table(doc, svg):
                                                  ratio(b["mean"] / r["mean"] if b and r["mean"] else None)))
             out.append("")
             out += by_round(rows, "CPU per message")
+        rows = [r for r in res if r["placement"] == pl and r["metric"] == "rpc"]
+        if rows:
+            out += ["**Request/response at a rate, %d B, concurrency %d, %s** (latency from each "
+                    "request's scheduled send, in µs; CPU of both processes per request; max: "
+                    "closed loop)" % (rows[0].get("size", 0), rows[0].get("concurrency", 1), pl), "",
+                    "| transport | rate | achieved/s | p50 µs | p99 µs | CPU µs/req | CPU cores |",
+                    "|---|--:|--:|--:|--:|--:|--:|"]
+            for rate in sorted({r["rate"] for r in rows}, key=lambda x: x or float("inf")):
+                for r in (r for r in rows if r["rate"] == rate):
+                    out.append("| %s | %s | %s | %s | %s | %s | %.3f |" % (
+                        label(r), rate_name(rate),
+                        "{:,.0f}".format(r["achieved_rate"]), us(r["p50_ns"]), us(r["p99_ns"]),
+                        us(r["cpu_per_req_ns"]), r["cpu_cores"]))
+            out.append("")
+            out += by_round(rows, "p50", lambda r: "%s at %s" % (label(r), rate_name(r["rate"])))
     for u in doc.get("unavailable", []):
         out.append("Not measured: %s (%s)." % (u["transport"], u["reason"]))
     for e in doc.get("errors", []):
