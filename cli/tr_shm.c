@@ -1,9 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tr_shm.c - three transports over one shared-memory ring per direction,
+ * tr_shm.c - four transports over one shared-memory ring per direction,
  * differing only in how a consumer waits for an empty ring to fill:
  *
  *   shm-spin  spins on the producer's index: the cache-line hand-off floor;
+ *   shm-yield polls it with sched_yield() in between: on one shared CPU
+ *             the yield hands the CPU to the peer (iceoryx2's polling mode);
  *   futex     sleeps in FUTEX_WAIT on that index; the producer calls
  *             FUTEX_WAKE only when the consumer said it sleeps;
  *   eventfd   blocks in read() of an eventfd the producer writes.
@@ -12,6 +14,7 @@
  * and a copying receive out of it; zero copy builds and reads in place.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -22,7 +25,7 @@
 #include "bench.h"
 #include "tsc.h"
 
-enum shm_kind { SHM_SPIN, SHM_FUTEX, SHM_EVENTFD };
+enum shm_kind { SHM_SPIN, SHM_YIELD, SHM_FUTEX, SHM_EVENTFD };
 
 /*
  * Indices run free over 32 bits and are compared by unsigned difference;
@@ -89,6 +92,7 @@ static int shm_setup(struct bt_ctx *c, enum shm_kind kind)
 }
 
 static int spin_setup(struct bt_ctx *c) { return shm_setup(c, SHM_SPIN); }
+static int yield_setup(struct bt_ctx *c) { return shm_setup(c, SHM_YIELD); }
 static int futex_setup(struct bt_ctx *c) { return shm_setup(c, SHM_FUTEX); }
 static int efd_setup(struct bt_ctx *c) { return shm_setup(c, SHM_EVENTFD); }
 
@@ -121,8 +125,12 @@ static void *shm_tx_buf(struct bt_ctx *c)
 	unsigned spins = 0;
 
 	/* A0: acquire pairs with the consumer's release of head (R1): its reads are done. */
-	while (m->tx_tail - atomic_load_explicit(&m->tx->head, memory_order_acquire) >= m->nslots)
-		bt_relax(&spins);
+	while (m->tx_tail - atomic_load_explicit(&m->tx->head, memory_order_acquire) >= m->nslots) {
+		if (m->kind == SHM_YIELD)
+			sched_yield();
+		else
+			bt_relax(&spins);
+	}
 	return c->spec->zerocopy ? slot_of(m, m->tx, m->tx_tail) : m->priv_tx;
 }
 
@@ -139,6 +147,7 @@ static int shm_send(struct bt_ctx *c, void *buf, int more)
 		return 0;
 	switch (m->kind) {
 	case SHM_SPIN:
+	case SHM_YIELD:
 		break;
 	case SHM_FUTEX:
 		/*
@@ -169,6 +178,9 @@ static const void *shm_recv(struct bt_ctx *c)
 		switch (m->kind) {
 		case SHM_SPIN:
 			bt_relax(&spins);
+			break;
+		case SHM_YIELD:
+			sched_yield();
 			break;
 		case SHM_FUTEX:
 			atomic_store_explicit(&m->rx->sleeping, 1, memory_order_relaxed);
@@ -235,6 +247,13 @@ const struct transport tr_shm_spin = {
 	.name = "shm-spin",
 	.what = "shared-memory ring, both sides spin (the cache-line hand-off floor)",
 	.setup = spin_setup,
+	SHM_OPS,
+};
+
+const struct transport tr_shm_yield = {
+	.name = "shm-yield",
+	.what = "shared-memory ring, both sides poll with sched_yield() (iceoryx2's polling mode)",
+	.setup = yield_setup,
 	SHM_OPS,
 };
 

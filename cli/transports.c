@@ -3,13 +3,13 @@
 #include <string.h>
 #include "bench.h"
 
-extern const struct transport tr_uds_epoll, tr_pipe, tr_eventfd, tr_futex, tr_shm_spin,
+extern const struct transport tr_uds_epoll, tr_pipe, tr_eventfd, tr_futex, tr_shm_spin, tr_shm_yield,
 	tr_rpal_connected, tr_rpal_hosted;
 extern const struct transport tr_go_uds, tr_rpal_go;
 
 /* Order of the table: the RFC's baseline first, the floor before rpal. */
 const struct transport *const transports[] = {
-	&tr_uds_epoll, &tr_pipe, &tr_eventfd, &tr_futex, &tr_shm_spin,
+	&tr_uds_epoll, &tr_pipe, &tr_eventfd, &tr_futex, &tr_shm_spin, &tr_shm_yield,
 	&tr_rpal_connected, &tr_rpal_hosted,
 	&tr_go_uds, &tr_rpal_go,
 };

@@ -366,9 +366,10 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		return park_wait(ep, events, max, deadline, fast);
 	}
 	budget = spin_budget(&ep->spin);
+	bool yield = false;
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours
-		 * cannot publish while we spin. */
+		 * cannot publish while we spin; hand it the CPU instead. */
 		uint32_t me = (uint32_t)sched_getcpu();
 		bool other = false;
 		for (i = 0; i < ep->nregs; i++) {
@@ -377,15 +378,20 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			if (load_relaxed(&c->pb->tx_cpu) != me)
 				other = true;
 		}
-		if (!other)
-			budget = 0;
+		yield = !other;
 	}
 	/* The clock only for a spin (and how long it paid), a sleep the
 	 * adaptive policy learns from, or a deadline. */
 	if ((budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE) && !t0)
 		t0 = now_ns();
 	for (i = 1; budget && ep->nregs; i++) {
-		cpu_relax();
+		if (yield) {
+			pthread_mutex_unlock(&ep->lock);
+			sched_yield();
+			pthread_mutex_lock(&ep->lock);
+		} else {
+			cpu_relax();
+		}
 		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */
 			pthread_mutex_unlock(&ep->lock);
 			pthread_mutex_lock(&ep->lock);
@@ -402,7 +408,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			spin_caught(&ep->spin);   /* no clock read */
 			return n;
 		}
-		if (!(i & 63)) {
+		if (yield || !(i & 63)) {
 			uint64_t now = now_ns();
 			if (now - t0 > budget || now >= deadline)
 				break;

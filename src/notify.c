@@ -25,6 +25,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -254,23 +255,27 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		return -EAGAIN;
 
 	budget = spin_budget(spin);
-	/* Spinning for a thread on our own CPU only keeps it from running. */
+	/* Spinning for a thread on our own CPU only keeps it from running:
+	 * hand it the CPU instead (see spin_wait_yields). */
+	bool yield = false;
 	if (budget) {
 		uint32_t me = cpu_note((what & WANT_RX) ? &c->me->rx_cpu : &c->me->tx_cpu);
 		uint32_t it = load_relaxed((what & WANT_RX) ? &c->pb->tx_cpu : &c->pb->rx_cpu);
-		if (it == me)
-			budget = 0;
+		yield = it == me;
 	}
 	/* The clock only to time a spin, or a sleep the adaptive policy
 	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
 	for (i = 1; budget; i++) {
-		cpu_relax();
+		if (yield)
+			sched_yield();
+		else
+			cpu_relax();
 		if (wait_done(c, what)) {
 			spin_caught(spin);
 			return 0;
 		}
-		if (!(i & 63) && now_ns() - t0 > budget)
+		if ((yield || !(i & 63)) && now_ns() - t0 > budget)
 			break;
 	}
 

@@ -6,11 +6,12 @@
  * their voluntary context switches), and still wake for the next message.
  *
  * And a waiter never spins for a peer that runs on its own CPU, whichever
- * call sent (rpal_send, rpal_send_batch, rpal_send_buf): with a spin budget
- * of a second and both processes on one CPU, a spinner would keep its peer
- * from running until the scheduler preempts it, a millisecond or more of CPU
- * per message; the two processes must use far less for all the messages
- * (their CPU time, from /proc/PID/schedstat).
+ * call sent (rpal_send, rpal_send_batch, rpal_send_buf): it yields the CPU
+ * to it instead.  With the spin policy, a budget of a second and both
+ * processes on one CPU, a spinner would keep its peer from running until
+ * the scheduler preempts it, a millisecond or more of CPU per message; the
+ * two processes must use far less for all the messages (their CPU time,
+ * from /proc/PID/schedstat).
  */
 #include <sched.h>
 #include <sys/uio.h>
@@ -69,6 +70,7 @@ static void init_spinning(void)
 
 	rpal_config_default(&cfg);
 	cfg.spin_us = 1000000;
+	cfg.wait_policy = RPAL_WAIT_POLICY_SPIN;
 	t_ok(rpal_init(&cfg));
 }
 
