@@ -293,8 +293,9 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	}
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
+	bool timed = !(ep->futex_sleeps++ & 15);   /* under the lock */
 	pthread_mutex_unlock(&ep->lock);
-	uint64_t cpu0 = (ep->futex_sleeps++ & 15) ? 0 : thread_cpu_ns();
+	uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
 	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
 	if (cpu0)
 		spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
