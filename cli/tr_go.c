@@ -146,9 +146,8 @@ static int go_start(struct bt_ctx *c, int res_fd, int ready_fd)
 	snprintf(a[2], sizeof(a[2]), "%llu", (unsigned long long)warmup);
 	snprintf(a[3], sizeof(a[3]), "%u", batch);
 	snprintf(a[4], sizeof(a[4]), "%lluns", (unsigned long long)(s->suite == SU_CPU ? 1e9 / s->rate : 0));
-	/* Go's waiter has no policies: adaptive is its default spin. */
-	snprintf(a[5], sizeof(a[5]), "%u",
-		 s->wait == WAIT_SPIN ? s->spin_us : s->wait == WAIT_ADAPTIVE ? RPAL_DEFAULT_SPIN_US : 0);
+	/* The Go package's policies are librpal's, its spin ceiling 50 µs. */
+	snprintf(a[5], sizeof(a[5]), "%u", s->wait == WAIT_SPIN ? s->spin_us : RPAL_DEFAULT_SPIN_US);
 	argv[n++] = "rpal-bench-go";
 	argv[n++] = "-role";
 	argv[n++] = c->role == ROLE_SERVER ? "server" : "client";
@@ -168,6 +167,8 @@ static int go_start(struct bt_ctx *c, int res_fd, int ready_fd)
 	argv[n++] = a[4];
 	argv[n++] = "-spin-us";
 	argv[n++] = a[5];
+	argv[n++] = "-wait";
+	argv[n++] = (char *)(wait_name(s->wait) ? wait_name(s->wait) : "adaptive");
 	if (s->suite == SU_CPU)
 		argv[n++] = "-cpu";
 	if (s->zerocopy)

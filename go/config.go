@@ -31,6 +31,7 @@ type Config struct {
 	RingEntries      uint32        // slots per ring direction; power of two in 8..65536
 	Spin             time.Duration // longest spin before a waiter sleeps (RPAL_SPIN_US); 0 never spins
 	StreamSpin       time.Duration // the same for a Stream's reader (RPAL_STREAM_SPIN_US); see Stream
+	Wait             WaitPolicy    // what a waiter does before it sleeps (RPAL_WAIT=adaptive|spin|sleep)
 	HandshakeTimeout time.Duration // bound on each handshake step (RPAL_HANDSHAKE_MS)
 	ConnBudget       uint64        // bytes of our arena one connection's peer may hold (RPAL_CONN_BUDGET); 64 KiB..ArenaSize, 0 means ArenaSize/4
 	RuntimeDir       string        // "" means $RPAL_RUNTIME_DIR, $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid>
@@ -64,6 +65,20 @@ func DefaultConfig() Config {
 	us = uint32(c.StreamSpin / time.Microsecond)
 	c.envU32("RPAL_STREAM_SPIN_US", &us)
 	c.StreamSpin = time.Duration(us) * time.Microsecond
+	if w := os.Getenv("RPAL_WAIT"); w != "" {
+		c.Wait = WaitPolicy(len(waitNames))
+		for i, n := range waitNames {
+			if w == n {
+				c.Wait = WaitPolicy(i)
+			}
+		}
+		if c.Wait == WaitPolicy(len(waitNames)) {
+			c.Wait = WaitAdaptive
+			if c.envErr == "" {
+				c.envErr = fmt.Sprintf("RPAL_WAIT=%.32s is not adaptive, spin or sleep", w)
+			}
+		}
+	}
 	ms := uint32(c.HandshakeTimeout / time.Millisecond)
 	c.envU32("RPAL_HANDSHAKE_MS", &ms)
 	c.HandshakeTimeout = time.Duration(ms) * time.Millisecond
@@ -125,6 +140,8 @@ func (c *Config) check() error {
 		return fmt.Errorf("config: spin %v must be in 0..10s", c.Spin)
 	case c.StreamSpin < 0 || c.StreamSpin > 10*time.Second:
 		return fmt.Errorf("config: stream spin %v must be in 0..10s", c.StreamSpin)
+	case c.Wait > WaitSleep:
+		return fmt.Errorf("config: wait policy %d must be WaitAdaptive, WaitSpin or WaitSleep", c.Wait)
 	case c.ConnBudget != 0 && (c.ConnBudget < 64<<10 || c.ConnBudget > c.ArenaSize):
 		return fmt.Errorf("config: connection budget %#x must be in 64 KiB..arena size (0: a quarter of the arena)", c.ConnBudget)
 	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:

@@ -33,10 +33,10 @@ func TestSharedDoorbellNoLostWakeup(t *testing.T) {
 	defer sb.Close()
 	for _, c := range []*Conn{a, b} {
 		c.rxMu.Lock()
-		c.rxSpin.init(0)
+		c.rxSpin.init(0, WaitSleep)
 		c.rxMu.Unlock()
 		c.txMu.Lock()
-		c.txSpin.init(0)
+		c.txSpin.init(0, WaitSleep)
 		c.txMu.Unlock()
 	}
 	run := 3 * time.Second

@@ -268,8 +268,8 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	}
 	c.lastRungRX.Store(math.MaxUint64)
 	c.lastRungTX.Store(math.MaxUint64)
-	c.txSpin.init(p.cfg.Spin)
-	c.rxSpin.init(p.cfg.Spin)
+	c.txSpin.init(p.cfg.Spin, p.cfg.Wait)
+	c.rxSpin.init(p.cfg.Spin, p.cfg.Wait)
 	c.rxReadyFn = c.rxReady
 	dup, err := unix.FcntlInt(uintptr(s.bell), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {

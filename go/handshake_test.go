@@ -43,6 +43,22 @@ func TestConfigEnv(t *testing.T) {
 	if err := c.check(); err == nil {
 		t.Fatal("stream spin of 11 s accepted")
 	}
+	for i, name := range []string{"adaptive", "spin", "sleep"} {
+		t.Setenv("RPAL_WAIT", name)
+		if c = DefaultConfig(); c.check() != nil || c.Wait != WaitPolicy(i) || c.Wait.String() != name {
+			t.Fatalf("RPAL_WAIT=%s: %v (%v)", name, c.Wait, c.check())
+		}
+	}
+	t.Setenv("RPAL_WAIT", "fast")
+	if c = DefaultConfig(); c.check() == nil || !strings.Contains(c.check().Error(), "RPAL_WAIT") {
+		t.Fatalf("RPAL_WAIT=fast: %v", c.check())
+	}
+	t.Setenv("RPAL_WAIT", "")
+	c = DefaultConfig()
+	c.Wait = 3
+	if err := c.check(); err == nil {
+		t.Fatal("wait policy 3 accepted")
+	}
 }
 
 func TestDialErrors(t *testing.T) {

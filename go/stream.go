@@ -21,9 +21,10 @@ import (
 // it sleeps, longer than a Conn's: what a stream user waits for is usually
 // a reply, a whole round trip through the peer's code (for gRPC several
 // goroutine hand-offs), and a reply the reader sleeps through costs a
-// wake-up on each side, which makes the next round trip longer still.  The
-// budget adapts: on a stream whose waits are longer than the ceiling (idle,
-// or a slow peer) it falls to a sixteenth of it.
+// wake-up on each side, which makes the next round trip longer still.
+// Under the default WaitAdaptive the budget adapts: on a stream whose
+// waits are longer than the ceiling (idle, or a slow peer) it falls to a
+// sixteenth of it.
 type Stream struct {
 	c *Conn
 
@@ -44,7 +45,7 @@ var _ net.Conn = (*Stream)(nil)
 // Config.StreamSpin before it sleeps (see Stream).
 func NewStream(c *Conn) *Stream {
 	c.rxMu.Lock()
-	c.rxSpin.init(c.p.cfg.StreamSpin)
+	c.rxSpin.init(c.p.cfg.StreamSpin, c.p.cfg.Wait)
 	c.rxMu.Unlock()
 	return &Stream{c: c}
 }

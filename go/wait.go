@@ -12,45 +12,6 @@ import (
 	"time"
 )
 
-// spinner is the adaptive spin budget of one direction.  It keeps a moving
-// average of how long waits last.  A spin that catches the event restores
-// the ceiling; so does a wait that had to sleep while the average is within
-// the ceiling (spinning the ceiling would catch a typical wait).  Beyond it
-// the budget halves, down to a sixteenth of the ceiling, so a connection
-// whose waits are long (an idle one, a slow peer) soon stops burning CPU,
-// while an occasional long wait (a preempted peer) does not stop a
-// connection whose waits are short from spinning.  The floor is not zero:
-// where a wake-up costs more than the ceiling (cross-core wake-ups on small
-// VMs take 30-60 µs), a zero budget would never see a short wait again and
-// would stay asleep for good.  librpal's spin_update() (src/notify.c) has
-// the same restore, halving and floor, but judges each wait on its own
-// length rather than on the average.
-type spinner struct{ max, cur, avg time.Duration }
-
-func (s *spinner) init(d time.Duration) { s.max, s.cur, s.avg = d, d, 0 }
-
-// note adds a wait to the average (weight 1/8), counted as at most twice
-// the ceiling so that one preemption does not outweigh many short waits.
-func (s *spinner) note(waited time.Duration) {
-	s.avg += (min(waited, 2*s.max) - s.avg) / 8
-}
-
-// hit records a wait that a spin ended after waited.
-func (s *spinner) hit(waited time.Duration) {
-	s.note(waited)
-	s.cur = s.max
-}
-
-// slept records a wait that slept, waited long in all.
-func (s *spinner) slept(waited time.Duration) {
-	s.note(waited)
-	if s.avg <= s.max {
-		s.cur = s.max
-	} else {
-		s.cur = max(s.cur/2, s.max/16)
-	}
-}
-
 // yieldEvery is how often a spinning waiter gives its CPU away.  With gRPC
 // over a Stream on a 2-vCPU VM (go/examples/grpcecho), a spinner that never
 // yields doubles the p99 of a call; yielding every 25 µs keeps the p99
@@ -62,8 +23,9 @@ const yieldEvery = 25 * time.Microsecond
 // budget, or nothing when the peer's thread we wait for runs on the one CPU
 // this process is pinned to (spinning there only keeps it off the CPU).
 func (c *Conn) spinBudget(bit uint64, sp *spinner) time.Duration {
-	if sp.cur == 0 || c.cpu == noCPU {
-		return sp.cur
+	b := sp.budget()
+	if b == 0 || c.cpu == noCPU {
+		return b
 	}
 	hint := bTxCPU // an RX waiter waits for the peer's sender
 	if bit == waitTX {
@@ -72,7 +34,7 @@ func (c *Conn) spinBudget(bit uint64, sp *spinner) time.Duration {
 	if atomic.LoadUint32(c.u32(c.pb, uintptr(hint))) == c.cpu {
 		return 0
 	}
-	return sp.cur
+	return b
 }
 
 // wait spins up to the adaptive budget, then advertises sleep in our

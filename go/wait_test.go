@@ -57,34 +57,45 @@ func TestAllocatorCache(t *testing.T) {
 func TestSpinnerAdapts(t *testing.T) {
 	const ceiling = 100 * time.Microsecond
 	var s spinner
-	s.init(ceiling)
+	s.init(ceiling, WaitSleep)
+	if s.budget() != 0 {
+		t.Fatal("WaitSleep spins")
+	}
+	s.init(ceiling, WaitSpin)
+	for i := 0; i < 40; i++ {
+		s.slept(time.Millisecond)
+	}
+	if s.budget() != ceiling {
+		t.Fatalf("WaitSpin budget %v after long waits, want the ceiling", s.budget())
+	}
+	s.init(ceiling, WaitAdaptive)
 	// Long waits: the budget falls to its floor, not to zero.
 	for i := 0; i < 40; i++ {
 		s.slept(time.Millisecond)
 	}
-	if s.cur != ceiling/16 {
-		t.Fatalf("after long waits the budget is %v, want %v", s.cur, ceiling/16)
+	if s.budget() != ceiling/16 {
+		t.Fatalf("after long waits the budget is %v, want %v", s.budget(), ceiling/16)
 	}
 	// One short spin restores it; an occasional long wait among short
 	// ones does not take it away.
 	s.hit(2 * time.Microsecond)
-	if s.cur != ceiling {
-		t.Fatalf("after a hit the budget is %v", s.cur)
+	if s.budget() != ceiling {
+		t.Fatalf("after a hit the budget is %v", s.budget())
 	}
 	for i := 0; i < 40; i++ {
 		s.hit(10 * time.Microsecond)
 	}
 	s.slept(time.Millisecond)
-	if s.cur != ceiling {
-		t.Fatalf("one long wait among short ones cut the budget to %v", s.cur)
+	if s.budget() != ceiling {
+		t.Fatalf("one long wait among short ones cut the budget to %v", s.budget())
 	}
 	// Waits that sleep but end within the ceiling keep it.
-	s.init(ceiling)
+	s.init(ceiling, WaitAdaptive)
 	for i := 0; i < 40; i++ {
 		s.slept(80 * time.Microsecond)
 	}
-	if s.cur != ceiling {
-		t.Fatalf("waits within the ceiling cut the budget to %v", s.cur)
+	if s.budget() != ceiling {
+		t.Fatalf("waits within the ceiling cut the budget to %v", s.budget())
 	}
 }
 
@@ -98,7 +109,7 @@ func TestLongSpinDeadlineAndClose(t *testing.T) {
 	defer stop()
 	c := c1.(*Stream).Conn()
 	c.rxMu.Lock()
-	c.rxSpin.init(10 * time.Second)
+	c.rxSpin.init(10*time.Second, WaitSpin)
 	c.rxMu.Unlock()
 	c1.SetReadDeadline(time.Now().Add(30 * time.Millisecond))
 	t0 := time.Now()
@@ -179,8 +190,8 @@ func TestPinnedCPUHint(t *testing.T) {
 		t.Fatalf("budget %v for a peer on our CPU", d)
 	}
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 2)
-	if d := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.cur || d == 0 {
-		t.Fatalf("budget %v for a peer on another CPU, want %v", d, a.rxSpin.cur)
+	if d, want := a.spinBudget(waitRX, &a.rxSpin), a.rxSpin.cur; d != want || d == 0 {
+		t.Fatalf("budget %v for a peer on another CPU, want %v", d, want)
 	}
 	a.cpu = noCPU
 }

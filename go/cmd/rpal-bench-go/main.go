@@ -69,6 +69,7 @@ type options struct {
 	period    time.Duration // client: one batch per period (cpu suite); 0: back to back
 	cpu       bool          // record the CPU time of the measured loop
 	spin      time.Duration // rpal: Config.Spin
+	wait      string        // rpal: Config.Wait, by name
 	zerocopy  bool
 	resultsFD int
 	readyFD   int
@@ -87,6 +88,7 @@ func parseFlags() (*options, error) {
 	fs.DurationVar(&o.period, "period", 0, "client: time between batches (0: back to back)")
 	fs.BoolVar(&o.cpu, "cpu", false, "record CPU time of the measured loop")
 	spinUS := fs.Int64("spin-us", 0, "rpal: spin budget in microseconds before sleeping")
+	fs.StringVar(&o.wait, "wait", "adaptive", "rpal: wait policy (adaptive, spin or sleep)")
 	fs.BoolVar(&o.zerocopy, "zerocopy", false, "rpal: Alloc/WriteMsg and ReadMsg/Ack instead of Send/Recv")
 	fs.IntVar(&o.resultsFD, "results", 3, "descriptor of the results file")
 	fs.IntVar(&o.readyFD, "ready", 4, "server: descriptor to write one byte to once listening")

@@ -29,6 +29,16 @@ type rpalLink struct {
 func openRPAL(o *options) (link, error) {
 	cfg := rpal.DefaultConfig()
 	cfg.Spin = o.spin
+	switch o.wait {
+	case "adaptive":
+		cfg.Wait = rpal.WaitAdaptive
+	case "spin":
+		cfg.Wait = rpal.WaitSpin
+	case "sleep":
+		cfg.Wait = rpal.WaitSleep
+	default:
+		return nil, fmt.Errorf("unknown wait policy %q", o.wait)
+	}
 	if err := rpal.Init(&cfg); err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@
 // the same service over a Unix socket in the same run.
 //
 //	go run . -n 20000            # benchmark both transports
+//	go run . -n 5000 -rate 1000  # the same at 1,000 calls/s
 //	go run . -serve rpal NAME    # just serve (NAME: an rpal service)
 //	go run . -serve unix PATH    # just serve on a Unix socket
 //	go run . -stopped 30         # 30 clients stopped mid-call; does another get through?
@@ -120,7 +121,7 @@ func child(args ...string) *exec.Cmd {
 	return c
 }
 
-func bench(transport, addr string, n, size int) result {
+func bench(transport, addr string, n, size int, rate float64) result {
 	srv := child("-serve", transport, addr)
 	var dial func(context.Context, string) (net.Conn, error)
 	var st *rpal.Stream
@@ -168,6 +169,12 @@ func bench(transport, addr string, n, size int) result {
 	c0 := cpu(syscall.RUSAGE_SELF)
 	t0 := time.Now()
 	for i := range lat {
+		if rate > 0 {
+			// Call i starts at t0 + i/rate, or at once if late.  Timed
+			// from its start: a timer's wake-up comes hundreds of µs late
+			// in an idle Go process, which would swamp the call.
+			time.Sleep(time.Until(t0.Add(time.Duration(float64(i) / rate * float64(time.Second)))))
+		}
 		t := time.Now()
 		call()
 		lat[i] = time.Since(t)
@@ -200,6 +207,7 @@ func main() {
 	hogFlag := flag.String("hog", "", "be one of -stopped's clients, of the rpal service given")
 	n := flag.Int("n", 20000, "requests per transport")
 	size := flag.Int("size", 32, "request and response payload bytes")
+	rate := flag.Float64("rate", 0, "calls per second, each started at a fixed time (0: back to back)")
 	order := flag.String("transports", "unix,rpal,unix,rpal", "transports to run, in order")
 	flag.Parse()
 	if *serveFlag != "" {
@@ -222,14 +230,18 @@ func main() {
 	}
 	defer os.RemoveAll(dir)
 	name := fmt.Sprintf("grpcecho-%d", os.Getpid())
-	fmt.Printf("gRPC unary echo, %d-byte messages, %d calls each, one at a time\n", *size, *n)
+	pace := "back to back"
+	if *rate > 0 {
+		pace = fmt.Sprintf("at %g/s", *rate)
+	}
+	fmt.Printf("gRPC unary echo, %d-byte messages, %d calls each, one at a time, %s\n", *size, *n, pace)
 	fmt.Printf("%-6s %10s %10s %10s %14s %s\n", "", "p50", "p99", "mean", "CPU/request", "client rings, sleeps per call")
 	for _, tr := range strings.Split(*order, ",") {
 		addr := name
 		if tr == "unix" {
 			addr = dir + "/grpc.sock"
 		}
-		r := bench(tr, addr, *n, *size)
+		r := bench(tr, addr, *n, *size, *rate)
 		counts := "-"
 		if r.info != nil {
 			counts = fmt.Sprintf("%.2f, %.2f", float64(r.info.Wakeups)/float64(*n), float64(r.info.Sleeps)/float64(*n))

@@ -1,0 +1,92 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"strconv"
+	"time"
+)
+
+// WaitPolicy says what a waiter does before it sleeps (Config.Wait,
+// RPAL_WAIT), as librpal's wait_policy.
+type WaitPolicy uint8
+
+const (
+	// WaitAdaptive spins up to a budget that adapts to how long recent
+	// waits lasted (see spinner).
+	WaitAdaptive WaitPolicy = iota
+	// WaitSpin spins the whole ceiling (Config.Spin, or StreamSpin) every
+	// time, then sleeps.
+	WaitSpin
+	// WaitSleep sleeps at once.
+	WaitSleep
+)
+
+var waitNames = [...]string{"adaptive", "spin", "sleep"}
+
+func (w WaitPolicy) String() string {
+	if int(w) < len(waitNames) {
+		return waitNames[w]
+	}
+	return "WaitPolicy(" + strconv.Itoa(int(w)) + ")"
+}
+
+// spinner is the adaptive spin budget of one direction.  It keeps a moving
+// average of how long waits last.  A spin that catches the event restores
+// the ceiling; so does a wait that had to sleep while the average is within
+// the ceiling (spinning the ceiling would catch a typical wait).  Beyond it
+// the budget halves, down to a sixteenth of the ceiling, so a connection
+// whose waits are long (an idle one, a slow peer) soon stops burning CPU,
+// while an occasional long wait (a preempted peer) does not stop a
+// connection whose waits are short from spinning.  The floor is not zero:
+// where a wake-up costs more than the ceiling (cross-core wake-ups on small
+// VMs take 30-60 µs), a zero budget would never see a short wait again and
+// would stay asleep for good.
+//
+// librpal's adaptive policy (src/spin.c) spins no longer than a sleep
+// costs.  In Go that rule, with the cost a process measures for its own
+// sleeps (a few µs), settles gRPC request/response in the slow state where
+// both sides sleep: neither side's short spin catches a reply that comes a
+// wake-up later, so neither side ever sees the short waits that spinning
+// on both sides would give.  Hence the ceiling here.
+type spinner struct {
+	max, cur, avg time.Duration
+	policy        WaitPolicy
+}
+
+func (s *spinner) init(d time.Duration, policy WaitPolicy) {
+	*s = spinner{max: d, cur: d, policy: policy}
+}
+
+// budget is how long this wait may spin.
+func (s *spinner) budget() time.Duration {
+	switch s.policy {
+	case WaitSleep:
+		return 0
+	case WaitSpin:
+		return s.max
+	}
+	return s.cur
+}
+
+// note adds a wait to the average (weight 1/8), counted as at most twice
+// the ceiling so that one preemption does not outweigh many short waits.
+func (s *spinner) note(waited time.Duration) {
+	s.avg += (min(waited, 2*s.max) - s.avg) / 8
+}
+
+// hit records a wait that a spin ended after waited.
+func (s *spinner) hit(waited time.Duration) {
+	s.note(waited)
+	s.cur = s.max
+}
+
+// slept records a wait that slept, waited long in all.
+func (s *spinner) slept(waited time.Duration) {
+	s.note(waited)
+	if s.avg <= s.max {
+		s.cur = s.max
+	} else {
+		s.cur = max(s.cur/2, s.max/16)
+	}
+}
