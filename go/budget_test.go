@@ -25,21 +25,7 @@ func TestConnBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	budget := p.cfg.connBudget()
-	// Runs last: the closed connections give the arena back before the
-	// next test needs it.
-	st0, _ := ProcessStats()
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			st, _ := ProcessStats()
-			if st.ArenaUsed <= st0.ArenaUsed {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("arena use %d after the test, %d before", st.ArenaUsed, st0.ArenaUsed)
-				return
-			}
-		}
-	})
+	expectArenaBack(t)
 	name, l := newService(t)
 	dial := func() (*Conn, *Conn) {
 		t.Helper()
@@ -129,6 +115,25 @@ func TestConnBudget(t *testing.T) {
 	s2.Close()
 }
 
+// expectArenaBack fails t unless, within 5 s of its end, the arena is used
+// no more than now: the closed connections give it back before the next
+// test needs it.
+func expectArenaBack(t *testing.T) {
+	st0, _ := ProcessStats()
+	t.Cleanup(func() {
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			st, _ := ProcessStats()
+			if st.ArenaUsed <= st0.ArenaUsed {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("arena use %d after the test, %d before", st.ArenaUsed, st0.ArenaUsed)
+				return
+			}
+		}
+	})
+}
+
 func TestConnBudgetConfig(t *testing.T) {
 	t.Setenv("RPAL_CONN_BUDGET", "0x20000")
 	c := DefaultConfig()
@@ -188,19 +193,7 @@ func TestStreamStoppedPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st0, _ := ProcessStats()
-	t.Cleanup(func() {
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-			st, _ := ProcessStats()
-			if st.ArenaUsed <= st0.ArenaUsed {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("arena use %d after the test, %d before", st.ArenaUsed, st0.ArenaUsed)
-				return
-			}
-		}
-	})
+	expectArenaBack(t)
 	name, l := newService(t)
 	pair := func() (*Stream, *Stream) {
 		t.Helper()
