@@ -5,8 +5,13 @@ BUILD_TSAN ?= build-tsan
 BUILD_CONN ?= build-connected
 CMAKE_GEN  := -G Ninja
 JOBS       ?= $(shell nproc)
+PREFIX     ?= /usr/local
+# What the last `make install` put where, DESTDIR included (CMake's own
+# install_manifest.txt leaves DESTDIR out, and every cmake --install
+# rewrites it, the install test's included).
+INSTALL_MANIFEST ?= $(BUILD)/rpal-installed.txt
 
-.PHONY: all deps build demo test test-release test-asan test-tsan test-connected-only test-fuzz test-docs test-go fuzz soak clean
+.PHONY: all deps build install uninstall install-files uninstall-files demo test test-release test-asan test-tsan test-connected-only test-fuzz test-docs test-go fuzz soak clean
 
 all: build
 
@@ -17,6 +22,24 @@ deps:
 build: deps
 	@cmake -S . -B $(BUILD) $(CMAKE_GEN) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# Install the library, header, rpal command, man pages, pkg-config file
+# and CMake package under $(DESTDIR)$(PREFIX); uninstall removes what the
+# last install put there.
+install: build
+	@$(MAKE) --no-print-directory install-files
+
+install-files:
+	@DESTDIR=$(DESTDIR) cmake --install $(BUILD) --prefix $(PREFIX)
+	@sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt > $(INSTALL_MANIFEST)
+
+uninstall: uninstall-files
+
+uninstall-files:
+	@test -f $(INSTALL_MANIFEST) || { echo "make uninstall: $(INSTALL_MANIFEST): nothing installed"; exit 1; }
+	@xargs -d '\n' rm -f -- < $(INSTALL_MANIFEST)
+	@echo "make uninstall: removed the $$(wc -l < $(INSTALL_MANIFEST)) files of $(INSTALL_MANIFEST)"
+	@rm -f $(INSTALL_MANIFEST)
 
 demo: build
 	@./scripts/demo.sh $(BUILD)

@@ -2,7 +2,8 @@
 # install.sh BUILD_DIR SOURCE_DIR - the install carries what a hosted program needs: installs into
 # a temporary prefix, builds examples/echo_server.c and echo_client.c against it twice (pkg-config
 # with its hosted_* variables; CMake's find_package(rpal) with rpal_hosted_program()), and runs each
-# pair under the installed `rpal run`.  Prints what it checks; exits 0 pass, 1 fail.
+# pair under the installed `rpal run`; then make install and make uninstall with DESTDIR and
+# PREFIX.  Prints what it checks; exits 0 pass, 1 fail.
 set -u
 BUILD=$1 SRC=$2
 tmp=$(mktemp -d)
@@ -58,4 +59,18 @@ for dir in "$tmp/pc" "$tmp/cm/b"; do
 		ok "built with $( [ "$dir" = "$tmp/pc" ] && echo pkg-config || echo CMake ) flags: runs under the installed rpal run" ||
 		{ sed 's/^/  | /' "$log"; bad "hosted run of the $dir build"; }
 done
+
+# make install-files / uninstall-files (what make install and uninstall run
+# after the build), with DESTDIR and PREFIX, and their own manifest.
+mk() { make -C "$SRC" --no-print-directory BUILD="$BUILD" INSTALL_MANIFEST="$tmp/manifest" "$@"; }
+mk install-files DESTDIR="$tmp/dest" PREFIX=/opt/rpal > "$tmp/make.log" 2>&1 &&
+	[ -x "$tmp/dest/opt/rpal/bin/rpal" ] && [ -e "$tmp/dest/opt/rpal/include/rpal.h" ] &&
+	ok "make install DESTDIR=... PREFIX=/opt/rpal: bin/rpal, include/rpal.h under DESTDIR" ||
+	{ cat "$tmp/make.log"; bad "make install with DESTDIR and PREFIX"; }
+n=$(find "$tmp/dest" -type f -o -type l | wc -l)
+mk uninstall-files > "$tmp/make.log" 2>&1 && left=$(find "$tmp/dest" -type f -o -type l | wc -l) &&
+	[ "$left" -eq 0 ] && ok "make uninstall: removed the $n files installed" ||
+	{ cat "$tmp/make.log"; bad "make uninstall left ${left:-?} of $n files"; }
+mk uninstall-files > "$tmp/make.log" 2>&1 && bad "a second make uninstall succeeded" ||
+	ok "a second make uninstall says nothing is installed"
 exit $fail

@@ -455,10 +455,10 @@ static int count_rpc(const struct jval *d, const char *t, const char *w, double 
 /* Run one rpc sweep (JSON to a file, the table to stdout) and check both. */
 static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 {
-	char json[] = "/tmp/rpal-bench-rpc-XXXXXX", jarg[80], *text = NULL;
+	char json[] = "/tmp/rpal-bench-rpc-XXXXXX", jarg[80], svg[80], rpc_svg[90], *text = NULL;
 	char *argv[] = { rpal, "bench", "--suite", "rpc", "--rates", "2000,max", "--seconds", "0.2",
 			 "--transport", transports, "--wait", "sleep", "--concurrency", conc, "--no-progress",
-			 jarg, NULL };
+			 jarg, "--plot", svg, NULL };
 	static const char *const tr[] = { "uds-epoll", "futex", "rpal-connected" };
 	struct out o;
 	struct jval *d = NULL;
@@ -470,8 +470,10 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 	}
 	close(fd);
 	snprintf(jarg, sizeof(jarg), "--json=%s", json);
+	snprintf(svg, sizeof(svg), "%s.svg", json);
+	snprintf(rpc_svg, sizeof(rpc_svg), "%s-rpc.svg", json);
 	printf("json: %s bench --suite rpc --rates 2000,max --seconds 0.2 --transport %s --wait sleep "
-	       "--concurrency %s --json=FILE\n", rpal, transports, conc);
+	       "--concurrency %s --json=FILE --plot FILE.svg\n", rpal, transports, conc);
 	if (runcmd(argv, &o)) {
 		CHECK(0, "cannot run %s", rpal);
 		unlink(json);
@@ -502,6 +504,23 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 		}
 		CHECK(is(res, J_ARR) && res->n == 2 * nt, "%zu results, want %u (transports x 2 rates)",
 		      is(res, J_ARR) ? res->n : 0, 2 * nt);
+		/* FILE-rpc.svg: a line per transport in each of its two panels,
+		 * through both rates. */
+		char *plot = slurp(rpc_svg);
+		unsigned lines = 0, points = 0;
+
+		CHECK(plot && strstr(plot, "<svg") && strstr(plot, "</svg>"), "no SVG in %s", rpc_svg);
+		for (const char *p = plot; p && (p = strstr(p, "<polyline")); p++) {
+			const char *q = strstr(p, "points='");
+
+			lines++;
+			for (q = q ? q + 8 : p; q && *q && *q != '\''; q++)
+				points += *q == ',';
+		}
+		CHECK(lines == 2 * nt && points == 4 * nt, "%s: %u lines of %u points in all, want %u of 2",
+		      rpc_svg, lines, points, 2 * nt);
+		printf("json: %s: %u lines (latency, CPU) through 2 rates each\n", rpc_svg, lines);
+		free(plot);
 		if (want_table) {
 			/* Never dropped silently: listed, as unavailable or not for rpc. */
 			int found = 0;
@@ -516,6 +535,8 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 		}
 	}
 	unlink(json);
+	unlink(svg);
+	unlink(rpc_svg);
 	json_free(d);
 	free(text);
 	out_free(&o);
