@@ -51,14 +51,18 @@ struct go_results {
 	uint64_t wakeups, sleeps;	/* rpal: doorbell rings made, sleeps taken */
 	uint32_t has_counts;
 	uint32_t pad;
-	char pad2[48];
+	uint64_t rpc_done;		/* rpc client: measured requests answered */
+	uint64_t rpc_unsent;		/* rpc client: never sent by the deadline */
+	char pad2[32];
 	char err[256];			/* the first error, NUL-terminated */
 };
 #define GO_MAGIC 0x4f474252u		/* "RBGO" */
-#define GO_VERSION 1u
+#define GO_VERSION 2u
 #define GO_SAMPLES 4096
 _Static_assert(offsetof(struct go_results, progress) == 8, "results layout");
 _Static_assert(offsetof(struct go_results, has_counts) == 72, "results layout");
+_Static_assert(offsetof(struct go_results, rpc_done) == 80, "results layout");
+_Static_assert(offsetof(struct go_results, rpc_unsent) == 88, "results layout");
 _Static_assert(offsetof(struct go_results, err) == 128, "results layout");
 _Static_assert(sizeof(struct go_results) <= GO_SAMPLES, "results layout");
 
@@ -134,7 +138,7 @@ static int go_start(struct bt_ctx *c, int res_fd, int ready_fd)
 	const struct run_spec *s = c->spec;
 	struct gorun *g = c->priv;
 	const char *path = go_path();
-	char a[6][32], *argv[24];
+	char a[12][32], *argv[40];
 	uint64_t count, warmup;
 	unsigned batch;
 	pid_t me = getpid();
@@ -171,6 +175,24 @@ static int go_start(struct bt_ctx *c, int res_fd, int ready_fd)
 	argv[n++] = (char *)(wait_name(s->wait) ? wait_name(s->wait) : "adaptive");
 	if (s->suite == SU_CPU)
 		argv[n++] = "-cpu";
+	if (s->suite == SU_RPC) {
+		snprintf(a[6], sizeof(a[6]), "%.6f", s->rate);
+		snprintf(a[7], sizeof(a[7]), "%.6f", s->seconds);
+		snprintf(a[8], sizeof(a[8]), "%u", s->concurrency);
+		snprintf(a[9], sizeof(a[9]), "%lluns", (unsigned long long)s->work_ns);
+		snprintf(a[10], sizeof(a[10]), "%.0f", c->sh->tsc_hz);
+		argv[n++] = "-rpc";
+		argv[n++] = "-rate";
+		argv[n++] = a[6];
+		argv[n++] = "-seconds";
+		argv[n++] = a[7];
+		argv[n++] = "-concurrency";
+		argv[n++] = a[8];
+		argv[n++] = "-work";
+		argv[n++] = a[9];
+		argv[n++] = "-tsc-hz";
+		argv[n++] = a[10];
+	}
 	if (s->zerocopy)
 		argv[n++] = "-zerocopy";
 	argv[n] = NULL;
@@ -211,6 +233,18 @@ static void go_collect(struct bt_ctx *c, const struct go_results *r)
 		sh->wakeups[c->role] = r->wakeups;
 		sh->sleeps[c->role] = r->sleeps;
 		sh->has_counts = 1;
+	}
+	if (s->suite == SU_RPC) {
+		if (c->role == ROLE_CLIENT) {
+			sh->rpc_done = r->rpc_done < count ? r->rpc_done : count;
+			sh->rpc_unsent = r->rpc_unsent;
+			memcpy(sh->rtt, samples, sh->rpc_done * sizeof(uint64_t));
+			sh->elapsed_tsc = r->elapsed_tsc;
+			atomic_store_explicit(&sh->progress, warmup + count, memory_order_relaxed);
+			atomic_store_explicit(&sh->client_done, 1, memory_order_release);
+		}
+		sh->bad += r->bad;
+		return;
 	}
 	if (c->role == ROLE_SERVER) {
 		memcpy(sh->oneway, samples, count * sizeof(uint64_t));
@@ -313,7 +347,6 @@ const struct transport tr_rpal_go = {
 	.what = "Go to Go: rpal.Conn Send/Recv (go/cmd/rpal-bench-go); spin, then park in the netpoller",
 	.unavailable = go_unavailable,
 	.flags = TF_WAIT | TF_ZEROCOPY,
-	.no_rpc = "rpal-bench-go runs its own copy of the ping-pong loops; the rpc loop is not ported to Go",
 	.setup = rpal_go_setup,
 	.open = go_open,
 	.teardown = go_teardown,
@@ -323,7 +356,6 @@ const struct transport tr_go_uds = {
 	.name = "go-uds",
 	.what = "Go to Go: Unix stream socket through Go's netpoller (rpal-go's baseline)",
 	.unavailable = go_unavailable,
-	.no_rpc = "rpal-bench-go runs its own copy of the ping-pong loops; the rpc loop is not ported to Go",
 	.setup = go_uds_setup,
 	.open = go_open,
 	.teardown = go_teardown,

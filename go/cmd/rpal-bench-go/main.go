@@ -40,7 +40,7 @@ import (
 // we exit; both sides change together (struct go_results).
 const (
 	resMagic   = 0x4f474252 // "RBGO"
-	resVersion = 1
+	resVersion = 2
 
 	offMagic    = 0  // u32
 	offVersion  = 4  // u32
@@ -53,26 +53,34 @@ const (
 	offWakeups  = 56 // rpal: doorbell rings made for the peer
 	offSleeps   = 64 // rpal: times this side slept
 	offHasCount = 72 // u32: wakeups and sleeps are filled in
+	offRPCDone  = 80 // rpc client: requests answered and measured
+	offUnsent   = 88 // rpc client: open loop overloaded, requests never sent
 	offErr      = 128
 	errLen      = 256
 	offSamples  = 4096
 )
 
 type options struct {
-	role      string // server or client
-	network   string // rpal or unix
-	addr      string
-	size      int
-	count     int // measured messages (a multiple of batch)
-	warmup    int // unrecorded messages first (a multiple of batch)
-	batch     int
-	period    time.Duration // client: one batch per period (cpu suite); 0: back to back
-	cpu       bool          // record the CPU time of the measured loop
-	spin      time.Duration // rpal: Config.Spin
-	wait      string        // rpal: Config.Wait, by name
-	zerocopy  bool
-	resultsFD int
-	readyFD   int
+	role        string // server or client
+	network     string // rpal or unix
+	addr        string
+	size        int
+	count       int // measured messages (a multiple of batch)
+	warmup      int // unrecorded messages first (a multiple of batch)
+	batch       int
+	period      time.Duration // client: one batch per period (cpu suite); 0: back to back
+	cpu         bool          // record the CPU time of the measured loop
+	rpc         bool          // the rpc suite's loops instead of the ping-pong
+	rate        float64       // rpc: requests per second, 0 = closed loop
+	seconds     float64       // rpc: measured time
+	concurrency int           // rpc: requests outstanding at most
+	work        time.Duration
+	tscHz       float64       // rpc: the bench's TSC calibration
+	spin        time.Duration // rpal: Config.Spin
+	wait        string        // rpal: Config.Wait, by name
+	zerocopy    bool
+	resultsFD   int
+	readyFD     int
 }
 
 func parseFlags() (*options, error) {
@@ -87,6 +95,12 @@ func parseFlags() (*options, error) {
 	fs.IntVar(&o.batch, "batch", 1, "messages per echo")
 	fs.DurationVar(&o.period, "period", 0, "client: time between batches (0: back to back)")
 	fs.BoolVar(&o.cpu, "cpu", false, "record CPU time of the measured loop")
+	fs.BoolVar(&o.rpc, "rpc", false, "request/response at -rate (cli/run.c's rpc loops)")
+	fs.Float64Var(&o.rate, "rate", 0, "rpc: requests per second (0: closed loop)")
+	fs.Float64Var(&o.seconds, "seconds", 1, "rpc: measured seconds")
+	fs.IntVar(&o.concurrency, "concurrency", 1, "rpc: requests outstanding at most")
+	fs.DurationVar(&o.work, "work", 0, "rpc: server busy-work per request")
+	fs.Float64Var(&o.tscHz, "tsc-hz", 0, "rpc: TSC ticks per second, as the bench calibrated them")
 	spinUS := fs.Int64("spin-us", 0, "rpal: spin budget in microseconds before sleeping")
 	fs.StringVar(&o.wait, "wait", "adaptive", "rpal: wait policy (adaptive, spin or sleep)")
 	fs.BoolVar(&o.zerocopy, "zerocopy", false, "rpal: Alloc/WriteMsg and ReadMsg/Ack instead of Send/Recv")
@@ -110,6 +124,8 @@ func parseFlags() (*options, error) {
 		return nil, fmt.Errorf("-count %d and -warmup %d must be multiples of -batch %d", o.count, o.warmup, o.batch)
 	case o.zerocopy && o.network != "rpal":
 		return nil, errors.New("-zerocopy needs -net rpal")
+	case o.rpc && (o.tscHz <= 0 || o.seconds <= 0 || o.concurrency < 1 || o.rate < 0):
+		return nil, errors.New("-rpc needs -tsc-hz, -seconds > 0, -concurrency >= 1 and -rate >= 0")
 	}
 	return o, nil
 }
@@ -377,9 +393,14 @@ func runRole(o *options, r *results) error {
 	if err != nil {
 		return err
 	}
-	if o.role == "server" {
+	switch {
+	case o.rpc && o.role == "server":
+		err = rpcServe(l, o, r)
+	case o.rpc:
+		err = rpcDrive(l, o, r)
+	case o.role == "server":
 		err = serve(l, o, r)
-	} else {
+	default:
 		err = drive(l, o, r)
 	}
 	if w, s, ok := l.counts(); ok {
@@ -402,6 +423,8 @@ func main() {
 	n := o.count
 	if o.role == "client" {
 		n = o.count / o.batch
+	} else if o.rpc {
+		n = 0 // the rpc server records no samples
 	}
 	r, err := openResults(o.resultsFD, n)
 	if err != nil {
