@@ -241,5 +241,6 @@ int report_plot(const struct report *r, const char *path);
 
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);	/* cmd_run.c: `rpal run` */
+int cmd_doctor(int argc, char **argv);	/* doctor.c: `rpal doctor` */
 
 #endif

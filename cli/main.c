@@ -15,6 +15,7 @@ static void usage(FILE *f)
 "            (rpal bench --help lists every option)\n"
 "  run       hosted mode: run several programs in this one process, their\n"
 "            rpal connections upgraded to RPAL calls (rpal run --help)\n"
+"  doctor    what this machine offers rpal, and whether connected mode works\n"
 "  version   print the version\n"
 "  help      this text\n");
 }
@@ -29,6 +30,8 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "doctor"))
+		return cmd_doctor(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		printf("rpal 0.1\n");
 		return 0;

@@ -361,6 +361,7 @@ struct rpal_stats {
 	                               per open or lingering connection */
 	unsigned nr_conns;          /* open connections */
 	unsigned nr_peers_mapped;   /* peer arenas currently mapped */
+	char runtime_dir[108];      /* where this process's sockets and the slot lock live */
 };
 int rpal_stats(struct rpal_stats *st);
 

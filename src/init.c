@@ -252,6 +252,7 @@ RPAL_EXPORT int rpal_stats(struct rpal_stats *st)
 	st->arena_base = rpal_g.arena;
 	st->arena_size = rpal_g.cfg.arena_size;
 	st->nr_conns = rpal_g.nr_conns;
+	memcpy(st->runtime_dir, rpal_g.rundir, sizeof(st->runtime_dir));
 	for (p = rpal_g.peers; p; p = p->next)
 		st->nr_peers_mapped++;
 	pthread_mutex_unlock(&rpal_g.lock);

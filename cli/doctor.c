@@ -1,0 +1,194 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * doctor.c - `rpal doctor`: what this machine offers rpal, and what follows.
+ *
+ * Connected mode is tried for real rather than inferred: rpal_init() (the
+ * region, a slot, the sealed arena, the runtime directory), a listener, a
+ * connection to it and one message each way.  The kernel and CPU features
+ * that only some parts of rpal need are probed one by one, each line
+ * naming what it enables.  Exit status 0 when connected mode works here,
+ * 1 when it does not.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <gnu/libc-version.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+#include <rpal.h>
+
+#include "bench.h"
+
+#ifndef HWCAP2_FSGSBASE
+#define HWCAP2_FSGSBASE (1 << 1)
+#endif
+#ifndef PR_SET_SYSCALL_USER_DISPATCH
+#define PR_SET_SYSCALL_USER_DISPATCH 59
+#define PR_SYS_DISPATCH_OFF 0
+#endif
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83
+#endif
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+
+static void line(int ok, const char *what, const char *detail, const char *enables)
+{
+	printf("%-4s %-28s %s\n", ok ? "ok" : "no", what, detail);
+	printf("     %-28s %s\n", "", enables);
+}
+
+static void *accept_one(void *lfd)
+{
+	static char buf[16];
+	int fd = rpal_accept(*(int *)lfd, 0);
+	long n = fd < 0 ? fd : rpal_recv(fd, buf, sizeof(buf), 0);
+
+	if (n > 0)
+		n = rpal_send(fd, buf, (size_t)n, 0);
+	if (fd >= 0)
+		rpal_close(fd);
+	return (void *)n;
+}
+
+/* rpal_init, listen, connect, one message each way; 0 or -errno, with why. */
+static int connected_mode(char *why, size_t len, char *dir, size_t dlen)
+{
+	char name[64], buf[16];
+	struct rpal_stats st;
+	pthread_t t;
+	void *echoed;
+	int lfd, fd, ret;
+	long n;
+
+	ret = rpal_init(NULL);
+	if (ret < 0) {
+		snprintf(why, len, "rpal_init: %s", rpal_strerror(ret));
+		return ret;
+	}
+	if (!rpal_stats(&st))
+		snprintf(dir, dlen, "%s", st.runtime_dir);
+	snprintf(name, sizeof(name), "doctor-%d", (int)getpid());
+	lfd = rpal_listen(name, NULL);
+	if (lfd < 0) {
+		snprintf(why, len, "rpal_listen: %s", rpal_strerror(lfd));
+		rpal_fini();
+		return lfd;
+	}
+	pthread_create(&t, NULL, accept_one, &lfd);
+	fd = rpal_connect(name, NULL, 0);
+	n = fd < 0 ? fd : rpal_send(fd, "doctor", 6, 0);
+	if (n > 0)
+		n = rpal_recv(fd, buf, sizeof(buf), 0);
+	if (fd < 0)
+		snprintf(why, len, "rpal_connect: %s", rpal_strerror(fd));
+	else if (n != 6 || memcmp(buf, "doctor", 6))
+		snprintf(why, len, "a message and its echo: %s", n < 0 ? rpal_strerror((int)n) : "wrong bytes");
+	if (fd >= 0)
+		rpal_close(fd);
+	pthread_join(t, &echoed);
+	rpal_close(lfd);
+	rpal_fini();
+	if (fd < 0)
+		return fd;
+	if (n != 6 || memcmp(buf, "doctor", 6) || (long)echoed != 6)
+		return n < 0 ? (int)n : -EIO;
+	snprintf(why, len, "init, listen, connect, a message each way");
+	return 0;
+}
+
+static int cmd_doctor_usage(FILE *f)
+{
+	fprintf(f, "usage: rpal doctor\n\n"
+		"Says what this machine offers rpal: tries connected mode end to end, then\n"
+		"probes the kernel and CPU features that parts of rpal need, each line naming\n"
+		"what it enables.  Exit status 0 when connected mode works here, 1 if not.\n");
+	return f == stdout ? 0 : 2;
+}
+
+int cmd_doctor(int argc, char **argv)
+{
+	char why[512], dir[108] = "", detail[256];
+	struct utsname u;
+	int ok, connected;
+	long r;
+
+	if (argc > 1)
+		return cmd_doctor_usage(strcmp(argv[1], "--help") && strcmp(argv[1], "-h") ? stderr : stdout);
+	uname(&u);
+	printf("rpal doctor: Linux %s on %s, glibc %s\n\n", u.release, u.machine, gnu_get_libc_version());
+
+	connected = connected_mode(why, sizeof(why), dir, sizeof(dir)) == 0;
+	line(connected, "connected mode", why,
+	     "everything: processes connect, map each other's arena, exchange messages");
+	if (dir[0]) {
+		struct stat sb;
+
+		ok = !stat(dir, &sb) && S_ISDIR(sb.st_mode) && sb.st_uid == geteuid() &&
+		     !(sb.st_mode & 077);
+		snprintf(detail, sizeof(detail), "%s (%s)", dir,
+			 ok ? "ours, mode 0700" : "not ours alone: other users could see its sockets");
+		line(ok, "runtime directory", detail,
+		     "rendezvous: processes (and containers) that connect must share it");
+	}
+
+	r = syscall(SYS_futex_waitv, NULL, 0, 0, NULL, 0);
+	ok = !(r < 0 && errno == ENOSYS);
+	line(ok, "futex_waitv (Linux 5.16)", ok ? "present" : "absent",
+	     "a waiter sleeps on several futex words; without it, on the doorbell in poll()");
+
+	r = syscall(SYS_pidfd_open, getpid(), 0);
+	ok = r >= 0;
+	if (ok)
+		close((int)r);
+	line(ok, "pidfd_open (Linux 5.3)", ok ? "present" : strerror(errno),
+	     "a peer's death is noticed at once, and its pid cannot be reused under us");
+
+	{
+		int sv[2], no = 0;
+
+		ok = !socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv);
+		if (ok) {
+			ok = !setsockopt(sv[0], SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));
+			close(sv[0]);
+			close(sv[1]);
+		}
+		line(ok, "SO_PASSRIGHTS (Linux 6.16)", ok ? "present" : "absent",
+		     "doorbells refuse descriptors a peer pushes into them; without it they are drained");
+	}
+
+	ok = !!(getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE);
+	line(ok, "FSGSBASE", ok ? "the kernel enables it" : "absent",
+	     "hosted mode: the user-mode switch sets the callee's TLS without a system call");
+
+	r = prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
+	ok = r == 0;
+	line(ok, "Syscall User Dispatch", ok ? "present (Linux 5.11)" : strerror(errno),
+	     "hosted mode: system calls made inside a callee are handled (lazy switch)");
+
+	r = syscall(SYS_pkey_alloc, 0, 0);
+	ok = r >= 0;
+	if (ok)
+		syscall(SYS_pkey_free, r);
+	snprintf(detail, sizeof(detail), "pkey_alloc: %s", ok ? "a key" : strerror(errno));
+	line(ok, "memory protection keys (PKU)", detail,
+	     "protect_peers: peer arenas unreadable outside windows (RPAL_PROTECT_PEERS)");
+
+	printf("\n%s\n", connected ? "rpal doctor: connected mode works here"
+				   : "rpal doctor: connected mode does not work here (see above)");
+	return connected ? 0 : 1;
+}

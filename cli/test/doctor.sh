@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# doctor.sh PATH/TO/rpal - `rpal doctor`: here connected mode works (exit 0,
+# every probe reported with ok or no and what it enables); with rpal_init
+# made to fail, it says why and exits 1.
+set -u
+RPAL=$1
+fail=0
+out=$("$RPAL" doctor 2>&1)
+rc=$?
+echo "$out"
+[ $rc -eq 0 ] || { echo "FAIL: exit status $rc where connected mode works"; fail=1; }
+for what in "connected mode" "runtime directory" "futex_waitv" "pidfd_open" "SO_PASSRIGHTS" \
+	"FSGSBASE" "Syscall User Dispatch" "memory protection keys"; do
+	echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
+done
+echo "$out" | grep -q "^ok   connected mode" || { echo "FAIL: connected mode not ok"; fail=1; }
+out=$(RPAL_ARENA_SIZE=12x "$RPAL" doctor 2>&1)
+rc=$?
+[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a malformed RPAL_ARENA_SIZE"; fail=1; }
+echo "$out" | grep -q "^no   connected mode .*RPAL_ARENA_SIZE" ||
+	{ echo "$out"; echo "FAIL: the failure does not name RPAL_ARENA_SIZE"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS: rpal doctor"
+exit $fail
