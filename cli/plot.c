@@ -69,6 +69,19 @@ static int plotted(const struct result *x)
 
 static int rpc_plot(const struct report *r, const char *path);
 
+/* A new SVG of width W and height h on a white ground; NULL if it cannot be made. */
+static FILE *svg_open(const char *path, unsigned h)
+{
+	FILE *f = fopen(path, "w");
+
+	if (!f)
+		return NULL;
+	fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%u' "
+		"viewBox='0 0 %d %u' font-family='sans-serif' font-size='12'>\n", W, h, W, h);
+	fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
+	return f;
+}
+
 int report_plot(const struct report *r, const char *path)
 {
 	struct axes cdf, tail;
@@ -104,12 +117,9 @@ int report_plot(const struct report *r, const char *path)
 	tail = cdf;
 	tail.x0 = 70 + PW + 90;
 
-	f = fopen(path, "w");
+	f = svg_open(path, H);
 	if (!f)
 		return -1;
-	fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%u' "
-		"viewBox='0 0 %d %u' font-family='sans-serif' font-size='12'>\n", W, H, W, H);
-	fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
 	fprintf(f, "<text x='%d' y='24' text-anchor='middle' font-size='15'>rpal bench: one-way "
 		"latency, %zu B messages, TSC %.2f GHz</text>\n", W / 2, r->o->size, r->tsc_hz / 1e9);
 	fprintf(f, "<text x='%.1f' y='%d' text-anchor='middle'>CDF: fraction of messages at or "
@@ -319,12 +329,9 @@ static int rpc_plot(const struct report *r, const char *svg)
 	}
 	H = PY + PH + 62 + (nlines + 2) / 3 * 18 + 10;
 
-	f = fopen(path, "w");
+	f = svg_open(path, H);
 	if (!f)
 		return -1;
-	fprintf(f, "<svg xmlns='http://www.w3.org/2000/svg' width='%d' height='%u' "
-		"viewBox='0 0 %d %u' font-family='sans-serif' font-size='12'>\n", W, H, W, H);
-	fprintf(f, "<rect width='100%%' height='100%%' fill='white'/>\n");
 	fprintf(f, "<text x='%d' y='24' text-anchor='middle' font-size='15'>rpal bench: request/response "
 		"at a rate, %zu B, concurrency %u</text>\n", W / 2, r->o->size_set ? r->o->size : RPC_SIZE,
 		r->o->concurrency);
