@@ -280,17 +280,8 @@ func serve(l link, o *options, r *results) error {
 			}
 			continue
 		}
-		// Echo: copy out before release, since zero-copy data goes away.
-		out, err := l.txBuf()
-		if err != nil {
-			return fmt.Errorf("server: buffer for echo %d: %w", i, err)
-		}
-		copy(out, m)
-		if err := l.release(); err != nil {
-			return fmt.Errorf("server: releasing message %d: %w", i, err)
-		}
-		if err := l.send(out, false); err != nil {
-			return fmt.Errorf("server: echo of message %d: %w", i, err)
+		if err := echo(l, m, i); err != nil {
+			return err
 		}
 	}
 	if o.cpu {
@@ -300,6 +291,23 @@ func serve(l link, o *options, r *results) error {
 	// Orderly shutdown: the client closes once it has its last echo.
 	if _, err := l.recv(); err == nil {
 		return errors.New("server: the client sent more messages than agreed")
+	}
+	return nil
+}
+
+// echo sends message i (m, just received) back, then releases it; copied
+// out first, since zero-copy data goes away with the release.
+func echo(l link, m []byte, i int) error {
+	out, err := l.txBuf()
+	if err != nil {
+		return fmt.Errorf("server: buffer for the echo of message %d: %w", i, err)
+	}
+	copy(out, m)
+	if err := l.release(); err != nil {
+		return fmt.Errorf("server: releasing message %d: %w", i, err)
+	}
+	if err := l.send(out, false); err != nil {
+		return fmt.Errorf("server: echo of message %d: %w", i, err)
 	}
 	return nil
 }

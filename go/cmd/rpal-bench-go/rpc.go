@@ -39,16 +39,8 @@ func rpcServe(l link, o *options, r *results) error {
 			for t0 := tscNow(); tscNow()-t0 < work; {
 			}
 		}
-		out, err := l.txBuf()
-		if err != nil {
-			return fmt.Errorf("server: buffer for reply %d: %w", i, err)
-		}
-		copy(out, m)
-		if err := l.release(); err != nil {
-			return fmt.Errorf("server: releasing request %d: %w", i, err)
-		}
-		if err := l.send(out, false); err != nil {
-			return fmt.Errorf("server: reply %d: %w", i, err)
+		if err := echo(l, m, i); err != nil {
+			return err
 		}
 	}
 	r.cpu(cpu0)
