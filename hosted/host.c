@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 #include <unistd.h>
 
@@ -94,7 +96,7 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
 static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
     char buf[160], *p = buf;
     const char *parts[] = { "rpal run: signal ", NULL, " at pc 0x", NULL, " (address 0x", NULL,
-                            "), outside any RPAL call: the process ends\n" };
+                            "), outside any RPAL call: the program's process ends\n" };
     char num[3][20];
     uint64_t vals[3] = { (uint64_t)sig, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
                          (uint64_t)(uintptr_t)si->si_addr };
@@ -151,6 +153,36 @@ static void on_fault(int sig, siginfo_t *si, void *ucv) {
     hosted_ctx_jump_wrfs((hosted_ctx *)&s->ctx);
 }
 
+static long raw2(long nr, long a, long b) {
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b) : "rcx", "r11", "memory");
+    return ret;
+}
+
+__attribute__((noreturn)) static int sleep_forever(void *arg) {
+    (void)arg;
+    for (;;) raw2(SYS_pause, 0, 0);
+}
+
+/* 1 if one process may take a descriptor of another with pidfd_getfd (Linux 5.6; a seccomp policy
+ * or a security module may refuse it): how a sender kicks a receiver in another program. */
+static int getfd_works(void) {
+    static char stack[16384] __attribute__((aligned(16)));
+    pid_t c = clone(sleep_forever, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
+    if (c < 0) return 0;
+    int ok = 0, pidfd = (int)syscall(SYS_pidfd_open, c, 0);
+    if (pidfd >= 0) {
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, 2, 0);
+        ok = fd >= 0;
+        if (fd >= 0) close(fd);
+        close(pidfd);
+    }
+    kill(c, SIGKILL);
+    while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return ok;
+}
+
 /* 1 if Syscall User Dispatch can be armed on this kernel. */
 static int sud_works(void) {
     static volatile unsigned char sel = 0;
@@ -188,6 +220,7 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     h->pku = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4)); /* OSPKE */
     h->sud_start = (uintptr_t)hosted_sud_allowed_start;
     h->sud_len = (uintptr_t)(hosted_sud_allowed_end - hosted_sud_allowed_start);
+    h->getfd = getfd_works();
     for (int i = 0; i < RPAL_HOST_MAX_PROGS; i++) atomic_store(&h->progs[i].slot, -1);
 
     struct sigaction sa;
@@ -217,8 +250,8 @@ int hosted_host_add(struct rpal_host *h, const char *name) {
     return i;
 }
 
-char **hosted_host_environ(struct rpal_host *h, int prog) {
-    char **base = hosted_clean_environ();
+char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base) {
+    if (!base) base = hosted_clean_environ();
     size_t n = 0;
     while (base[n]) n++;
     char **v = calloc(n + 2, sizeof *v);
@@ -230,10 +263,58 @@ char **hosted_host_environ(struct rpal_host *h, int prog) {
     }
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        if (strncmp(base[i], RPAL_HOST_ENV "=", sizeof RPAL_HOST_ENV)) v[k++] = base[i];
+        if (strncmp(base[i], RPAL_HOST_ENV "=", sizeof RPAL_HOST_ENV)) v[k++] = (char *)base[i];
     snprintf(mine, 128, "%s=%d:%llx:%d", RPAL_HOST_ENV, (int)getpid(),
              (unsigned long long)(uintptr_t)h, prog);
     v[k++] = mine;
     v[k] = NULL;
     return v;
+}
+
+/* Wake r's own thread from the launcher: its kick eventfd is a descriptor of its program. */
+static void kick_from_launcher(struct rpal_host *h, struct rpal_host_rcv *r) {
+    int pidfd = (int)syscall(SYS_pidfd_open, atomic_load(&h->progs[r->prog].pid), 0);
+    if (pidfd < 0) return;
+    int fd = (int)syscall(SYS_pidfd_getfd, pidfd, r->kick_fd, 0);
+    if (fd >= 0) {
+        uint64_t one = 1;
+        ssize_t w = write(fd, &one, sizeof one);
+        (void)w;
+        close(fd);
+    }
+    close(pidfd);
+}
+
+/* Move r to RCV_DEAD; returns its state before. */
+static uint32_t rcv_kill(struct rpal_host_rcv *r) {
+    uint32_t st = atomic_load(&r->state);
+    while ((st & RCV_MASK) != RCV_DEAD && !atomic_compare_exchange_weak(&r->state, &st, RCV_DEAD))
+        ;
+    return st;
+}
+
+int hosted_host_ended(struct rpal_host *h, int prog) {
+    int lost = 0;
+    if (prog < 0 || prog >= (int)h->nprogs) return 0;
+    struct rpal_host_prog *p = &h->progs[prog];
+    atomic_store(&p->ended, 1);
+    /* Its receivers take no more calls (a caller still running one finishes it: the memory stays). */
+    for (struct rpal_host_rcv *r = atomic_load(&p->rcvs); r; r = r->next) rcv_kill(r);
+    /* A receiver of another program that one of its threads was running is lost with that thread:
+     * its state lived there.  Its program fails, as after a fault in a call, and its own thread
+     * hangs up its connections and ends it. */
+    for (unsigned q = 0; q < h->nprogs; q++) {
+        if ((int)q == prog || atomic_load(&h->progs[q].ended)) continue;
+        for (struct rpal_host_rcv *r = atomic_load(&h->progs[q].rcvs); r; r = r->next) {
+            struct rpal_host_sender *s = r->sender;
+            if ((atomic_load(&r->state) & RCV_MASK) != RCV_BORROWED || !s || s->prog != (uint32_t)prog)
+                continue;
+            int zero = 0;
+            atomic_compare_exchange_strong(&h->progs[q].failed, &zero, SIGKILL);
+            rcv_kill(r);
+            kick_from_launcher(h, r);
+            lost++;
+        }
+    }
+    return lost;
 }

@@ -14,6 +14,7 @@
 #define RPAL_HOSTED_H
 
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -52,16 +53,43 @@ char **hosted_clean_environ(void);
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen);
 
-/* Start main() on a new thread created by the program's own libc. 0 or -1 (message in err). */
+/* Start the program as a process of its own that shares this address space (its own PID,
+ * descriptor table, signal dispositions, cwd, umask and rlimits, copied from ours when it starts;
+ * descriptors marked close-on-exec are closed in it, as exec would), and run main() there on a
+ * thread created by the program's own libc.  The process is our child (SIGCHLD; hosted_wait reaps
+ * it) and is killed when the thread that started it ends.  0 or -1 (message in err). */
 int hosted_start(hosted_prog *p, char *err, size_t errlen);
 
-/* Wait until the program has finished: main returned or exit() was called from any of its threads.
- * By then its exit handlers (atexit, on_exit, __cxa_atexit, destructors of the executable) have run
- * and its stdio has been flushed.  Returns the exit status (0..255), -1 if it was never started. */
+/* What a program's process gets instead of the launcher's (hosted_start_spawn). */
+typedef struct hosted_spawn {
+    int fds[3];     /* become its descriptors 0, 1, 2; -1 keeps the launcher's */
+    const char *cwd; /* NULL: the launcher's */
+    int umask;      /* -1: the launcher's */
+    _Atomic int *pid_out; /* receives its PID before main() runs; may be NULL */
+    int nrlimits;
+    struct {
+        int resource;
+        unsigned long long cur, max;
+    } rlimits[16];
+} hosted_spawn;
+
+/* hosted_start with the descriptors, directory, umask and rlimits of sp (NULL: the launcher's). */
+int hosted_start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t errlen);
+
+/* Wait until the program's process has ended: exit() from any of its threads (after its exit
+ * handlers, the executable's destructors and a flush of its stdio), a return from main, or a
+ * signal.  Returns the exit status (0..255; 128 + the signal when one ended it), -1 if it was never
+ * started. */
 int hosted_wait(hosted_prog *p);
 
-/* Non-blocking: 1 when finished, 0 when still running. */
-int hosted_done(const hosted_prog *p);
+/* Non-blocking: 1 when its process has ended (and is reaped), 0 when still running. */
+int hosted_done(hosted_prog *p);
+
+/* The signal that ended it (after hosted_done or hosted_wait), 0 when it exited. */
+int hosted_signal(const hosted_prog *p);
+
+/* Its process's PID, 0 before it has started. */
+int hosted_pid(const hosted_prog *p);
 
 /* The programs loaded so far, in load order (they are never freed: their namespaces point into
  * them). */
@@ -105,8 +133,12 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
                                      char *err, size_t errlen);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
-/* The environment for program prog: hosted_clean_environ() plus RPAL_HOST. */
-char **hosted_host_environ(struct rpal_host *h, int prog);
+/* The environment for program prog: base (NULL: hosted_clean_environ()) plus RPAL_HOST. */
+char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base);
+/* Program prog's process has ended (reaped): its connections and receivers are closed to calls,
+ * and a receiver of another program that one of its threads was running fails that program.
+ * Returns how many such receivers were lost. */
+int hosted_host_ended(struct rpal_host *h, int prog);
 
 /* ---------------------------------------------------------------------------------------------
  * User-mode context switch (switch_x86_64.S, ctx.c)

@@ -2,15 +2,28 @@
  *
  *   PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]...
  *
- * Loads every program (each in its own linker namespace), starts them all, waits for all, and
- * reports each one's exit status on stderr as it ends.  Each program's environment carries
+ * Loads every program (each in its own linker namespace), starts each as its own process in this
+ * address space, waits for all, and reports each one's exit status on stderr as it ends.  Each program's environment carries
  * RPAL_HOST (rpal_host.h), so that its copy of librpal joins the others for RPAL calls. */
 #include "hosted.h"
 #include "rpal_host.h"
 
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+
+/* What `kill` of rpal run means: each program is its own process, so the launcher passes the
+ * signals that ask a process to end on to every program still running, and reports as they end. */
+static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+static _Atomic int running_pids[HOSTED_NNS];
+
+static void forward(int sig) {
+    for (int k = 0; k < HOSTED_NNS; k++) {
+        int pid = atomic_load(&running_pids[k]);
+        if (pid > 0) kill(pid, sig);
+    }
+}
 
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
     static hosted_prog *progs[HOSTED_NNS];
@@ -36,7 +49,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             return 2;
         }
         int idx = hosted_host_add(host, argv[start]);
-        char **envp = idx < 0 ? NULL : hosted_host_environ(host, idx);
+        char **envp = idx < 0 ? NULL : hosted_host_environ(host, idx, NULL);
         if (!envp) {
             fprintf(stderr, "%s: out of memory\n", me);
             return 2;
@@ -48,11 +61,20 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         }
         progs[nprog++] = p;
     }
-    for (int k = 0; k < nprog; k++)
-        if (hosted_start(progs[k], err, sizeof err) < 0) {
+    for (int k = 0; k < nprog; k++) {
+        hosted_spawn sp = { .fds = { -1, -1, -1 }, .umask = -1, .pid_out = &host->progs[k].pid };
+        if (hosted_start_spawn(progs[k], &sp, err, sizeof err) < 0) {
             fprintf(stderr, "%s: %s\n", me, err);
+            forward(SIGKILL);
             return 2;
         }
+        atomic_store(&running_pids[k], hosted_pid(progs[k]));
+    }
+    /* Installed after the programs started: they must not inherit it. */
+    struct sigaction sa = { .sa_handler = forward };
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    for (unsigned k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++) sigaction(forwarded[k], &sa, NULL);
     /* Report each program as it finishes, in whatever order (a server may outlive its clients). */
     int failed = 0, left = nprog;
     char reported[HOSTED_NNS] = { 0 };
@@ -67,13 +89,19 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         }
         reported[k] = 1;
         left--;
+        atomic_store(&running_pids[k], 0);
         int st = hosted_wait(progs[k]);
+        hosted_host_ended(host, k);
         int sig = atomic_load(&host->progs[k].failed);
         if (st != 0) failed = 1;
         if (sig)
             fprintf(stderr, "%s: [%d] %s failed: signal %d (%s) inside an RPAL call, at address %#llx\n",
                     me, k, hosted_path(progs[k]), sig, strsignal(sig),
                     (unsigned long long)atomic_load(&host->progs[k].fault_addr));
+        else if (hosted_signal(progs[k]))
+            fprintf(stderr, "%s: [%d] %s (pid %d) was killed by signal %d (%s)\n", me, k,
+                    hosted_path(progs[k]), hosted_pid(progs[k]), hosted_signal(progs[k]),
+                    strsignal(hosted_signal(progs[k])));
         else if (!quiet)
             fprintf(stderr, "%s: [%d] %s exited with status %d\n", me, k, hosted_path(progs[k]), st);
     }

@@ -8,11 +8,11 @@
  *     libc copy (own malloc, stdio, errno, exit handlers).  Constructors run here.
  *  3. Look up the namespace's own main, exit, _exit, pthread_create/join, environ and
  *     program_invocation_name; set environ and the program name.
- *  4. Patch the namespace's _exit (its libc copy only) to jump to exit_hook() with the program as
- *     second argument: the namespace's exit() then runs its handlers and flushes its stdio as usual,
- *     and instead of ending the process it ends only the program (see exit_hook).
- *  5. hosted_start: the namespace's pthread_create starts prog_thread(), which calls main() with the
+ *  4. hosted_start: a new process sharing our address space (clone with CLONE_VM only: its own
+ *     PID, descriptor table, signal dispositions, cwd and rlimits) calls the namespace's
+ *     pthread_create, which starts prog_thread() in that process; prog_thread calls main() with the
  *     program's argc/argv/envp and then the namespace's exit(status), as __libc_start_main would.
+ *     Its _exit ends the program's process only (exit_group), and we reap it with waitpid.
  *
  * The libc copy of a secondary namespace never grows the brk heap in glibc >= 2.34 (its sbrk fails
  * with ENOMEM and its malloc falls back to mmap), so several libcs in one process do not fight over
@@ -33,17 +33,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
+#include <sched.h>
+#include <signal.h>
 #include <unistd.h>
 
 #define MAX_EXE_SIZE ((off_t)1 << 32) /* refuse larger files */
-#define PATCH_LEN 22                  /* movabs rsi,imm64; movabs rax,imm64; jmp rax */
+#define LEADER_STACK (64u << 10)      /* the program process's first task: see start_process */
+#ifndef PR_SET_PTRACER
+#define PR_SET_PTRACER 0x59616d61
+#endif
 
 typedef int (*main_fn)(int, char **, char **);
 typedef int (*pthread_create_fn)(unsigned long *, const void *, void *(*)(void *), void *);
-typedef int (*pthread_join_fn)(unsigned long, void **);
 typedef int (*pthread_attr_init_fn)(void *);
 typedef int (*pthread_attr_setstacksize_fn)(void *, size_t);
 typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
@@ -61,7 +67,6 @@ struct hosted_prog {
     main_fn main;
     void (*ns_exit)(int);
     pthread_create_fn ns_pthread_create;
-    pthread_join_fn ns_pthread_join;
     pthread_attr_init_fn ns_attr_init, ns_attr_destroy;
     pthread_attr_setstacksize_fn ns_attr_setstacksize;
     cxa_atexit_fn ns_cxa_atexit;
@@ -70,16 +75,19 @@ struct hosted_prog {
     unsigned long thread; /* the namespace's pthread_t of the main thread */
     _Atomic int main_tid;
     _Atomic uintptr_t main_fs;
-    void *exit_jb[5];         /* __builtin_setjmp buffer of the main thread */
-    _Atomic int state;        /* ST_*; futex word */
-    _Atomic int exit_called;  /* exit()/_exit() reached exit_hook */
-    _Atomic int main_returned;
-    _Atomic int main_exiting; /* prog_thread is returning: the thread can be joined */
-    int status;
-    int joined;
+    _Atomic int state;        /* ST_* */
+    pid_t pid;                /* its process */
+    int status;               /* exit status, or 128 + the signal that ended it */
+    int signal;               /* the signal that ended it; 0 when it exited */
+    size_t stack_size;        /* of its main thread */
+    pid_t launcher;
+    /* Between hosted_start and the program's process (start_process). */
+    const hosted_spawn *spawn;
+    _Atomic int spawned;      /* futex word: 0 while the leader runs on our TCB */
+    _Atomic int leader_quiet; /* the leader blocked every signal: main may run */
+    int create_rc;
+    void *leader_stack;
 };
-
-static pid_t host_pid;
 
 /* Programs live as long as the process: their namespace keeps pointers into them (argv, environ,
  * the _exit patch).  The registry keeps them reachable and lets integration code find them. */
@@ -289,71 +297,25 @@ char **hosted_clean_environ(void) {
     return clean;
 }
 
-/* ---------------------------------------------------------------- exit interception */
+/* ---------------------------------------------------------------- raw system calls
+ * For the program process's first task, which runs on the launcher thread's TCB (start_process):
+ * no errno, no TLS. */
 
-static long raw_syscall1(long nr, long a) {
+static long raw6(long nr, long a, long b, long c, long d, long e, long f) {
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
     long ret;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a) : "rcx", "r11", "memory");
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
     return ret;
 }
-
-static void futex_wake_all(_Atomic int *w) {
-    syscall(SYS_futex, w, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static void record_status(hosted_prog *p, int status) {
-    int expected = 0;
-    if (atomic_compare_exchange_strong(&p->exit_called, &expected, 1)) p->status = status & 0xff;
-}
-
-static void finish(hosted_prog *p) {
-    atomic_store(&p->state, ST_DONE);
-    futex_wake_all(&p->state);
-}
-
-/* Reached instead of the namespace's _exit(status) (exit() ends there after its handlers and the
- * stdio flush), with p in rsi (set by the patch). */
-static void exit_hook(int status, hosted_prog *p) __attribute__((noreturn, used));
-static void exit_hook(int status, hosted_prog *p) {
-    if (raw_syscall1(SYS_getpid, 0) != host_pid) /* a forked child: really exit */
-        for (;;) raw_syscall1(SYS_exit_group, status);
-    record_status(p, status);
-    if (raw_syscall1(SYS_gettid, 0) == atomic_load(&p->main_tid))
-        __builtin_longjmp(p->exit_jb, 1); /* back into prog_thread */
-    /* exit() from another thread of the program: end this thread only.  The program's other
-     * threads are not stopped (docs/HOSTED.md, limits). */
-    finish(p);
-    for (;;) raw_syscall1(SYS_exit, 0);
-}
-
-static int patch_exit(hosted_prog *p, char *err, size_t errlen) {
-    void *fn = dlsym(p->handle, "_exit");
-    Dl_info info;
-    const Elf64_Sym *sym = NULL;
-    if (!fn || !dladdr1(fn, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym ||
-        sym->st_size < PATCH_LEN) {
-        seterr(err, errlen, "%s: cannot find the namespace's _exit to intercept exit()", p->path);
-        return -1;
-    }
-    unsigned char code[PATCH_LEN];
-    uint64_t a = (uint64_t)(uintptr_t)p, h = (uint64_t)(uintptr_t)exit_hook;
-    code[0] = 0x48, code[1] = 0xbe; /* movabs $p, %rsi */
-    memcpy(code + 2, &a, 8);
-    code[10] = 0x48, code[11] = 0xb8; /* movabs $exit_hook, %rax */
-    memcpy(code + 12, &h, 8);
-    code[20] = 0xff, code[21] = 0xe0; /* jmp *%rax */
-    long pg = sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)fn & ~(uintptr_t)(pg - 1);
-    uintptr_t end = ((uintptr_t)fn + PATCH_LEN + pg - 1) & ~(uintptr_t)(pg - 1);
-    if (mprotect((void *)start, end - start, PROT_READ | PROT_WRITE | PROT_EXEC) < 0) {
-        seterr(err, errlen, "mprotect to patch _exit: %s", strerror(errno));
-        return -1;
-    }
-    memcpy(fn, code, PATCH_LEN);
-    mprotect((void *)start, end - start, PROT_READ | PROT_EXEC);
-    __builtin___clear_cache((char *)fn, (char *)fn + PATCH_LEN);
-    return 0;
-}
+#define raw1(nr, a) raw6(nr, (long)(a), 0, 0, 0, 0, 0)
+#define raw2(nr, a, b) raw6(nr, (long)(a), (long)(b), 0, 0, 0, 0)
+#define raw3(nr, a, b, c) raw6(nr, (long)(a), (long)(b), (long)(c), 0, 0, 0)
+#define raw4(nr, a, b, c, d) raw6(nr, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 
 /* Run the executable's DT_FINI_ARRAY (reverse order) and DT_FINI: registered with the namespace's
  * __cxa_atexit before main, so it runs after the program's own atexit handlers, like _dl_fini. */
@@ -436,7 +398,6 @@ static void fix_copy_relocs(hosted_prog *p) {
 
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen) {
-    if (!host_pid) host_pid = getpid();
     if (argc < 1 || !argv || !argv[0]) {
         seterr(err, errlen, "%s: empty argv", path);
         return NULL;
@@ -500,7 +461,6 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     }
     if (!(p->ns_exit = (void (*)(int))need(p, "exit", err, errlen)) ||
         !(p->ns_pthread_create = (pthread_create_fn)need(p, "pthread_create", err, errlen)) ||
-        !(p->ns_pthread_join = (pthread_join_fn)need(p, "pthread_join", err, errlen)) ||
         !(p->ns_attr_init = (pthread_attr_init_fn)need(p, "pthread_attr_init", err, errlen)) ||
         !(p->ns_attr_destroy = (pthread_attr_init_fn)need(p, "pthread_attr_destroy", err, errlen)) ||
         !(p->ns_attr_setstacksize =
@@ -518,7 +478,6 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
         const char *b = strrchr(p->argv[0], '/');
         *pisn = b ? (char *)b + 1 : p->argv[0];
     }
-    if (patch_exit(p, err, errlen) < 0) goto fail;
     atomic_store(&p->state, ST_LOADED);
     int slot = atomic_fetch_add(&registry_n, 1);
     if (slot < HOSTED_NNS) registry[slot] = p;
@@ -537,18 +496,104 @@ fail:
 
 static void *prog_thread(void *arg) {
     hosted_prog *p = arg;
-    atomic_store(&p->main_tid, (int)raw_syscall1(SYS_gettid, 0));
+    /* Until the leader has blocked every signal, a signal for the process could run a handler of
+     * the program on the leader, which has the launcher's TCB. */
+    while (!atomic_load(&p->leader_quiet)) raw1(SYS_sched_yield, 0);
+    atomic_store(&p->main_tid, (int)raw1(SYS_gettid, 0));
     atomic_store(&p->main_fs, hosted_get_fs());
     p->ns_cxa_atexit(run_exe_fini, p, NULL);
-    if (__builtin_setjmp(p->exit_jb) == 0) {
-        int st = p->main(p->argc, p->argv, p->envp);
-        atomic_store(&p->main_returned, 1);
-        p->ns_exit(st); /* handlers, stdio flush, then the patched _exit: exit_hook */
-        __builtin_unreachable();
+    /* Handlers, stdio flush, then the namespace's _exit: exit_group of this process only. */
+    p->ns_exit(p->main(p->argc, p->argv, p->envp));
+    return NULL;
+}
+
+/* Emulate exec for descriptors: close those marked close-on-exec, which the program's process
+ * inherited from the launcher with the rest of its descriptor table. */
+__attribute__((no_sanitize("address"))) static void close_cloexec(void) {
+    char buf[2048];
+    int dir = (int)raw4(SYS_openat, AT_FDCWD, "/proc/self/fd", O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
+    if (dir < 0) return;
+    for (;;) {
+        long n = raw3(SYS_getdents64, dir, buf, sizeof buf);
+        if (n <= 0) break;
+        for (long off = 0; off < n;) {
+            struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; }
+                *d = (void *)(buf + off);
+            long fd = 0;
+            const char *c = d->name;
+            for (; *c >= '0' && *c <= '9'; c++) fd = fd * 10 + (*c - '0');
+            if (!*c && c != d->name && fd != dir && (raw2(SYS_fcntl, fd, F_GETFD) & FD_CLOEXEC))
+                raw1(SYS_close, fd);
+            off += d->reclen;
+        }
     }
-    atomic_store(&p->main_exiting, 1);
-    finish(p);
-    return NULL; /* the namespace's start_thread ends the thread */
+    raw1(SYS_close, dir);
+}
+
+/* Emulate exec for signal dispositions: caught signals go back to their default action, except
+ * those the launcher catches to make RPAL calls safe (host.c): Syscall User Dispatch's SIGSYS and
+ * the faults of a receiver borrowed by another program's thread. */
+__attribute__((no_sanitize("address"))) static void reset_handlers(void) {
+    struct { uintptr_t handler; unsigned long flags; uintptr_t restorer; uint64_t mask; } ka, dfl = { 0 };
+    for (int sig = 1; sig <= 64; sig++) {
+        if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSYS || sig == SIGSEGV || sig == SIGBUS ||
+            sig == SIGFPE || sig == SIGILL)
+            continue;
+        if (raw4(SYS_rt_sigaction, sig, NULL, &ka, 8) == 0 && ka.handler != (uintptr_t)SIG_DFL &&
+            ka.handler != (uintptr_t)SIG_IGN)
+            raw4(SYS_rt_sigaction, sig, &dfl, NULL, 8);
+    }
+}
+
+/*
+ * The first task of a program's process: clone(CLONE_VM) without CLONE_THREAD, CLONE_FILES,
+ * CLONE_SIGHAND or CLONE_FS, so it has its own PID, descriptors, signal dispositions, cwd and
+ * rlimits.  It has no TCB of its own: it runs on the launcher thread's, which waits on p->spawned
+ * (raw futex, no TLS) until this task is done with it.  It sets the process up as the joiner asked,
+ * creates the program's main thread with the namespace's pthread_create (that libc's TCB, in this
+ * process's thread group), then blocks every signal and sleeps for good: the process lives as long
+ * as its threads, /proc/PID stays complete, and signals for the process go to the program's threads.
+ */
+__attribute__((no_sanitize("address"), noreturn)) static int start_process(void *arg) {
+    hosted_prog *p = arg;
+    const hosted_spawn *sp = p->spawn;
+    int rc = 0;
+
+    raw2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL); /* the host is gone: so are its programs */
+    if (raw1(SYS_getppid, 0) != p->launcher) rc = ESRCH;
+    /* Under Yama's ptrace_scope 1 only ancestors may take a descriptor of ours (pidfd_getfd): the
+     * host's other programs are its children, so name the host. */
+    raw2(SYS_prctl, PR_SET_PTRACER, p->launcher);
+    for (int i = 0; sp && !rc && i < 3; i++)
+        if (sp->fds[i] >= 0 && sp->fds[i] != i && raw2(SYS_dup2, sp->fds[i], i) < 0) rc = EBADF;
+    if (sp && !rc && sp->cwd && raw1(SYS_chdir, sp->cwd) < 0) rc = ENOENT;
+    if (sp && !rc && sp->umask >= 0) raw1(SYS_umask, sp->umask);
+    for (int i = 0; sp && !rc && i < sp->nrlimits; i++) {
+        struct rlimit rl = { sp->rlimits[i].cur, sp->rlimits[i].max };
+        raw4(SYS_prlimit64, 0, sp->rlimits[i].resource, &rl, NULL);
+    }
+    if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
+    if (!rc) reset_handlers();
+    if (!rc) close_cloexec();
+    if (!rc) {
+        union {
+            char bytes[64];
+            long align;
+        } attr; /* pthread_attr_t of the namespace's libc (same glibc: 56 bytes) */
+        p->ns_attr_init(&attr);
+        p->ns_attr_setstacksize(&attr, p->stack_size);
+        rc = p->ns_pthread_create(&p->thread, &attr, prog_thread, p);
+        p->ns_attr_destroy(&attr);
+    }
+    p->create_rc = rc;
+    atomic_store(&p->spawned, 1);
+    raw6(SYS_futex, (long)&p->spawned, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
+    /* From here on not a word of the launcher's TLS. */
+    if (rc) raw1(SYS_exit_group, 127);
+    uint64_t all = ~0ull;
+    raw4(SYS_rt_sigprocmask, SIG_BLOCK, &all, NULL, sizeof all);
+    atomic_store(&p->leader_quiet, 1);
+    for (;;) raw1(SYS_pause, 0);
 }
 
 /* The dynamic linker is shared by every namespace, and its locks (TLS bookkeeping in
@@ -575,49 +620,94 @@ static int launcher_threaded(char *err, size_t errlen) {
 }
 
 int hosted_start(hosted_prog *p, char *err, size_t errlen) {
+    return hosted_start_spawn(p, NULL, err, errlen);
+}
+
+int hosted_start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t errlen) {
     if (launcher_threaded(err, errlen) < 0) return -1;
     if (atomic_load(&p->state) != ST_LOADED) {
         seterr(err, errlen, "%s: already started", p->path);
         return -1;
     }
-    union {
-        char bytes[64];
-        long align;
-    } attr; /* pthread_attr_t of the namespace's libc (same glibc: 56 bytes) */
     size_t stack = 8u << 20;
     struct rlimit rl;
     if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
         rl.rlim_cur >= (64u << 10) && rl.rlim_cur <= (256u << 20))
         stack = rl.rlim_cur;
-    p->ns_attr_init(&attr);
-    p->ns_attr_setstacksize(&attr, stack);
+    p->stack_size = stack;
+    if (!p->leader_stack) {
+        p->leader_stack = mmap(NULL, LEADER_STACK, PROT_READ | PROT_WRITE,
+                               MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+        if (p->leader_stack == MAP_FAILED) {
+            p->leader_stack = NULL;
+            seterr(err, errlen, "%s: mmap: %s", p->path, strerror(errno));
+            return -1;
+        }
+    }
+    p->spawn = sp;
+    p->launcher = getpid();
+    atomic_store(&p->spawned, 0);
     atomic_store(&p->state, ST_RUNNING);
-    int rc = p->ns_pthread_create(&p->thread, &attr, prog_thread, p);
-    p->ns_attr_destroy(&attr);
-    if (rc != 0) {
+    pid_t pid = clone(start_process, (char *)p->leader_stack + LEADER_STACK, CLONE_VM | SIGCHLD, p);
+    if (pid < 0) {
         atomic_store(&p->state, ST_LOADED);
-        seterr(err, errlen, "%s: pthread_create: %s", p->path, strerror(rc));
+        seterr(err, errlen, "%s: clone: %s", p->path, strerror(errno));
+        return -1;
+    }
+    /* The new process runs on this thread's TCB until it says so: wait without touching TLS. */
+    while (!atomic_load(&p->spawned))
+        raw6(SYS_futex, (long)&p->spawned, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+    p->pid = pid;
+    p->spawn = NULL;
+    if (p->create_rc) {
+        int rc = p->create_rc;
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        atomic_store(&p->state, ST_LOADED);
+        p->pid = 0;
+        if (rc == ESRCH) seterr(err, errlen, "%s: the launcher went away", p->path);
+        else if (rc == EBADF) seterr(err, errlen, "%s: cannot set up its standard descriptors", p->path);
+        else if (rc == ENOENT && sp && sp->cwd)
+            seterr(err, errlen, "%s: cannot enter its working directory %s", p->path, sp->cwd);
+        else seterr(err, errlen, "%s: pthread_create: %s", p->path, strerror(rc));
         return -1;
     }
     return 0;
 }
 
-int hosted_done(const hosted_prog *p) { return atomic_load(&p->state) == ST_DONE; }
+/* Reap the program's process (flags: 0 or WNOHANG); 1 when it has ended. */
+static int reap(hosted_prog *p, int flags) {
+    int ws = 0;
+    pid_t r;
+    if (atomic_load(&p->state) == ST_DONE) return 1;
+    while ((r = waitpid(p->pid, &ws, flags)) < 0 && errno == EINTR)
+        ;
+    if (r == 0) return 0;
+    if (r < 0) { /* reaped by someone else: the status is lost */
+        p->status = 255;
+    } else if (WIFSIGNALED(ws)) {
+        p->signal = WTERMSIG(ws);
+        p->status = 128 + p->signal;
+    } else {
+        p->status = WEXITSTATUS(ws);
+    }
+    atomic_store(&p->state, ST_DONE);
+    return 1;
+}
+
+int hosted_done(hosted_prog *p) {
+    int s = atomic_load(&p->state);
+    return s == ST_DONE || (s == ST_RUNNING && reap(p, WNOHANG));
+}
 
 int hosted_wait(hosted_prog *p) {
-    int s;
-    while ((s = atomic_load(&p->state)) != ST_DONE) {
-        if (s == ST_LOADED) return -1;
-        syscall(SYS_futex, &p->state, FUTEX_WAIT_PRIVATE, s, NULL, NULL, 0);
-    }
-    /* Reclaim the main thread when it is the one that finished; after exit() from another thread
-     * of the program, main may still be running: no join then. */
-    if (!p->joined && atomic_load(&p->main_exiting)) {
-        p->ns_pthread_join(p->thread, NULL);
-        p->joined = 1;
-    }
+    if (atomic_load(&p->state) == ST_LOADED) return -1;
+    reap(p, 0);
     return p->status;
 }
+
+int hosted_signal(const hosted_prog *p) { return atomic_load(&p->state) == ST_DONE ? p->signal : 0; }
+int hosted_pid(const hosted_prog *p) { return p->pid; }
 
 int hosted_count(void) {
     int n = atomic_load(&registry_n);

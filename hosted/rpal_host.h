@@ -3,10 +3,14 @@
  * rpal_host.h - what a hosted-mode launcher shares with every copy of librpal
  * in its process.  Private to librpal and the launcher.
  *
- * Under `rpal run` each program lives in its own linker namespace with its own
- * copy of librpal.  The copies find the launcher's struct rpal_host through
- * the environment variable RPAL_HOST ("<pid>:<address>:<program index>"); the
- * pid check keeps a forked or exec'd child from trusting the address.
+ * Under `rpal run` (or `rpal host`) each program lives in its own linker
+ * namespace with its own copy of librpal, and is its own process sharing the
+ * launcher's address space.  The copies find the launcher's struct rpal_host
+ * through the environment variable RPAL_HOST ("<launcher pid>:<address>:
+ * <program index>"); only a child of the launcher trusts the address, so a
+ * program's own forked or exec'd children do not.  Each program has its own
+ * descriptor table: a descriptor number means something only in the program
+ * that owns it (a receiver's kick eventfd is fetched with pidfd_getfd).
  *
  * The RPAL call.  A receiver that waits in rpal_epoll_wait() with nothing
  * pending parks its context in its struct rpal_host_rcv and its own thread
@@ -30,7 +34,7 @@
 #include <stdint.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   4u
+#define RPAL_HOST_VERSION   5u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
@@ -53,6 +57,10 @@ struct rpal_host_prog {
 	_Atomic int32_t failed;       /* signal of a fault inside an RPAL call; 0 none */
 	_Atomic int32_t slot;         /* its librpal's slot; -1 before rpal_init */
 	_Atomic uint64_t fault_addr;
+	_Atomic int32_t pid;          /* its process; 0 before it starts */
+	_Atomic int32_t ended;        /* its process ended (set by the launcher as it reaps it) */
+	/* Its threads that made calls (records are pooled, never freed), for calls_out. */
+	struct rpal_host_sender *_Atomic senders;
 	char name[64];
 };
 
@@ -67,7 +75,7 @@ struct rpal_host {
 	uint32_t fsgsbase;            /* user mode may write the fs/gs base */
 	uint32_t sud;                 /* Syscall User Dispatch works; SIGSYS handler installed */
 	uint32_t pku;                 /* PKRU exists (OSPKE): a call keeps the sender's */
-	uint32_t reserved;
+	uint32_t getfd;               /* pidfd_getfd works: a sender can kick another program's receiver */
 	uintptr_t sud_start, sud_len; /* code SUD always lets through (the launcher's) */
 	struct rpal_host_prog progs[RPAL_HOST_MAX_PROGS];
 };
@@ -102,8 +110,10 @@ struct rpal_host_rcv {
 	int32_t fault_sig;            /* set by the fault handler */
 	uint64_t sigmask;             /* its thread's signal mask (kernel sigset) */
 	stack_t altstack;             /* its thread's sigaltstack */
-	int32_t kick_fd;              /* eventfd its idle loop polls */
+	int32_t kick_fd;              /* eventfd its idle loop polls (a descriptor of prog) */
 	int32_t reason;               /* RESUME_* */
+	/* kick_fd as a descriptor of each program, -1 until that program first kicks. */
+	_Atomic int32_t kick_fds[RPAL_HOST_MAX_PROGS];
 	uint32_t writes_pkru;         /* its program uses protection keys (protect_peers) */
 	uint32_t reserved;
 	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
@@ -143,7 +153,21 @@ struct rpal_host_sender {
 	struct rpal_host_rcv *cur;    /* the receiver being run, NULL outside calls */
 	struct rpal_host_sender *next_free; /* records are pooled, never freed: a thread
 	                                     * that inherited a gs base may still read one */
+	struct rpal_host_sender *next_all;  /* in its program's senders list */
+	uint32_t prog;                /* its program */
+	_Atomic uint64_t calls;       /* calls it made (plain stores by its thread) */
 };
+
+/* Calls program p made into others, summed over its threads. */
+static inline uint64_t rpal_host_prog_calls_out(const struct rpal_host_prog *p)
+{
+	const struct rpal_host_sender *s;
+	uint64_t n = 0;
+
+	for (s = atomic_load_explicit(&p->senders, memory_order_acquire); s; s = s->next_all)
+		n += atomic_load_explicit(&s->calls, memory_order_relaxed);
+	return n;
+}
 
 /* Is this thread running s's call right now?  The gs base alone does not
  * say: a thread inherits its creator's.  During a call the fs base is the

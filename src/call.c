@@ -3,10 +3,11 @@
  * call.c - hosted mode: the RPAL call between programs that `rpal run` put in
  * one address space (protocol in hosted/rpal_host.h).
  *
- * Each hosted program has its own copy of this library.  A copy finds the
- * launcher's struct rpal_host through RPAL_HOST, uses the region the launcher
- * reserved, and treats a peer with its own pid as local: its arena is already
- * mapped, and messages to it may be delivered by switching into it.
+ * Each hosted program has its own copy of this library and is its own process
+ * in the launcher's address space.  A copy finds the launcher's struct
+ * rpal_host through RPAL_HOST, uses the region the launcher reserved, and
+ * treats a peer whose pid is another program of the block as local: its arena
+ * is already mapped, and messages to it may be delivered by switching into it.
  *
  * Sender (notify_peer_rx -> call_deliver): after publishing in the ring as in
  * connected mode, claim the peer's parked receiver with one CAS and switch
@@ -79,11 +80,34 @@ static long raw5(long nr, long a, long b, long c, long d, long e)
 	return ret;
 }
 
+/* r's kick eventfd as a descriptor of ours, fetched from its program on the
+ * first kick (each program has its own descriptor table). */
+static int kick_fd_fetch(struct rpal_host_rcv *r)
+{
+	int32_t fd, none = -1;
+	long pidfd = raw3(SYS_pidfd_open, atomic_load(&host->progs[r->prog].pid), 0, 0);
+
+	if (pidfd < 0)
+		return -1;
+	fd = (int32_t)raw3(SYS_pidfd_getfd, pidfd, r->kick_fd, 0);
+	raw3(SYS_close, pidfd, 0, 0);
+	if (fd < 0)
+		return -1;
+	if (!atomic_compare_exchange_strong(&r->kick_fds[host_prog], &none, fd)) {
+		raw3(SYS_close, fd, 0, 0);
+		fd = none;
+	}
+	return fd;
+}
+
 static void kick(struct rpal_host_rcv *r)
 {
+	int32_t fd = atomic_load_explicit(&r->kick_fds[host_prog], memory_order_acquire);
 	uint64_t one = 1;
 
-	raw3(SYS_write, r->kick_fd, (long)&one, sizeof(one));
+	if (unlikely(fd < 0) && (fd = kick_fd_fetch(r)) < 0)
+		return;         /* its program has ended */
+	raw3(SYS_write, fd, (long)&one, sizeof(one));
 }
 
 /* ------------------------------------------------------------ set-up */
@@ -101,8 +125,11 @@ int host_setup(struct rpal_config *cfg)
 		return 0;
 	if (sscanf(env, "%ld:%llx:%u", &pid, &addr, &prog) != 3)
 		return rpal_fail(EINVAL, "%s=\"%s\" is not <pid>:<address>:<program>", RPAL_HOST_ENV, env);
-	if (pid != getpid())
-		return 0;       /* inherited by a child of a hosted program: not ours */
+	/* Our parent is the launcher; a program's own children inherit the
+	 * variable but not the address space.  The pid is the launcher's own
+	 * while it runs our constructors. */
+	if (pid != getppid() && pid != getpid())
+		return 0;
 	h = (struct rpal_host *)(uintptr_t)addr;
 	if (!h || h->magic != RPAL_HOST_MAGIC || h->version != RPAL_HOST_VERSION ||
 	    h->size != sizeof(*h) || prog >= h->nprogs || prog >= RPAL_HOST_MAX_PROGS)
@@ -129,6 +156,20 @@ bool host_active(void)
 	return host != NULL;
 }
 
+bool host_pid_is_local(pid_t pid)
+{
+	unsigned i;
+
+	if (!host)
+		return false;
+	if (pid == getpid())
+		return true;
+	for (i = 0; i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++)
+		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) == pid)
+			return true;
+	return false;
+}
+
 void host_slot_claimed(unsigned slot)
 {
 	if (host)
@@ -147,7 +188,8 @@ int host_prog_of_slot(unsigned slot)
 
 bool host_prog_failed(int prog)
 {
-	return host && prog >= 0 && atomic_load_explicit(&host->progs[prog].failed, memory_order_relaxed);
+	return host && prog >= 0 && (atomic_load_explicit(&host->progs[prog].failed, memory_order_relaxed) ||
+				     atomic_load_explicit(&host->progs[prog].ended, memory_order_relaxed));
 }
 
 RPAL_EXPORT int rpal_hosted_stat(struct rpal_prog_stat *out, unsigned max)
@@ -227,8 +269,14 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 	if (s)
 		sender_pool = s->next_free;
 	pthread_mutex_unlock(&sender_pool_lock);
-	if (!s && !(s = calloc(1, sizeof(*s))))
-		return NULL;
+	if (!s) {
+		if (!(s = calloc(1, sizeof(*s))))
+			return NULL;
+		s->prog = host_prog;
+		s->next_all = atomic_load(&host->progs[host_prog].senders);
+		while (!atomic_compare_exchange_weak(&host->progs[host_prog].senders, &s->next_all, s))
+			;
+	}
 	s->magic = 0;           /* while it is set up */
 	s->sud = 0;
 	s->cur = NULL;
@@ -288,6 +336,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 
 	s->cur = r;
 	r->cookie = cookie;
+	store_relaxed(&s->calls, load_relaxed(&s->calls) + 1);
 	for (;;) {
 		r->sender = s;
 		r->reason = RESUME_CALL;
@@ -306,7 +355,9 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		r->cookie = 0;
 		st = load_relaxed(&r->state);
 		do {
-			if (st & RCV_WANT)
+			if ((st & RCV_MASK) == RCV_DEAD)
+				want = RCV_DEAD;        /* its process ended meanwhile */
+			else if (st & RCV_WANT)
 				want = RCV_OWNER | (st & RCV_PENDING);
 			else if (st & RCV_PENDING)
 				want = RCV_BORROWED;
@@ -374,7 +425,9 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 	bool nested;
 	uint32_t st;
 
-	if (!r || !host->fsgsbase)
+	/* Without Syscall User Dispatch a system call in the receiver's code
+	 * would run in our process, on our descriptors: no call then. */
+	if (!r || !host->fsgsbase || !host->sud || !host->getfd)
 		return 0;
 	s = (struct rpal_host_sender *)rpal_rdgsbase();
 	/* Inside a call already: no second borrow on this thread.  Otherwise
@@ -433,6 +486,8 @@ struct rpal_host_rcv *call_rcv_create(int top)
 		return NULL;
 	}
 	p->top = top;
+	for (unsigned i = 0; i < RPAL_HOST_MAX_PROGS; i++)
+		p->pub.kick_fds[i] = i == host_prog ? p->pub.kick_fd : -1;
 	p->pub.magic = RPAL_RCV_MAGIC;
 	p->pub.prog = host_prog;
 	p->pub.state = RCV_OWNER;

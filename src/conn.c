@@ -136,7 +136,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
 	pthread_mutex_init(&c->out_lock, NULL);
 	c->peer_pid = uc->pid;
-	c->local = host_active() && uc->pid == getpid();
+	c->local = host_pid_is_local(uc->pid);
 	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;
@@ -251,10 +251,11 @@ int conn_poll_peer(struct rpal_conn *c)
 	if (conn_dead(c))
 		return 1;
 	if (unlikely(c->local)) {
-		/* Same process: no poll() (a syscall would end an RPAL call we
-		 * may be running in); a program that ends closes its connections
-		 * (rpal_fini at exit), one that fails in a call is marked so. */
-		if (!host_prog_failed(c->peer_prog))
+		/* Same address space: no poll() (a syscall would end an RPAL
+		 * call we may be running in).  The watcher thread saw its
+		 * hang-up or death, or the launcher marked its program ended
+		 * or failed. */
+		if (!load_acquire(&c->local_gone) && !host_prog_failed(c->peer_prog))
 			return 0;
 		conn_mark_dead(c, false);
 		return 1;

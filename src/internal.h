@@ -176,8 +176,9 @@ struct rpal_conn {
 	struct rpal_ep *_Atomic set;
 	struct rpal_spin rx_spin, tx_spin;
 
-	bool local;                   /* hosted mode: the peer shares our process */
+	bool local;                   /* hosted mode: the peer shares our address space */
 	int peer_prog;                /* hosted mode: its program index, else -1 */
+	_Atomic bool local_gone;      /* local peer hung up or its process ended (watcher) */
 	pid_t peer_pid;
 	uid_t peer_uid;
 	gid_t peer_gid;

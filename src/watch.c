@@ -89,6 +89,10 @@ static void *watcher(void *arg)
 			if (!o)
 				continue;
 			if (who == WATCH_CONN && o->kind == OBJ_CONN) {
+				/* A local peer is checked without a system call
+				 * (conn_poll_peer): say it here. */
+				if (c->local)
+					store_release(&c->local_gone, true);
 				if (c->wake_mine) {
 					atomic_fetch_add(c->wake_mine, 1);
 					syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);

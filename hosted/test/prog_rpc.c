@@ -34,6 +34,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <cpuid.h>
 #include <dirent.h>
@@ -194,6 +195,7 @@ static int server(const char *service, int meddle) {
                     char c;
                     if (pipe(p) < 0) return 1;
                     r.a = p[1];
+                    r.sum = (uint64_t)getpid(); /* our descriptors are ours: the client opens it by /proc */
                     /* Tell the client which fd to write, then block on our end. */
                     rpal_send(fd, &r, sizeof r, 0);
                     r.b = read(p[0], &c, 1);
@@ -429,7 +431,11 @@ static int client(const char *service, int threads, long n) {
     printf("client: send returned in %ld ms while the handler blocks in read()\n", sent_ms);
     if (sent_ms > 500) errors++;
     usleep(50000); /* the handler stays blocked meanwhile */
-    if (write((int)r.a, "x", 1) != 1) errors++;
+    char pipe_path[64];
+    snprintf(pipe_path, sizeof pipe_path, "/proc/%d/fd/%d", (int)r.sum, (int)r.a);
+    int wfd = open(pipe_path, O_WRONLY | O_CLOEXEC);
+    if (wfd < 0 || write(wfd, "x", 1) != 1) errors++;
+    if (wfd >= 0) close(wfd);
     if (rpal_recv(fd, &r, sizeof r, 0) != (ssize_t)sizeof r || r.b != 1 || r.a != 1) {
         printf("client: the blocked read did not complete on the server's thread\n");
         errors++;
