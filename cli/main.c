@@ -15,6 +15,9 @@ static void usage(FILE *f)
 "            (rpal bench --help lists every option)\n"
 "  run       hosted mode: run several programs in this one process, their\n"
 "            rpal connections upgraded to RPAL calls (rpal run --help)\n"
+"  host      start an empty host that programs join (rpal host --help)\n"
+"  join      run a program inside a host, as its own process (rpal join --help)\n"
+"  ps        list a host's programs and their RPAL calls (rpal ps --help)\n"
 "  doctor    what this machine offers rpal, and whether connected mode works\n"
 "  version   print the version\n"
 "  help      this text\n");
@@ -30,6 +33,12 @@ int main(int argc, char **argv)
 		return cmd_bench(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "run"))
 		return cmd_run(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "host"))
+		return cmd_host(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "join"))
+		return cmd_join(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "ps"))
+		return cmd_ps(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "doctor"))
 		return cmd_doctor(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {

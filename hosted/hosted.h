@@ -66,6 +66,8 @@ typedef struct hosted_spawn {
     const char *cwd; /* NULL: the launcher's */
     int umask;      /* -1: the launcher's */
     _Atomic int *pid_out; /* receives its PID before main() runs; may be NULL */
+    int set_sigmask;      /* 1: its main thread starts with sigmask (bit n-1: signal n) */
+    uint64_t sigmask;
     int nrlimits;
     struct {
         int resource;

@@ -366,6 +366,14 @@ struct rpal_stats {
 int rpal_stats(struct rpal_stats *st);
 
 /*
+ * Write to out the runtime directory that cfg names (NULL: the defaults and
+ * the environment, as rpal_init(NULL) would use): where services' sockets,
+ * slot locks and `rpal host` sockets live.  Does not initialise the library.
+ * 0, or -ENAMETOOLONG when it does not fit in len bytes.
+ */
+int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len);
+
+/*
  * A sentence for -err: the detail of this thread's most recent rpal failure
  * if it ended with that errno, else strerror(err).  Never NULL.
  */

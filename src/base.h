@@ -71,6 +71,5 @@ int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)
 
 /* ------------------------------------------------------------- config */
 int rpal_config_check(const struct rpal_config *cfg);
-int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len);
 
 #endif /* RPAL_BASE_H */

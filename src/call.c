@@ -156,15 +156,13 @@ bool host_active(void)
 	return host != NULL;
 }
 
-bool host_pid_is_local(pid_t pid)
+bool pid_shares_our_memory(pid_t pid)
 {
 	unsigned i;
 
-	if (!host)
-		return false;
 	if (pid == getpid())
 		return true;
-	for (i = 0; i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++)
+	for (i = 0; host && i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++)
 		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) == pid)
 			return true;
 	return false;

@@ -131,11 +131,16 @@ int rpal_config_check(const struct rpal_config *c)
 }
 
 /* Where sockets and locks live; see struct rpal_config. */
-int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len)
+RPAL_EXPORT int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len)
 {
 	const char *xdg = getenv("XDG_RUNTIME_DIR");
+	struct rpal_config def;
 	int n;
 
+	if (!cfg) {
+		rpal_config_default(&def);
+		cfg = &def;
+	}
 	if (cfg->runtime_dir[0])
 		n = snprintf(out, len, "%s", cfg->runtime_dir);
 	else if (xdg && xdg[0] == '/')

@@ -13,6 +13,9 @@
 #ifndef RPAL_LOCAL_H
 #define RPAL_LOCAL_H
 
+#include <stdbool.h>
+#include <unistd.h>
+
 #ifndef RPAL_HOSTED
 #define RPAL_HOSTED 1
 #endif
@@ -28,7 +31,7 @@ void conn_hangup_all(void);
 #if RPAL_HOSTED
 int host_setup(struct rpal_config *cfg);        /* under `rpal run`: join the launcher's block */
 bool host_active(void);                         /* this program is one of a host's */
-bool host_pid_is_local(pid_t pid);              /* pid is a program of our host: same address space */
+bool pid_shares_our_memory(pid_t pid);          /* ourselves, or another program of our host */
 void host_forget_child(void);                   /* a forked child is not */
 void host_slot_claimed(unsigned slot);
 int host_prog_of_slot(unsigned slot);           /* the program owning slot, or -1 */
@@ -41,7 +44,7 @@ void call_signal_allow_syscalls(void);         /* a signal handler inside a call
 #else
 static inline int host_setup(struct rpal_config *cfg) { (void)cfg; return 0; }
 static inline bool host_active(void) { return false; }
-static inline bool host_pid_is_local(pid_t pid) { (void)pid; return false; }
+static inline bool pid_shares_our_memory(pid_t pid) { return pid == getpid(); }
 static inline void host_forget_child(void) {}
 static inline void host_slot_claimed(unsigned slot) { (void)slot; }
 static inline int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }

@@ -266,7 +266,7 @@ void region_teardown(void)
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;
 		/* Hosted: the region outlives us; give back what we mapped. */
-		if (hosted && !host_pid_is_local(p->pid))
+		if (hosted && !pid_shares_our_memory(p->pid))
 			unmap_peer_arena(p->slot, p->base, p->size);
 		free(p);
 	}
@@ -323,7 +323,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 				 "of departed pid %d", (int)pid, h->slot, (int)p->pid);
 	}
 
-	if (host_pid_is_local(pid)) {
+	if (pid_shares_our_memory(pid)) {
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
@@ -340,13 +340,13 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	ah = m;
 	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
 	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
-		if (!host_pid_is_local(pid))
+		if (!pid_shares_our_memory(pid))
 			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		if (!host_pid_is_local(pid))
+		if (!pid_shares_our_memory(pid))
 			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(ENOMEM, "out of memory");
 	}
@@ -356,7 +356,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	p->base = base;
 	p->size = h->arena_size;
 	p->refs = 1;
-	if (!host_pid_is_local(pid)) {
+	if (!pid_shares_our_memory(pid)) {
 		/* Unreadable outside windows from here on (protect_peers). */
 		int ret = mpk_peer_attach(p);
 
@@ -385,7 +385,7 @@ void peer_put(struct rpal_peer *p)
 			break;
 		}
 	}
-	if (!host_pid_is_local(p->pid))
+	if (!pid_shares_our_memory(p->pid))
 		unmap_peer_arena(p->slot, p->base, p->size);
 	mpk_peer_detach(p);
 	free(p);

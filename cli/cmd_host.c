@@ -1,0 +1,695 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * cmd_host.c - `rpal host NAME`, `rpal join NAME PROG ARGS...` and
+ * `rpal ps NAME`: a host that stays up, and programs that join it from any
+ * shell, each as its own process in the host's address space.
+ *
+ * The host listens on <runtime dir>/host-NAME.sock (SOCK_SEQPACKET, mode
+ * 0600, and a joiner's uid must be the host's: SO_PEERCRED).  A request is
+ * one message:
+ *
+ *   JOIN: struct join_req, then NUL-terminated strings: the program's path
+ *         (absolute), its argv, its environment; SCM_RIGHTS carries the
+ *         joiner's descriptors 0, 1 and 2.  The host answers "STARTED <pid>"
+ *         or "ERROR <sentence>", and when the program's process has ended,
+ *         "EXIT <status> <signal>".  The joiner passes the signals a shell
+ *         sends (Ctrl-C, kill) on to that pid, and exits with the status.
+ *   PS:   the host answers with the JSON of `rpal ps --json`.
+ *
+ * Everything that loads or starts a program runs on the host's main thread:
+ * a program's process is killed when the thread that cloned it ends
+ * (PR_SET_PDEATHSIG), and the dynamic linker is not for several threads.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <rpal.h>
+
+#include "hosted.h"
+#include "rpal_host.h"
+#include "bench.h"
+#include "tsc.h"
+
+#define JOIN_MAGIC "RPALJOIN"
+#define JOIN_VERSION 1u
+#define JOIN_MAX (256u << 10)    /* a request: argv and environment */
+#define REPLY_MAX (64u << 10)   /* a reply: ps of 15 programs */
+
+struct join_req {
+	char magic[8];
+	uint32_t version;
+	uint32_t argc, envc;
+	int32_t umask;
+	uint64_t sigmask;       /* the joiner's blocked signals */
+	uint32_t nrlimits;
+	struct {
+		int32_t resource;
+		uint64_t cur, max;
+	} rlimits[16];
+	uint32_t cwd_len;       /* the cwd string (with its NUL) comes first */
+};
+
+static int host_socket_path(const char *name, char *out, size_t len)
+{
+	char dir[108];
+
+	if (!*name || strchr(name, '/') || strlen(name) > 48) {
+		fprintf(stderr, "rpal: host name \"%s\": 1 to 48 characters, no '/'\n", name);
+		return -1;
+	}
+	if (rpal_runtime_dir(NULL, dir, sizeof(dir)) < 0 ||
+	    snprintf(out, len, "%s/host-%s.sock", dir, name) >= (int)len) {
+		fprintf(stderr, "rpal: the runtime directory's name is too long for a socket\n");
+		return -1;
+	}
+	return 0;
+}
+
+static int host_connect(const char *me, const char *name)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int fd;
+
+	if (host_socket_path(name, a.sun_path, sizeof(a.sun_path)) < 0)
+		return -1;
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
+		fprintf(stderr, "%s: no host \"%s\" at %s: %s (start one with `rpal host %s`)\n", me, name,
+			a.sun_path, strerror(errno), name);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* One reply from the host, NUL-terminated in buf; its length, 0 at end, -1 on error. */
+static ssize_t recv_reply(int fd, char *buf, size_t len)
+{
+	ssize_t n;
+
+	do
+		n = recv(fd, buf, len - 1, 0);
+	while (n < 0 && errno == EINTR);
+	if (n >= 0)
+		buf[n] = 0;
+	return n;
+}
+
+/* ------------------------------------------------------------ the host */
+
+enum { P_FREE, P_RUNNING, P_ENDED };
+
+struct hprog {
+	int state;
+	int idx;                /* in the host block */
+	hosted_prog *p;
+	int client;             /* the joiner's connection, -1 once it went */
+	char **argv;
+	int argc;
+	int status, signal;
+};
+
+static struct hprog progs[HOSTED_NNS];
+static int nprogs;
+static const char *host_name;
+
+static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(int fd, const char *fmt, ...)
+{
+	char buf[1024];
+	va_list ap;
+	int n;
+
+	if (fd < 0)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(buf, sizeof(buf), fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(buf) - 1)
+		n = (int)sizeof(buf) - 1;
+	(void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL);
+}
+
+static void json_str(FILE *f, const char *s)
+{
+	fputc('"', f);
+	for (; *s; s++) {
+		unsigned char c = (unsigned char)*s;
+
+		if (c == '"' || c == '\\')
+			fprintf(f, "\\%c", c);
+		else if (c < 0x20)
+			fprintf(f, "\\u%04x", c);
+		else
+			fputc(c, f);
+	}
+	fputc('"', f);
+}
+
+static const char *prog_state(const struct hprog *hp, const struct rpal_host *h)
+{
+	if (hp->state == P_RUNNING)
+		return "running";
+	if (atomic_load(&h->progs[hp->idx].failed))
+		return "failed";
+	return hp->signal ? "killed" : "exited";
+}
+
+/* The answer to PST: what `rpal ps` prints. */
+static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
+{
+	fprintf(f, "host %s: pid %d, %d of %d programs loaded\n", host_name, (int)getpid(), nprogs,
+		HOSTED_NNS - 1);
+	fprintf(f, "%8s %-8s %12s %12s %9s %12s  %s\n", "PID", "STATE", "CALLS_IN", "CALLS_OUT",
+		"HANDOFFS", "CALLEE_MS", "COMMAND");
+	for (int i = 0; i < nprogs; i++) {
+		const struct hprog *hp = &progs[i];
+		const struct rpal_host_prog *bp = &h->progs[hp->idx];
+		uint64_t calls, tsc;
+
+		rpal_host_prog_calls(bp, &calls, &tsc);
+		fprintf(f, "%8d %-8s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), prog_state(hp, h),
+			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
+			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
+		for (int k = 0; k < hp->argc; k++)
+			fprintf(f, " %s", hp->argv[k]);
+		fputc('\n', f);
+	}
+}
+
+/* The answer to PS: see `rpal ps --help` for the fields. */
+static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
+{
+	fprintf(f, "{\"host\": {\"name\": ");
+	json_str(f, host_name);
+	fprintf(f, ", \"pid\": %d, \"programs_loaded\": %d, \"programs_max\": %d}, \"programs\": [",
+		(int)getpid(), nprogs, HOSTED_NNS - 1);
+	for (int i = 0; i < nprogs; i++) {
+		const struct hprog *hp = &progs[i];
+		const struct rpal_host_prog *bp = &h->progs[hp->idx];
+		uint64_t calls, tsc;
+
+		rpal_host_prog_calls(bp, &calls, &tsc);
+		fprintf(f, "%s{\"pid\": %d, \"argv\": [", i ? ", " : "", hosted_pid(hp->p));
+		for (int k = 0; k < hp->argc; k++) {
+			if (k)
+				fputs(", ", f);
+			json_str(f, hp->argv[k]);
+		}
+		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
+		if (hp->state == P_ENDED)
+			fprintf(f, ", \"exit_status\": %d", hp->status);
+		fprintf(f, ", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu}",
+			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
+			(unsigned long long)atomic_load(&bp->handoffs),
+			(unsigned long long)(tsc_hz > 0 ? (double)tsc * 1e9 / tsc_hz : 0));
+	}
+	fprintf(f, "]}\n");
+}
+
+static void answer_ps(int fd, const struct rpal_host *h, double tsc_hz, bool table)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+
+	if (!f)
+		return;
+	(table ? ps_table : ps_json)(f, h, tsc_hz);
+	fclose(f);
+	(void)!send(fd, buf, len < REPLY_MAX ? len : REPLY_MAX, MSG_NOSIGNAL);
+	free(buf);
+}
+
+/* Split n bytes of NUL-terminated strings into v[0..count); false if they are not all there. */
+static bool take_strings(char **cur, char *end, char **v, uint32_t count)
+{
+	for (uint32_t i = 0; i < count; i++) {
+		char *nul = memchr(*cur, 0, (size_t)(end - *cur));
+
+		if (!nul)
+			return false;
+		v[i] = *cur;
+		*cur = nul + 1;
+	}
+	return true;
+}
+
+/* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
+ * rlimits and signal mask, and answer STARTED or ERROR. */
+static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3])
+{
+	struct join_req rq;
+	char **argv = NULL, **env = NULL, **envp = NULL, *cur, *end = msg + n, *path, *cwd;
+	char err[1024];
+	hosted_spawn sp = { .umask = -1 };
+	struct hprog *hp;
+	hosted_prog *p;
+	int idx;
+
+	memcpy(&rq, msg, sizeof(rq));
+	cur = msg + sizeof(rq);
+	if (rq.version != JOIN_VERSION || rq.argc < 1 || rq.argc > 4096 || rq.envc > 65536 ||
+	    rq.nrlimits > 16 || !(argv = calloc(rq.argc + 1, sizeof(*argv))) ||
+	    !(env = calloc(rq.envc + 1, sizeof(*env))) || !take_strings(&cur, end, &cwd, 1) ||
+	    !take_strings(&cur, end, &path, 1) || !take_strings(&cur, end, argv, rq.argc) ||
+	    !take_strings(&cur, end, env, rq.envc) || path[0] != '/') {
+		say(client, "ERROR malformed join request (this rpal join and host do not match?)");
+		goto out;
+	}
+	if (nprogs == HOSTED_NNS - 1 || h->nprogs >= RPAL_HOST_MAX_PROGS) {
+		say(client, "ERROR host \"%s\" is full: it has loaded %d programs, glibc's limit of linker "
+		    "namespaces (DL_NNS = %d, one is the host's own); a namespace is never unloaded, so "
+		    "start another host", host_name, nprogs, HOSTED_NNS);
+		goto out;
+	}
+	idx = hosted_host_add(h, path);
+	if (idx < 0 || !(envp = hosted_host_environ(h, idx, env))) {
+		say(client, "ERROR out of memory");
+		goto out;
+	}
+	p = hosted_load(path, (int)rq.argc, argv, envp, err, sizeof(err));
+	if (!p) {
+		say(client, "ERROR %s", err);
+		goto out;
+	}
+	memcpy(sp.fds, fds, sizeof(sp.fds));
+	sp.cwd = cwd;
+	sp.umask = rq.umask;
+	sp.sigmask = rq.sigmask;
+	sp.set_sigmask = 1;
+	sp.pid_out = &h->progs[idx].pid;
+	sp.nrlimits = (int)rq.nrlimits;
+	for (uint32_t i = 0; i < rq.nrlimits; i++) {
+		sp.rlimits[i].resource = rq.rlimits[i].resource;
+		sp.rlimits[i].cur = rq.rlimits[i].cur;
+		sp.rlimits[i].max = rq.rlimits[i].max;
+	}
+	if (hosted_start_spawn(p, &sp, err, sizeof(err)) < 0) {
+		say(client, "ERROR %s", err);
+		goto out;
+	}
+	hp = &progs[nprogs++];
+	hp->state = P_RUNNING;
+	hp->idx = idx;
+	hp->p = p;
+	hp->client = client;
+	hp->argc = (int)rq.argc;
+	hp->argv = calloc(rq.argc, sizeof(char *));
+	for (uint32_t i = 0; hp->argv && i < rq.argc; i++)
+		hp->argv[i] = strdup(argv[i]);
+	if (!hp->argv)
+		hp->argc = 0;
+	say(client, "STARTED %d", hosted_pid(p));
+	client = -1;
+out:
+	if (client >= 0)
+		close(client);
+	free(argv);
+	free(env);
+}
+
+/* Reap the programs whose process ended; tell their joiners. */
+static void reap(struct rpal_host *h)
+{
+	for (int i = 0; i < nprogs; i++) {
+		struct hprog *hp = &progs[i];
+
+		if (hp->state != P_RUNNING || !hosted_done(hp->p))
+			continue;
+		hp->state = P_ENDED;
+		hp->status = hosted_wait(hp->p);
+		hp->signal = hosted_signal(hp->p);
+		if (hosted_host_ended(h, hp->idx))
+			fprintf(stderr, "rpal host %s: a receiver that pid %d was running in a call is lost\n",
+				host_name, hosted_pid(hp->p));
+		say(hp->client, "EXIT %d %d", hp->status, hp->signal);
+		if (hp->client >= 0)
+			close(hp->client);
+		hp->client = -1;
+	}
+}
+
+/* One request on a new connection. */
+static void serve(struct rpal_host *h, int client, double tsc_hz)
+{
+	static char msg[JOIN_MAX];
+	char cbuf[CMSG_SPACE(3 * sizeof(int))];
+	struct iovec iov = { msg, sizeof(msg) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct ucred uc;
+	socklen_t ul = sizeof(uc);
+	int fds[3] = { -1, -1, -1 }, nfds = 0;
+	struct pollfd pfd = { client, POLLIN, 0 };
+	ssize_t n;
+
+	if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0 || uc.uid != geteuid()) {
+		say(client, "ERROR host \"%s\" runs as uid %u and takes programs of that uid only (you are uid %d)",
+		    host_name, (unsigned)geteuid(), ul == sizeof(uc) ? (int)uc.uid : -1);
+		close(client);
+		return;
+	}
+	/* A joiner sends at once; one that does not may not hold the host up. */
+	if (poll(&pfd, 1, 2000) != 1 || (n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC)) <= 0) {
+		close(client);
+		return;
+	}
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			nfds = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			memcpy(fds, CMSG_DATA(c), (size_t)(nfds < 3 ? nfds : 3) * sizeof(int));
+			for (int i = 3; i < nfds; i++)
+				close(((int *)CMSG_DATA(c))[i]);
+		}
+	if ((n == 2 || n == 3) && !memcmp(msg, "PST", (size_t)n)) {
+		answer_ps(client, h, tsc_hz, n == 3);
+		close(client);
+	} else if ((size_t)n >= sizeof(struct join_req) && !memcmp(msg, JOIN_MAGIC, 8) && nfds == 3 &&
+		   !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		join(h, client, msg, (size_t)n, fds);
+	} else {
+		say(client, "ERROR malformed request");
+		close(client);
+	}
+	for (int i = 0; i < 3; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+}
+
+static void host_usage(FILE *f)
+{
+	fprintf(f,
+"usage: rpal host NAME\n"
+"\n"
+"Starts an empty host that stays up until SIGTERM or Ctrl-C.  Programs join it\n"
+"with `rpal join NAME PROGRAM [ARGS...]`, each as its own process (own PID,\n"
+"descriptors, signal handlers) in the host's address space, so that rpal\n"
+"connections between them deliver messages by RPAL calls.  At most %d programs\n"
+"in a host's life (glibc's linker namespaces).  Only the host's uid may join.\n"
+"The socket is <runtime dir>/host-NAME.sock.  On SIGTERM the host passes it on\n"
+"to its programs, waits for them (5 s, then SIGKILL) and exits 0.\n", HOSTED_NNS - 1);
+}
+
+int cmd_host(int argc, char **argv)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	struct rpal_config cfg;
+	struct rpal_host *h;
+	char err[512], dir[108];
+	sigset_t sigs;
+	int lfd, sfd, stopping = 0;
+	uint64_t stop_deadline = 0;
+	double tsc_hz;
+
+	hosted_reexec_with_tunables(argc, argv - 1);
+	if (argc != 2 || argv[1][0] == '-') {
+		host_usage(argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
+		return argc == 2 && argv[1][0] == '-' && argv[1][1] == 'h' ? 0 : 2;
+	}
+	host_name = argv[1];
+	if (host_socket_path(host_name, a.sun_path, sizeof(a.sun_path)) < 0)
+		return 2;
+	rpal_runtime_dir(NULL, dir, sizeof(dir));
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
+		fprintf(stderr, "rpal host: cannot create %s: %s\n", dir, strerror(errno));
+		return 2;
+	}
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE) {
+		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+		if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
+			fprintf(stderr, "rpal host: host \"%s\" is already running (%s)\n", host_name, a.sun_path);
+			return 2;
+		}
+		if (probe >= 0)
+			close(probe);
+		unlink(a.sun_path);     /* a host that died left it */
+		if (bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0)
+			lfd = -1;
+	}
+	if (lfd < 0 || chmod(a.sun_path, 0600) < 0 || listen(lfd, 64) < 0) {
+		fprintf(stderr, "rpal host: cannot listen on %s: %s\n", a.sun_path, strerror(errno));
+		return 2;
+	}
+	rpal_config_default(&cfg);
+	h = hosted_host_create(cfg.region_base, cfg.slot_size, cfg.nr_slots, err, sizeof(err));
+	if (!h) {
+		fprintf(stderr, "rpal host: %s\n", err);
+		unlink(a.sun_path);
+		return 2;
+	}
+	tsc_hz = tsc_calibrate(20);
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	sigaddset(&sigs, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);    /* programs get the joiner's mask instead */
+	sfd = signalfd(-1, &sigs, SFD_CLOEXEC | SFD_NONBLOCK);
+	signal(SIGPIPE, SIG_IGN);
+	fprintf(stderr, "rpal host %s: pid %d, listening on %s\n", host_name, (int)getpid(), a.sun_path);
+	for (;;) {
+		struct pollfd pfd[2] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
+		int running = 0;
+
+		poll(pfd, stopping ? 1 : 2, stopping ? 100 : -1);
+		if (pfd[0].revents) {
+			struct signalfd_siginfo si;
+
+			while (read(sfd, &si, sizeof(si)) == sizeof(si)) {
+				if (si.ssi_signo == SIGCHLD || stopping)
+					continue;
+				stopping = 1;
+				stop_deadline = mono_ns() + 5000000000ull;
+				for (int i = 0; i < nprogs; i++)
+					if (progs[i].state == P_RUNNING)
+						kill(hosted_pid(progs[i].p), SIGTERM);
+			}
+		}
+		reap(h);
+		if (!stopping && (pfd[1].revents & POLLIN)) {
+			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+
+			if (c >= 0)
+				serve(h, c, tsc_hz);
+		}
+		for (int i = 0; i < nprogs; i++)
+			running += progs[i].state == P_RUNNING;
+		if (stopping && !running)
+			break;
+		if (stopping && mono_ns() > stop_deadline) {
+			for (int i = 0; i < nprogs; i++)
+				if (progs[i].state == P_RUNNING)
+					kill(hosted_pid(progs[i].p), SIGKILL);
+			stop_deadline = UINT64_MAX;
+		}
+	}
+	unlink(a.sun_path);
+	fprintf(stderr, "rpal host %s: stopped\n", host_name);
+	fflush(NULL);
+	_exit(0);       /* the programs ran their exit handlers; see cmd_run */
+}
+
+/* ------------------------------------------------------------ the joiner */
+
+static volatile sig_atomic_t joined_pid;
+
+static void pass_on(int sig)
+{
+	if (joined_pid > 0)
+		kill((pid_t)joined_pid, sig);
+}
+
+/* PROG as execvp would find it, made absolute (the host has another cwd). */
+static int resolve(const char *prog, char *out)
+{
+	const char *path = getenv("PATH");
+	char cand[PATH_MAX];
+
+	if (strchr(prog, '/'))
+		return realpath(prog, out) ? 0 : -1;
+	for (path = path ? path : "/usr/local/bin:/usr/bin:/bin"; *path;) {
+		size_t n = strcspn(path, ":");
+
+		if (snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? path : ".", prog) < (int)sizeof(cand) &&
+		    access(cand, X_OK) == 0 && realpath(cand, out))
+			return 0;
+		path += n + (path[n] == ':');
+	}
+	errno = ENOENT;
+	return -1;
+}
+
+int cmd_join(int argc, char **argv)
+{
+	static const int passed[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
+	extern char **environ;
+	struct join_req rq = { .version = JOIN_VERSION };
+	char path[PATH_MAX], cwd[PATH_MAX], reply[256];
+	char *buf = NULL;
+	size_t len = 0;
+	int fd, fds[3] = { 0, 1, 2 }, status, sig;
+	sigset_t mask;
+	FILE *f;
+
+	if (argc < 3 || argv[1][0] == '-') {
+		fprintf(argc == 2 && argv[1][1] == 'h' ? stdout : stderr,
+"usage: rpal join NAME PROGRAM [ARGS...]\n"
+"\n"
+"Runs PROGRAM inside the host NAME (`rpal host NAME`) as its own process, with\n"
+"this shell's standard input, output and error, working directory, environment,\n"
+"umask, rlimits and signal mask.  Signals sent to rpal join (Ctrl-C, kill) are\n"
+"passed on to PROGRAM; rpal join exits with PROGRAM's status (128 + N when\n"
+"signal N ended it), or 2 when it could not be started.\n");
+		return argc == 2 && argv[1][1] == 'h' ? 0 : 2;
+	}
+	if (resolve(argv[2], path) < 0) {
+		fprintf(stderr, "rpal join: %s: %s\n", argv[2], strerror(errno));
+		return 2;
+	}
+	if (!getcwd(cwd, sizeof(cwd))) {
+		fprintf(stderr, "rpal join: getcwd: %s\n", strerror(errno));
+		return 2;
+	}
+	memcpy(rq.magic, JOIN_MAGIC, 8);
+	rq.argc = (uint32_t)(argc - 2);
+	for (char **e = environ; *e; e++)
+		rq.envc++;
+	rq.umask = (int32_t)umask(022);
+	umask((mode_t)rq.umask);
+	sigprocmask(SIG_SETMASK, NULL, &mask);
+	for (int s = 1; s <= 64; s++)
+		if (sigismember(&mask, s) == 1)
+			rq.sigmask |= 1ull << (s - 1);
+	for (int r = 0; r < RLIM_NLIMITS && r < 16; r++) {
+		struct rlimit rl;
+
+		if (getrlimit((__rlimit_resource_t)r, &rl) == 0) {
+			rq.rlimits[rq.nrlimits].resource = r;
+			rq.rlimits[rq.nrlimits].cur = rl.rlim_cur;
+			rq.rlimits[rq.nrlimits++].max = rl.rlim_max;
+		}
+	}
+	f = open_memstream(&buf, &len);
+	if (!f)
+		return 2;
+	fwrite(&rq, sizeof(rq), 1, f);
+	fwrite(cwd, strlen(cwd) + 1, 1, f);
+	fwrite(path, strlen(path) + 1, 1, f);
+	for (int i = 2; i < argc; i++)
+		fwrite(argv[i], strlen(argv[i]) + 1, 1, f);
+	for (char **e = environ; *e; e++)
+		fwrite(*e, strlen(*e) + 1, 1, f);
+	fclose(f);
+	if (len > JOIN_MAX) {
+		fprintf(stderr, "rpal join: arguments and environment take %zu bytes, more than %u\n", len, JOIN_MAX);
+		return 2;
+	}
+	fd = host_connect("rpal join", argv[1]);
+	if (fd < 0)
+		return 2;
+	{
+		char cbuf[CMSG_SPACE(sizeof(fds))];
+		struct iovec iov = { buf, len };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+				     .msg_controllen = sizeof(cbuf) };
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		int sndbuf = (int)len + 4096;
+
+		setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(fds));
+		memcpy(CMSG_DATA(c), fds, sizeof(fds));
+		if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)len) {
+			fprintf(stderr, "rpal join: cannot send the request to host \"%s\": %s\n", argv[1], strerror(errno));
+			return 2;
+		}
+	}
+	free(buf);
+	/* Pass signals on from before the answer: one that comes meanwhile waits for the pid. */
+	struct sigaction sa = { .sa_handler = pass_on };
+	sigemptyset(&sa.sa_mask);
+	for (unsigned i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)
+		sigaction(passed[i], &sa, NULL);
+	if (recv_reply(fd, reply, sizeof(reply)) <= 0) {
+		fprintf(stderr, "rpal join: host \"%s\" closed the connection without an answer\n", argv[1]);
+		return 2;
+	}
+	if (strncmp(reply, "STARTED ", 8) != 0) {
+		fprintf(stderr, "rpal join: %s\n", strncmp(reply, "ERROR ", 6) ? reply : reply + 6);
+		return 2;
+	}
+	joined_pid = atoi(reply + 8);
+	for (;;) {
+		ssize_t n = recv_reply(fd, reply, sizeof(reply));
+
+		if (n <= 0) {
+			fprintf(stderr, "rpal join: host \"%s\" went away while pid %d ran\n", argv[1], (int)joined_pid);
+			return 2;
+		}
+		if (sscanf(reply, "EXIT %d %d", &status, &sig) == 2)
+			return status;
+	}
+}
+
+/* ------------------------------------------------------------ ps */
+
+int cmd_ps(int argc, char **argv)
+{
+	static char reply[REPLY_MAX];
+	int fd, json = 0;
+	const char *name = NULL;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			json = 1;
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else {
+			fprintf(stderr,
+"usage: rpal ps NAME [--json]\n"
+"\n"
+"Lists the programs of host NAME: pid, state (running, exited, killed,\n"
+"failed), RPAL calls into and out of each, system calls handed back to it\n"
+"from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
+"--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
+"\"programs\": [{\"pid\", \"argv\", \"state\", \"exit_status\" (once ended),\n"
+"\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\"}]}\n");
+			return 2;
+		}
+	}
+	if (!name) {
+		fprintf(stderr, "usage: rpal ps NAME [--json]\n");
+		return 2;
+	}
+	fd = host_connect("rpal ps", name);
+	if (fd < 0)
+		return 2;
+	if (send(fd, json ? "PS" : "PST", json ? 2 : 3, MSG_NOSIGNAL) != 2 + !json ||
+	    recv_reply(fd, reply, sizeof(reply)) <= 0) {
+		fprintf(stderr, "rpal ps: host \"%s\" did not answer\n", name);
+		return 2;
+	}
+	if (strncmp(reply, "ERROR ", 6) == 0) {
+		fprintf(stderr, "rpal ps: %s\n", reply + 6);
+		return 2;
+	}
+	fputs(reply, stdout);
+	return 0;
+}
