@@ -287,6 +287,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		goto out;
 	}
 	memcpy(sp.fds, fds, sizeof(sp.fds));
+	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
 	sp.cwd = cwd;
 	sp.umask = rq.umask;
 	sp.sigmask = rq.sigmask;
@@ -357,16 +358,17 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	struct pollfd pfd = { client, POLLIN, 0 };
 	ssize_t n;
 
-	if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0 || uc.uid != geteuid()) {
-		say(client, "ERROR host \"%s\" runs as uid %u and takes programs of that uid only (you are uid %d)",
-		    host_name, (unsigned)geteuid(), ul == sizeof(uc) ? (int)uc.uid : -1);
-		close(client);
-		return;
-	}
 	/* A joiner sends at once; one that does not may not hold the host up. */
 	if (poll(&pfd, 1, 2000) != 1 || (n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC)) <= 0) {
 		close(client);
 		return;
+	}
+	/* Checked after the request is read: closing a socket with unread data
+	 * resets the peer, which would lose the answer. */
+	if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0 || uc.uid != geteuid()) {
+		say(client, "ERROR host \"%s\" runs as uid %u and takes programs of that uid only (you are uid %d)",
+		    host_name, (unsigned)geteuid(), ul == sizeof(uc) ? (int)uc.uid : -1);
+		n = 0;          /* nothing of the request is used, its descriptors are closed below */
 	}
 	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
 		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
@@ -375,7 +377,9 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 			for (int i = 3; i < nfds; i++)
 				close(((int *)CMSG_DATA(c))[i]);
 		}
-	if ((n == 2 || n == 3) && !memcmp(msg, "PST", (size_t)n)) {
+	if (n == 0) {
+		close(client);
+	} else if ((n == 2 || n == 3) && !memcmp(msg, "PST", (size_t)n)) {
 		answer_ps(client, h, tsc_hz, n == 3);
 		close(client);
 	} else if ((size_t)n >= sizeof(struct join_req) && !memcmp(msg, JOIN_MAGIC, 8) && nfds == 3 &&
@@ -617,7 +621,14 @@ int cmd_join(int argc, char **argv)
 		c->cmsg_len = CMSG_LEN(sizeof(fds));
 		memcpy(CMSG_DATA(c), fds, sizeof(fds));
 		if (sendmsg(fd, &mh, MSG_NOSIGNAL) != (ssize_t)len) {
-			fprintf(stderr, "rpal join: cannot send the request to host \"%s\": %s\n", argv[1], strerror(errno));
+			int e = errno;
+
+			/* A host that refuses us says why before it hangs up. */
+			if (recv_reply(fd, reply, sizeof(reply)) > 6 && !strncmp(reply, "ERROR ", 6))
+				fprintf(stderr, "rpal join: %s\n", reply + 6);
+			else
+				fprintf(stderr, "rpal join: cannot send the request to host \"%s\": %s\n", argv[1],
+					strerror(e));
 			return 2;
 		}
 	}

@@ -575,7 +575,8 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
     if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
     if (!rc) reset_handlers();
     if (sp && !rc && sp->set_sigmask) raw4(SYS_rt_sigprocmask, SIG_SETMASK, &sp->sigmask, NULL, 8);
-    if (!rc) close_cloexec();
+    if (sp && !rc && sp->only_std_fds) raw3(SYS_close_range, 3, ~0u, 0);
+    else if (!rc) close_cloexec();
     if (!rc) {
         union {
             char bytes[64];
