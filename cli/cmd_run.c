@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * cmd_run.c - `rpal run`: hosted mode.  Starts several independently built
- * programs in this one process (hosted/launch.c), each in its own linker
- * namespace, with a host block (hosted/host.c) through which their copies
+ * programs in this one address space (hosted/launch.c), each in its own
+ * linker namespace and its own process, with a host block (hosted/host.c) through which their copies
  * of librpal upgrade local connections to the RPAL call.
  */
 #include <stdio.h>
@@ -19,8 +19,10 @@ static void run_usage(FILE *f)
 	fprintf(f,
 "usage: rpal run [-q] [--stat] PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]...\n"
 "\n"
-"Runs every PROGRAM in this one process, each in its own linker namespace\n"
-"(own globals, libc, heap, TLS) on its own thread; at most %d programs.\n"
+"Runs every PROGRAM in this one address space, each in its own linker\n"
+"namespace (own globals, libc, heap, TLS) and its own process (own PID,\n"
+"descriptors, signal handlers); at most %d programs.  SIGTERM, SIGINT,\n"
+"SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 are passed on to every program.\n"
 "A PROGRAM is an ordinary PIE executable linked with -rdynamic (pkg-config\n"
 "--variable=hosted_ldflags rpal).  rpal connections between the programs\n"
 "deliver messages by RPAL calls: a user-mode switch into a receiver parked\n"

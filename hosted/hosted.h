@@ -1,8 +1,8 @@
 /* hosted.h: the pieces of rpal hosted mode that do not depend on librpal (docs/HOSTED.md).
  *
  * Loader: load independently built PIE executables into their own glibc linker namespaces
- * (dlmopen LM_ID_NEWLM) inside one process and run each one's main() on its own thread, created
- * by that namespace's libc (loader.c).
+ * (dlmopen LM_ID_NEWLM) in one address space and run each one's main() in a process of its own
+ * (clone with CLONE_VM), on a thread created by that namespace's libc (loader.c).
  *
  * Launcher: the loop of `rpal run` and the host block with the process-wide signal handlers
  * (launch.c, host.c; the block's layout is rpal_host.h).
