@@ -242,6 +242,7 @@ int report_plot(const struct report *r, const char *path);
 int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);	/* cmd_run.c: `rpal run` */
 int cmd_doctor(int argc, char **argv);	/* doctor.c: `rpal doctor` */
+void jstr(FILE *f, const char *s);	/* report.c: s as a JSON string */
 int cmd_host(int argc, char **argv);	/* cmd_host.c: `rpal host`, `rpal join`, `rpal ps` */
 int cmd_join(int argc, char **argv);
 int cmd_ps(int argc, char **argv);

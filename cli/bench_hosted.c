@@ -18,11 +18,12 @@
  *     each message (rpal_recv) and waits again, with no echo.  Every timed
  *     send must have been a call (the host block counts them).
  *
- * On a failure a program records it (bt_fail) and ends the whole process:
- * the other program would otherwise wait for it forever.
+ * On a failure a program records it (bt_fail) and ends the launcher, and
+ * with it the other program, which would otherwise wait for it forever.
  */
 #include <errno.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,9 @@
 
 static void __attribute__((noreturn)) die(void)
 {
-	/* exit() would end this program only (the launcher catches it). */
+	/* Each program is its own process: end the launcher, and the other
+	 * program goes with it (its parent-death signal). */
+	kill(getppid(), SIGKILL);
 	syscall(SYS_exit_group, 1);
 	for (;;)
 		;

@@ -143,22 +143,6 @@ static void say(int fd, const char *fmt, ...)
 	(void)!send(fd, buf, (size_t)n, MSG_NOSIGNAL);
 }
 
-static void json_str(FILE *f, const char *s)
-{
-	fputc('"', f);
-	for (; *s; s++) {
-		unsigned char c = (unsigned char)*s;
-
-		if (c == '"' || c == '\\')
-			fprintf(f, "\\%c", c);
-		else if (c < 0x20)
-			fprintf(f, "\\u%04x", c);
-		else
-			fputc(c, f);
-	}
-	fputc('"', f);
-}
-
 static const char *prog_state(const struct hprog *hp, const struct rpal_host *h)
 {
 	if (hp->state == P_RUNNING)
@@ -194,7 +178,7 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
 	fprintf(f, "{\"host\": {\"name\": ");
-	json_str(f, host_name);
+	jstr(f, host_name);
 	fprintf(f, ", \"pid\": %d, \"programs_loaded\": %d, \"programs_max\": %d}, \"programs\": [",
 		(int)getpid(), nprogs, HOSTED_NNS - 1);
 	for (int i = 0; i < nprogs; i++) {
@@ -207,7 +191,7 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 		for (int k = 0; k < hp->argc; k++) {
 			if (k)
 				fputs(", ", f);
-			json_str(f, hp->argv[k]);
+			jstr(f, hp->argv[k]);
 		}
 		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
 		if (hp->state == P_ENDED)

@@ -401,7 +401,8 @@ void report_table(const struct report *r, FILE *f)
 
 /* ------------------------------------------------------------------ JSON */
 
-static void jstr(FILE *f, const char *s)
+/* s as a JSON string, quoted and escaped. */
+void jstr(FILE *f, const char *s)
 {
 	fputc('"', f);
 	for (; *s; s++) {
