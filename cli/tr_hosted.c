@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tr_hosted.c - "rpal-hosted": server and client as two programs of one
- * `rpal run` process (hosted mode), each with its own copy of librpal.  The
+ * `rpal run` (hosted mode: two processes in one address space), each with
+ * its own copy of librpal.  The
  * server waits in rpal_epoll_wait() and reads with rpal_recv(); the client
  * sends with rpal_send(), which switches into the parked server in user
  * mode (an RPAL call), and reads the echo with rpal_recv().  The programs
@@ -16,8 +17,9 @@
  * server's CPU, the client's to the client's.  With RPAL calls the server's
  * code runs on the client's thread, so on the client's CPU.
  *
- * CPU time: getrusage(RUSAGE_SELF) in either program covers the whole
- * process, so the client's figure is the total and the server's is 0.
+ * CPU time: each program is its own process, so each marks its own
+ * (getrusage(RUSAGE_SELF)); the server's code that calls run on the
+ * client's thread counts as the client's.
  *
  * The program is looked for in $RPAL_BENCH_HOSTED, else next to the rpal
  * binary; CMake builds it unless the build is sanitized.
@@ -154,8 +156,7 @@ static void hr_collect(struct bt_ctx *c, struct hb_file *f)
 
 	sh->skew = hs->skew;
 	sh->bad = hs->bad;
-	sh->cpu[ROLE_SERVER] = (struct cpu_use){ 0, 0 };	/* see the top of this file */
-	sh->cpu[ROLE_CLIENT] = hs->cpu[ROLE_CLIENT];
+	memcpy(sh->cpu, hs->cpu, sizeof(sh->cpu));
 	sh->elapsed_tsc = hs->elapsed_tsc;
 	sh->has_counts = hs->has_counts;
 	memcpy(sh->wakeups, hs->wakeups, sizeof(sh->wakeups));
