@@ -176,6 +176,8 @@ void bt_relax(unsigned *spins);
 /* run.c's server and client loops, for a transport that runs them elsewhere. */
 int bt_serve(const struct transport *t, struct bt_ctx *c);
 int bt_drive(const struct transport *t, struct bt_ctx *c);
+int rpc_serve(const struct transport *t, struct bt_ctx *c);	/* the rpc suite's loops */
+int rpc_drive(const struct transport *t, struct bt_ctx *c);
 
 /* Results, one per metric of a run. */
 enum metric { M_ONEWAY, M_RTT, M_THROUGHPUT, M_CPU, M_CALL_RTT, M_SWITCH_PAIR, M_RPC, M_NR };

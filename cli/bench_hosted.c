@@ -218,7 +218,7 @@ static int server(struct hb_file *f, struct bt_ctx *c)
 	if (!ret && c->spec->suite == SU_LATENCY)
 		ret = calls_serve(t, c);
 	if (!ret)
-		ret = bt_serve(t, c);
+		ret = c->spec->suite == SU_RPC ? rpc_serve(t, c) : bt_serve(t, c);
 	return finish(f, t, c, ret);
 }
 
@@ -238,7 +238,7 @@ static int client(struct hb_file *f, struct bt_ctx *c)
 		ret = calls_drive(f, c, hb_samples(f, HB_CALL));
 	}
 	if (!ret)
-		ret = bt_drive(t, c);
+		ret = c->spec->suite == SU_RPC ? rpc_drive(t, c) : bt_drive(t, c);
 	return finish(f, t, c, ret);
 }
 

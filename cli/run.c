@@ -307,7 +307,7 @@ static void sleep_until(uint64_t at_ns)
  * publishes before it sends it.  Its CPU counts from the first measured
  * request's wait: a consumer that spins for it pays for the spin.
  */
-static int rpc_serve(const struct transport *t, struct bt_ctx *c)
+int rpc_serve(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
 	struct run_shared *sh = c->sh;
@@ -359,7 +359,7 @@ static int rpc_serve(const struct transport *t, struct bt_ctx *c)
  * behind: at twice --seconds the client stops sending, and the requests
  * never sent are counted (unsent), since their latency is not known.
  */
-static int rpc_drive(const struct transport *t, struct bt_ctx *c)
+int rpc_drive(const struct transport *t, struct bt_ctx *c)
 {
 	const struct run_spec *s = c->spec;
 	struct run_shared *sh = c->sh;

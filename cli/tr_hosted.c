@@ -157,6 +157,8 @@ static void hr_collect(struct bt_ctx *c, struct hb_file *f)
 	sh->skew = hs->skew;
 	sh->bad = hs->bad;
 	memcpy(sh->cpu, hs->cpu, sizeof(sh->cpu));
+	sh->rpc_done = hs->rpc_done;
+	sh->rpc_unsent = hs->rpc_unsent;
 	sh->elapsed_tsc = hs->elapsed_tsc;
 	sh->has_counts = hs->has_counts;
 	memcpy(sh->wakeups, hs->wakeups, sizeof(sh->wakeups));
@@ -202,6 +204,8 @@ static int hr_run(struct bt_ctx *c)
 	f->count = count;
 	f->warmup = warmup;
 	f->spec = *s;
+	f->sh.tsc_hz = c->sh->tsc_hz;
+	atomic_store(&f->sh.rpc_total, UINT64_MAX);	/* as run.c sets it: no end marker yet */
 	snprintf(f->service, sizeof(f->service), "%s", h->service);
 	pid = hr_start(c, fd);
 	close(fd);
@@ -261,10 +265,6 @@ const struct transport tr_rpal_hosted = {
 		"into the server parked in rpal_epoll_wait (an RPAL call)",
 	.unavailable = hosted_unavailable,
 	.flags = TF_ZEROCOPY,
-	/* Its client's send is a call that returns when the server parks: one
-	 * request in flight by construction, and its loops run in bench_hosted.c. */
-	.no_rpc = "rpal-bench-hosted runs the ping-pong loops in its own programs; the rpc loop is "
-		  "not ported there",
 	.setup = hr_setup,
 	.open = hr_open,
 	.teardown = hr_teardown,
