@@ -23,6 +23,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <rpal.h>
 
@@ -98,7 +99,12 @@ static int copy_fn(void *arg)
 
 #define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -EPROTO)
 
-static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e)
+/* h's clock pair and one of ours, taken together: spin cycles to ns. */
+struct tsc_ns {
+	uint64_t ns0, tsc0, ns1, tsc1;
+};
+
+static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e, const struct tsc_ns *t)
 {
 	memset(o, 0, sizeof(*o));
 	o->id = e->id;
@@ -122,8 +128,8 @@ static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e)
 	o->tx_sleeps = C(tx.sleeps);
 	o->rx_sleeps = C(rx.sleeps);
 	o->ring_full = C(tx.ring_full);
-	o->tx_spin_ns = C(tx.spin_ns);
-	o->rx_spin_ns = C(rx.spin_ns);
+	o->tx_spin_ns = rpal_stat_tsc_ns(C(tx.spin_tsc), t->ns0, t->tsc0, t->ns1, t->tsc1);
+	o->rx_spin_ns = rpal_stat_tsc_ns(C(rx.spin_tsc), t->ns0, t->tsc0, t->ns1, t->tsc1);
 	o->bufs_out = C(tx.bufs_out);
 	o->bufs_held = C(rx.bufs_held);
 	o->violations = C(rx.violations);
@@ -135,6 +141,8 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	_Alignas(64) struct rpal_stat_hdr h;
 	_Alignas(64) struct rpal_stat_conn e;
 	struct copy c = { .dst = (uint64_t *)(void *)&h, .words = sizeof(h) / 8 };
+	struct tsc_ns tn;
+	struct timespec ts;
 	struct stat st;
 	uint64_t n, room, i;
 	unsigned char *m;
@@ -175,6 +183,11 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 		ret = WHY("pid %u out of range", h.pid);
 		goto out;
 	}
+	tn.ns0 = h.clock_ns;
+	tn.tsc0 = h.clock_tsc;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	tn.tsc1 = __builtin_ia32_rdtsc();
+	tn.ns1 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	p->pid = h.pid;
 	p->uid = h.uid;
 	p->slot = h.slot;
@@ -214,7 +227,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 		}
 		if (e.state != RPAL_STAT_OPEN)
 			continue;
-		conn_from_entry(&p->conns[p->nconns++], &e);
+		conn_from_entry(&p->conns[p->nconns++], &e, &tn);
 	}
 out:
 	munmap(m, (size_t)st.st_size);

@@ -589,8 +589,8 @@ RPAL_EXPORT int rpal_conn_stats(int fd, struct rpal_conn_stats *st)
 	st->tx_sleeps = load_relaxed(&e->tx.sleeps);
 	st->rx_sleeps = load_relaxed(&e->rx.sleeps);
 	st->ring_full = load_relaxed(&e->tx.ring_full);
-	st->tx_spin_ns = load_relaxed(&e->tx.spin_ns);
-	st->rx_spin_ns = load_relaxed(&e->rx.spin_ns);
+	st->tx_spin_ns = stat_spin_ns(load_relaxed(&e->tx.spin_tsc));
+	st->rx_spin_ns = stat_spin_ns(load_relaxed(&e->rx.spin_tsc));
 	st->bufs_out = load_relaxed(&e->tx.bufs_out);
 	st->bufs_held = load_relaxed(&e->rx.bufs_held);
 	st->violations = load_relaxed(&e->rx.violations);

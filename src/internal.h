@@ -250,6 +250,7 @@ struct rpal_global {
 	int statfd;
 	uint32_t stat_free;           /* no free entry below this one */
 	uint64_t stat_ids;            /* connections numbered so far */
+	uint64_t stat_ns0, stat_tsc0; /* the clock and the TSC at one instant (spin_tsc to ns) */
 	char statpath[128];
 };
 extern struct rpal_global rpal_g;
@@ -275,6 +276,7 @@ void stat_forget_child(void);
 struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id);
 void stat_conn_close(struct rpal_stat_conn *e);
 void stat_conn_forget(struct rpal_stat_conn *e);
+uint64_t stat_spin_ns(uint64_t cycles);
 
 /* Inline: a quota check runs on every buffer send. */
 /* Unallocated bytes of our arena's heap. */

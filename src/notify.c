@@ -250,8 +250,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
 	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;
 	_Atomic uint64_t *sleeps = (what & WANT_RX) ? &c->st->rx.sleeps : &c->st->tx.sleeps;
-	_Atomic uint64_t *spun = (what & WANT_RX) ? &c->st->rx.spin_ns : &c->st->tx.spin_ns;
-	uint64_t t0, budget, now;
+	_Atomic uint64_t *spun = (what & WANT_RX) ? &c->st->rx.spin_tsc : &c->st->tx.spin_tsc;
+	uint64_t t0, tsc0, budget;
 	unsigned i;
 
 	if (wait_done(c, what))
@@ -271,6 +271,9 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	/* The clock only to time a spin, or a sleep the adaptive policy
 	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
+	/* The spin is counted in TSC cycles: a read costs half of now_ns(),
+	 * and the one after a catch delays the message it caught. */
+	tsc0 = budget ? __builtin_ia32_rdtsc() : 0;
 	for (i = 1; budget; i++) {
 		if (yield)
 			sched_yield();
@@ -278,11 +281,11 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			cpu_relax();
 		if (wait_done(c, what)) {
 			spin_caught(spin);
-			stat_add(spun, now_ns() - t0);
+			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
 			return 0;
 		}
-		if ((yield || !(i & 63)) && (now = now_ns()) - t0 > budget) {
-			stat_add(spun, now - t0);
+		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
+			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
 			break;
 		}
 	}

@@ -51,6 +51,8 @@ void stat_setup(void)
 	void *p;
 	int fd, n;
 
+	rpal_g.stat_ns0 = now_ns();
+	rpal_g.stat_tsc0 = __builtin_ia32_rdtsc();
 	n = snprintf(rpal_g.statpath, sizeof(rpal_g.statpath), "%s/" RPAL_STAT_PREFIX "%u", rpal_g.rundir,
 		     rpal_g.slot);
 	if (n < 0 || (size_t)n >= sizeof(rpal_g.statpath))
@@ -80,6 +82,8 @@ void stat_setup(void)
 	h->slot = rpal_g.slot;
 	h->flags = host_active() ? RPAL_STAT_HOSTED : 0;
 	h->started = realtime_s();
+	h->clock_ns = rpal_g.stat_ns0;
+	h->clock_tsc = rpal_g.stat_tsc0;
 	snprintf(h->name, sizeof(h->name), "%s", program_invocation_short_name);
 	store_relaxed(&h->nr_entries, STAT_FIRST_ENTRIES);
 	h->magic = RPAL_STAT_MAGIC;
@@ -223,4 +227,12 @@ void stat_conn_forget(struct rpal_stat_conn *e)
 {
 	if (e && !in_page(e))
 		free(e);
+}
+
+/* Spin cycles of a counter to ns, for rpal_conn_stats(). */
+uint64_t stat_spin_ns(uint64_t cycles)
+{
+	uint64_t ns = now_ns(), tsc = __builtin_ia32_rdtsc();
+
+	return rpal_stat_tsc_ns(cycles, rpal_g.stat_ns0, rpal_g.stat_tsc0, ns, tsc);
 }

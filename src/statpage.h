@@ -43,7 +43,10 @@ struct rpal_stat_hdr {
 	int64_t started;             /* CLOCK_REALTIME seconds at rpal_init() */
 	_Atomic uint32_t nr_open;    /* open connections */
 	_Atomic uint32_t overflow;   /* open connections without an entry (page full) */
-	uint8_t reserved[16];
+	/* CLOCK_MONOTONIC ns and the TSC at one instant of rpal_init(): with a
+	 * pair of its own, a reader converts spin_tsc to ns. */
+	uint64_t clock_ns;
+	uint64_t clock_tsc;
 	char name[64];               /* the program's name, NUL-padded */
 	uint8_t reserved2[128];
 };
@@ -58,7 +61,7 @@ struct rpal_stat_tx {
 	_Atomic uint64_t wakeups_avoided; /* checks that found it awake, or already woken */
 	_Atomic uint64_t sleeps;     /* sleeps waiting for room (ring or quota full) */
 	_Atomic uint64_t ring_full;  /* sends that found the ring or the quota full */
-	_Atomic uint64_t spin_ns;    /* ns spent spinning for room */
+	_Atomic uint64_t spin_tsc;   /* TSC cycles spent spinning for room */
 	_Atomic uint64_t bufs_out;   /* our buffers the peer holds, not yet acked */
 };
 
@@ -68,7 +71,7 @@ struct rpal_stat_rx {
 	_Atomic uint64_t bytes;      /* their payload bytes */
 	_Atomic uint64_t wakeups;    /* wake-ups made for the peer's sender (room) */
 	_Atomic uint64_t sleeps;     /* sleeps waiting for messages (epoll's included) */
-	_Atomic uint64_t spin_ns;    /* ns spent spinning for messages */
+	_Atomic uint64_t spin_tsc;   /* TSC cycles spent spinning for messages */
 	_Atomic uint64_t bufs_held;  /* the peer's buffers received zero-copy, not released */
 	_Atomic uint64_t violations; /* protocol violations seen (any thread: atomic add) */
 	uint64_t reserved;
@@ -109,6 +112,18 @@ _Static_assert(sizeof(struct rpal_stat_conn) == 256, "stat entry layout");
 #define RPAL_STAT_LOCAL    0x2u      /* the peer is a program of our process (hosted) */
 #define RPAL_STAT_PEER_GONE 0x1u     /* hang-up or exit seen */
 #define RPAL_STAT_ERROR     0x2u     /* closed for I/O after a violation */
+
+/*
+ * TSC cycles to ns, from the owner's (ns0, tsc0) pair and a later one of
+ * the caller's (the TSC runs at one constant rate on every CPU where the
+ * kernel's clock source is the TSC).  0 when the pairs say nothing.
+ */
+static inline uint64_t rpal_stat_tsc_ns(uint64_t cycles, uint64_t ns0, uint64_t tsc0, uint64_t ns1, uint64_t tsc1)
+{
+	if (!tsc0 || tsc1 <= tsc0 || ns1 <= ns0)
+		return 0;
+	return (uint64_t)((unsigned __int128)cycles * (ns1 - ns0) / (tsc1 - tsc0));
+}
 
 /* The file's size for n entries. */
 static inline uint64_t rpal_stat_size(uint32_t n)
