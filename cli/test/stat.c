@@ -448,7 +448,16 @@ static void forged(const char *rpal)
 			_exit(0);
 		}
 		waitpid(dead, NULL, 0);
-		doc = stat_json(rpal, NULL, &o);
+		/* The kernel may drop a dead process's last reference to a file
+		 * (and so its lock) a moment after it can be reaped. */
+		for (i = 0; i < 20; i++) {
+			doc = stat_json(rpal, NULL, &o);
+			if (!doc || !proc_of(doc, dead) || i == 19)
+				break;
+			json_free(doc);
+			out_free(&o);
+			usleep(100000);
+		}
 		CHECK(doc && !proc_of(doc, dead), "dead pid %d is listed", (int)dead);
 		CHECK(doc && num(doc, "stale_pages") >= 1, "no stale page counted");
 		json_free(doc);
