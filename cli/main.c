@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
+#include "snap.h"
 
 static void usage(FILE *f)
 {
@@ -19,6 +20,8 @@ static void usage(FILE *f)
 "  join      run a program inside a host, as its own process (rpal join --help)\n"
 "  ps        list a host's programs and their RPAL calls (rpal ps --help)\n"
 "  doctor    what this machine offers rpal, and whether connected mode works\n"
+"  stat      the connection counters of every rpal process (rpal stat --help)\n"
+"  top       the same, live: message rates and wake-ups each second\n"
 "  version   print the version\n"
 "  help      this text\n");
 }
@@ -41,6 +44,10 @@ int main(int argc, char **argv)
 		return cmd_ps(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "doctor"))
 		return cmd_doctor(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "stat"))
+		return cmd_stat(argc - 1, argv + 1);
+	if (!strcmp(argv[1], "top"))
+		return cmd_top(argc - 1, argv + 1);
 	if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
 		printf("rpal 0.1\n");
 		return 0;

@@ -211,6 +211,29 @@ struct rpal_conn_info {
 };
 int rpal_conn_info(int fd, struct rpal_conn_info *info);
 
+/*
+ * A connection's counters since it was made, as `rpal stat` shows them to
+ * other processes (see rpal_conn_stats(3)).  Each is written by one thread
+ * (the sending or the receiving one) without locks: read while they run,
+ * each value is whole but they are not a snapshot of one instant.
+ */
+struct rpal_conn_stats {
+	uint64_t id;                /* this process's connection number, from 1 */
+	int64_t since;              /* CLOCK_REALTIME seconds at the handshake */
+	uint64_t msgs_sent, msgs_received;
+	uint64_t bytes_sent, bytes_received;      /* payload bytes */
+	uint64_t wakeups_sent;      /* wake-up syscalls for the peer's receiver */
+	uint64_t wakeups_avoided;   /* wake-up checks that found it awake */
+	uint64_t room_wakeups;      /* wake-up syscalls for the peer's sender (room) */
+	uint64_t tx_sleeps, rx_sleeps;            /* sleeps for room, for messages */
+	uint64_t ring_full;         /* sends that found the ring or the quota full */
+	uint64_t tx_spin_ns, rx_spin_ns;          /* ns spent spinning before waits ended */
+	uint64_t bufs_out;          /* our buffers the peer holds, not yet acked */
+	uint64_t bufs_held;         /* its buffers we hold (rpal_recv_msg), not released */
+	uint64_t violations;        /* protocol violations of the peer seen */
+};
+int rpal_conn_stats(int fd, struct rpal_conn_stats *st);
+
 /* ------------------------------------------------------ send and receive */
 
 /*

@@ -34,7 +34,13 @@
 #define store_relaxed(p, v)  atomic_store_explicit((p), (v), memory_order_relaxed)
 /* A statistic that threads may bump at once: no locked instruction, and a
  * count lost to a race is no harm. */
-#define stat_inc(p)          store_relaxed((p), load_relaxed(p) + 1)
+#define stat_inc(p)          stat_add((p), 1)
+/* A counter with one writer thread (statpage.h): a relaxed load and store,
+ * no locked instruction; readers see each value whole. */
+#define stat_add(p, n)       store_relaxed((p), load_relaxed(p) + (n))
+/* One that several threads bump and that must not lose counts: an atomic
+ * add, for paths that make a system call anyway (sleeps). */
+#define stat_add_shared(p, n) atomic_fetch_add_explicit((p), (n), memory_order_relaxed)
 
 #if defined(__SANITIZE_THREAD__)
 #define smp_mb() atomic_thread_fence(memory_order_seq_cst)

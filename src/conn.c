@@ -61,12 +61,33 @@ struct rpal_wake_page *wake_page_create(int *fd)
 	return p;
 }
 
+/* Our statistics entry for c (service: the name served or connected to). */
+static int conn_stat_open(struct rpal_conn *c, const char *service, bool accepted)
+{
+	struct rpal_stat_conn id = {
+		.fd = c->fd,
+		.peer_pid = (uint32_t)c->peer_pid,
+		.peer_uid = (uint32_t)c->peer_uid,
+		.peer_gid = (uint32_t)c->peer_gid,
+		.peer_slot = c->peer->slot,
+		.flags = (accepted ? RPAL_STAT_ACCEPTED : 0) | (c->local ? RPAL_STAT_LOCAL : 0),
+	};
+
+	/* A path names no service: its last component does. */
+	if (service && service[0] == '/' && strrchr(service, '/')[1])
+		service = strrchr(service, '/') + 1;
+	if (service)
+		snprintf(id.service, sizeof(id.service), "%s", service);
+	c->st = stat_conn_open(&id);
+	return c->st ? 0 : -ENOMEM;
+}
+
 /* Build a connection from a checked hello; the caller holds rpal_g.lock.
  * On success takes ownership of sock, bell (ours), ring (theirs) and the
  * wake page, if any (side: 0 we connected, 1 we accepted). */
 static int conn_create(int sock, struct rpal_block *me, int bell, int ring, const struct rpal_hello *h,
 		       const struct ucred *uc, int memfd, struct rpal_wake_page *page, int side,
-		       struct rpal_conn **out, char *why, size_t whylen)
+		       const char *service, struct rpal_conn **out, char *why, size_t whylen)
 {
 	struct rpal_conn *c = calloc(1, sizeof(*c));
 	uint64_t w;
@@ -142,6 +163,11 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->peer_gid = uc->gid;
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
 	spin_init(&c->tx_spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
+	ret = conn_stat_open(c, service, side);
+	if (ret) {
+		snprintf(why, whylen, "out of memory");
+		goto fail;
+	}
 	c->wake_page = page;    /* the watcher finds it from here on (obj_set) */
 	ret = obj_set(sock, &c->obj);
 	if (ret)
@@ -150,6 +176,8 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	*out = c;
 	return 0;
 fail:
+	if (c->st)
+		stat_conn_close(c->st);
 	if (c->pidfd >= 0)
 		close(c->pidfd);
 	bufset_free(&c->out);
@@ -178,6 +206,7 @@ void conn_reclaim(struct rpal_conn *c)
 	pthread_mutex_lock(&c->out_lock);
 	bufset_reclaim(&c->out);
 	store_relaxed(&c->out_bytes, 0);
+	store_relaxed(&c->st->tx.bufs_out, 0);
 	pthread_mutex_unlock(&c->out_lock);
 }
 
@@ -237,6 +266,7 @@ void conn_mark_dead(struct rpal_conn *c, bool process_exited)
 	acks_drain(c);
 	if (atomic_exchange(&c->dead, true))
 		return;
+	atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE, memory_order_relaxed);
 	conn_reclaim(c);
 }
 
@@ -340,7 +370,7 @@ void send_refuse(int sock, int err, const char *why)
  */
 int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_t type,
 			const struct ucred *uc, struct rpal_block *me, int bell, struct rpal_wake_page *page,
-			struct rpal_conn **out, char *why, size_t whylen)
+			const char *service, struct rpal_conn **out, char *why, size_t whylen)
 {
 	struct rpal_hello h;
 	bool mapped = false;    /* the page is the WELCOME's, mapped here */
@@ -373,8 +403,8 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 		ret = doorbell_check(fds[1], why, whylen);
 	if (!ret) {
 		pthread_mutex_lock(&rpal_g.lock);
-		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], page, type == RPAL_HS_HELLO, out,
-				  why, whylen);
+		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], page, type == RPAL_HS_HELLO, service,
+				  out, why, whylen);
 		pthread_mutex_unlock(&rpal_g.lock);
 		if (!ret) {
 			close(fds[0]);    /* the mapping keeps the memory */
@@ -418,6 +448,7 @@ void conn_close(struct rpal_conn *c)
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(c->fd);
 	rpal_g.nr_conns--;
+	stat_conn_close(c->st);
 	if (l) {
 		shutdown(l->sock, SHUT_WR);     /* the peer sees a hang-up now */
 		l->me = c->me;
@@ -489,6 +520,7 @@ static void conn_forget_child(struct rpal_obj *o)
 	bufset_free(&c->held);
 	if (c->wake_page)
 		munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
+	stat_conn_forget(c->st);
 	free(c);
 }
 
@@ -523,13 +555,46 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	info->peer_gid = c->peer_gid;
 	info->peer_slot = c->peer->slot;
 	info->peer_alive = !conn_dead(c);
-	info->tx_msgs = c->tx_msgs;
-	info->rx_msgs = c->rx_msgs;
-	info->wakeups = c->tx_wakeups + c->rx_wakeups;
-	info->sleeps = load_relaxed(&c->tx_sleeps) + load_relaxed(&c->rx_sleeps);
+	info->tx_msgs = load_relaxed(&c->st->tx.msgs);
+	info->rx_msgs = load_relaxed(&c->st->rx.msgs);
+	info->wakeups = load_relaxed(&c->st->tx.wakeups) + load_relaxed(&c->st->rx.wakeups);
+	info->sleeps = load_relaxed(&c->st->tx.sleeps) + load_relaxed(&c->st->rx.sleeps);
 	info->bufs_outstanding = c->out.count;
 	info->bytes_outstanding = load_relaxed(&c->out_bytes);
 	info->budget = conn_budget();
+	return 0;
+}
+
+RPAL_EXPORT int rpal_conn_stats(int fd, struct rpal_conn_stats *st)
+{
+	const struct rpal_stat_conn *e;
+	struct rpal_conn *c;
+	int err;
+
+	c = conn_get(fd, &err);
+	if (!c)
+		return err;
+	if (!st)
+		return rpal_fail(EINVAL, "rpal_conn_stats: st is NULL");
+	e = c->st;
+	memset(st, 0, sizeof(*st));
+	st->id = e->id;
+	st->since = e->since;
+	st->msgs_sent = load_relaxed(&e->tx.msgs);
+	st->msgs_received = load_relaxed(&e->rx.msgs);
+	st->bytes_sent = load_relaxed(&e->tx.bytes);
+	st->bytes_received = load_relaxed(&e->rx.bytes);
+	st->wakeups_sent = load_relaxed(&e->tx.wakeups);
+	st->wakeups_avoided = load_relaxed(&e->tx.wakeups_avoided);
+	st->room_wakeups = load_relaxed(&e->rx.wakeups);
+	st->tx_sleeps = load_relaxed(&e->tx.sleeps);
+	st->rx_sleeps = load_relaxed(&e->rx.sleeps);
+	st->ring_full = load_relaxed(&e->tx.ring_full);
+	st->tx_spin_ns = stat_spin_ns(load_relaxed(&e->tx.spin_tsc));
+	st->rx_spin_ns = stat_spin_ns(load_relaxed(&e->rx.spin_tsc));
+	st->bufs_out = load_relaxed(&e->tx.bufs_out);
+	st->bufs_held = load_relaxed(&e->rx.bufs_held);
+	st->violations = load_relaxed(&e->rx.violations);
 	return 0;
 }
 

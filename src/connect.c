@@ -116,7 +116,8 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		ret = rpal_fail(ret, "%s refused us: %s", service, why);
 		goto fail;
 	}
-	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_WELCOME, &uc, me, bell, NULL, &c, why, sizeof(why));
+	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_WELCOME, &uc, me, bell, NULL, service, &c, why,
+			   sizeof(why));
 	if (ret) {
 		send_refuse(sock, -ret, why);
 		ret = rpal_fail(-ret, "bad welcome from %s: %s", service, why);

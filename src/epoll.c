@@ -237,7 +237,8 @@ static void sleep_end(struct rpal_ep *ep)
 		if (r->sleeping) {
 			wait_end(r->c, r->sleeping);
 			r->sleeping = 0;
-			stat_inc(&r->c->rx_sleeps);
+			/* Another thread may count one in conn_wait(). */
+			stat_add_shared(&r->c->st->rx.sleeps, 1);
 		}
 	}
 }

@@ -218,6 +218,7 @@ static void atfork_child(void)
 		bufset_free(&l->out);
 		free(l);
 	}
+	stat_forget_child();
 	/* The region is not mapped here (MADV_DONTFORK): unmapping it is a no-op. */
 	region_teardown();
 	memset(&rpal_g.cfg, 0, sizeof(rpal_g.cfg));

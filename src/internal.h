@@ -9,6 +9,7 @@
  *   config.c     defaults, environment overrides, validation
  *  mem
  *   region.c     the reserved region, slot claim, own arena, peer mappings
+ *   stat.c       the statistics page: per-connection counters observers read
  *   alloc.c      the buffer allocator of our own arena
  *   mpk.c        protection keys: peer arenas unreadable outside windows
  *   safety.c     rpal_access_safely: recovery points for faults on peer memory
@@ -34,8 +35,11 @@
 #ifndef RPAL_INTERNAL_H
 #define RPAL_INTERNAL_H
 
+#include <errno.h>
+
 #include "base.h"
 #include "alloc.h"
+#include "statpage.h"
 
 /* ----------------------------------------------------- peer mappings */
 struct rpal_peer {
@@ -182,9 +186,9 @@ struct rpal_conn {
 	pid_t peer_pid;
 	uid_t peer_uid;
 	gid_t peer_gid;
-	uint64_t tx_msgs, rx_msgs;            /* P, C */
-	uint64_t tx_wakeups, rx_wakeups;      /* P, C: wake-ups we made */
-	_Atomic uint64_t tx_sleeps, rx_sleeps; /* sleeps we took (stat_inc: sleepers overlap) */
+	/* Counters: our entry of the statistics page (stat.c), or a private
+	 * one.  Its tx line is P's, its rx line C's (statpage.h). */
+	struct rpal_stat_conn *st;
 };
 
 struct rpal_pending {             /* an accepted socket mid-handshake */
@@ -199,6 +203,7 @@ struct rpal_listener {
 	int timer;                    /* fires at the first pending deadline */
 	int lockfd;                   /* held while we serve the name */
 	char path[108];
+	char service[64];             /* the name served, for the statistics page */
 	struct rpal_policy policy;
 	uid_t *uids;
 	gid_t *gids;
@@ -241,6 +246,13 @@ struct rpal_global {
 	struct rpal_linger *lingering;
 	unsigned nr_conns;
 	uint64_t tsc_dummy;
+	/* The statistics page (stat.c); stat NULL: none. */
+	struct rpal_stat_hdr *stat;
+	int statfd;
+	uint32_t stat_free;           /* no free entry below this one */
+	uint64_t stat_ids;            /* connections numbered so far */
+	uint64_t stat_ns0, stat_tsc0; /* the clock and the TSC at one instant (spin_tsc to ns) */
+	char statpath[128];
 };
 extern struct rpal_global rpal_g;
 
@@ -257,6 +269,15 @@ long arena_free(void *p);
 long arena_claim(void *p, size_t len);
 void arena_unclaim(void *p);
 bool arena_in_flight(void *p);
+
+/* stat.c: the statistics page. */
+void stat_setup(void);
+void stat_teardown(void);
+void stat_forget_child(void);
+struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id);
+void stat_conn_close(struct rpal_stat_conn *e);
+void stat_conn_forget(struct rpal_stat_conn *e);
+uint64_t stat_spin_ns(uint64_t cycles);
 
 /* Inline: a quota check runs on every buffer send. */
 /* Unallocated bytes of our arena's heap. */
@@ -329,6 +350,16 @@ void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
+
+/* The peer broke the protocol: the connection is closed for I/O (sticky).
+ * The sender (acks) and the receiver (slots) may both find one at once:
+ * the count is an atomic add, off the message path. */
+static inline void conn_violation(struct rpal_conn *c)
+{
+	store_relaxed(&c->err, EPROTO);
+	atomic_fetch_add_explicit(&c->st->rx.violations, 1, memory_order_relaxed);
+	atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_ERROR, memory_order_relaxed);
+}
 bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
 void conn_reclaim(struct rpal_conn *c);
 bool linger_sweep(bool teardown);      /* true while some still linger */
@@ -393,7 +424,7 @@ void block_destroy(struct rpal_block *b);
 int ring_reserve(struct rpal_conn *c);           /* 0 or -EAGAIN */
 void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
 int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
-void ring_consume(struct rpal_conn *c);
+void ring_consume(struct rpal_conn *c, uint32_t len);
 bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(const struct rpal_conn *c, uint64_t *head);
 int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
@@ -638,6 +669,8 @@ static inline int notify_rx(struct rpal_conn *c, bool may_call)
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_RX))
 		notify_wake_rx(c, w);
+	else
+		stat_inc(&c->st->tx.wakeups_avoided);
 	return 0;
 }
 

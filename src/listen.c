@@ -49,6 +49,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		return rpal_fail(ENOMEM, "out of memory");
 	l->obj.kind = OBJ_LISTENER;
 	l->fd = l->sock = l->lockfd = l->timer = -1;
+	snprintf(l->service, sizeof(l->service), "%s", service);
 	ret = policy_copy(l, policy);
 	if (ret)
 		goto fail;
@@ -183,7 +184,8 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	memcpy(&offer, buf, (size_t)n < sizeof(offer) ? (size_t)n : sizeof(offer));
 	if (offer.features & RPAL_FEAT_WAKE_PAGE)
 		page = wake_page_create(&pagefd);
-	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, page, &c, why, sizeof(why));
+	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, page, l->service, &c, why,
+			   sizeof(why));
 	if (ret) {
 		if (page) {
 			munmap(page, RPAL_WAKE_PAGE_SIZE);

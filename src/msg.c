@@ -27,6 +27,8 @@ static int send_error(struct rpal_conn *c)
 /* Wait for a free slot (and, for a buffer of size bytes, quota) or fail. */
 static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t size, bool allocated)
 {
+	bool full = false;
+
 	for (;;) {
 		int ret = send_error(c);
 
@@ -42,6 +44,11 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t 
 			}
 			/* What a waiter, or EPOLLOUT, must see room for. */
 			store_relaxed(&c->want_bytes, size);
+		}
+		/* Backpressure: counted once per send that meets it. */
+		if (!full) {
+			full = true;
+			stat_inc(&c->st->tx.ring_full);
 		}
 		/* The consumer may be waiting on messages we deferred. */
 		if (c->published != c->tail)
@@ -62,6 +69,7 @@ static void publish_buf(struct rpal_conn *c, void *buf, size_t len, uint64_t siz
 	pthread_mutex_lock(&c->out_lock);
 	bufset_add(&c->out, (uintptr_t)buf);   /* cannot fail: quota checked */
 	store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) + size);
+	store_relaxed(&c->st->tx.bufs_out, c->out.count);     /* under out_lock: one writer */
 	pthread_mutex_unlock(&c->out_lock);
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
 }
@@ -283,11 +291,11 @@ RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 		return rpal_fail(EMSGSIZE, "message of %u bytes does not fit in %zu", s.len, len);
 	if (s.flags == RPAL_SLOT_INLINE) {
 		copy_inline(buf, s.data, s.len);
-		ring_consume(c);
+		ring_consume(c, s.len);
 		notify_peer_tx(c, false);
 	} else {
 		memcpy(buf, (const void *)(uintptr_t)s.addr, s.len);
-		ring_consume(c);
+		ring_consume(c, s.len);
 		r = ack_push(c, s.addr);
 		if (r)
 			return r;
@@ -329,7 +337,7 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 			} else {
 				/* Remembered, so that only a real release is acked. */
 				if (bufset_add(&c->held, s.addr)) {
-					store_relaxed(&c->err, EPROTO);
+					conn_violation(c);
 					r = rpal_fail(EPROTO, "peer pid %d exceeded its buffer quota",
 						      (int)c->peer_pid);
 					return got ? (int)got : r;
@@ -337,8 +345,9 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 				m->data = (const void *)(uintptr_t)s.addr;
 				m->flags = RPAL_MSG_BUF;
 				m->token = s.addr;
+				store_relaxed(&c->st->rx.bufs_held, c->held.count);
 			}
-			ring_consume(c);
+			ring_consume(c, s.len);
 			got++;
 		}
 		if (got) {
@@ -380,6 +389,7 @@ RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
 			break;
 		}
 		msgs[i].token = 0;      /* a second release of this struct is a no-op */
+		store_relaxed(&c->st->rx.bufs_held, c->held.count);
 		if (conn_dead(c) || conn_err(c))
 			continue;
 		ret = ack_push(c, tok);

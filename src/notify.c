@@ -61,15 +61,17 @@ static void doorbell_write(int fd)
 
 /* Ring once per sleep of the peer, on the futex, the doorbell, or both if
  * it has sleepers on each.  EAGAIN means the socket is full: the peer has
- * unread bytes, hence an edge, and will wake anyway. */
-static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
-			  uint64_t *last, uint64_t *count)
+ * unread bytes, hence an edge, and will wake anyway.  False: this sleep
+ * was rung already.  count: the statistics page's counter of the calling
+ * side (one writer). */
+static bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
+			  uint64_t *last, _Atomic uint64_t *count)
 {
 	if (w == *last)
-		return;
+		return false;
 	*last = w;
 	/* One wake-up in 16 is timed: what a sleep costs its waker. */
-	uint64_t t0 = (*count & 15) ? 0 : now_ns();
+	uint64_t t0 = (load_relaxed(count) & 15) ? 0 : now_ns();
 
 	if (w & futex_bit) {
 		/* Change the word it waits on, then wake: a FUTEX_WAIT that
@@ -83,13 +85,15 @@ static void ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 		doorbell_write(c->peer_doorbell);
 	if (t0)
 		spin_note_wake(now_ns() - t0);
-	(*count)++;
+	stat_inc(count);
+	return true;
 }
 
 /* The consumer advertised a sleep (w: its waiting word): wake it. */
 void notify_wake_rx(struct rpal_conn *c, uint64_t w)
 {
-	ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->tx_wakeups);
+	if (!ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->st->tx.wakeups))
+		stat_inc(&c->st->tx.wakeups_avoided);
 }
 
 /*
@@ -216,7 +220,7 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 	smp_mb();       /* W1 for the TX direction */
 	w = load_relaxed(&c->pb->waiting);
 	if (unlikely(w & RPAL_WAIT_TX))
-		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->rx_wakeups);
+		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->st->rx.wakeups);
 }
 
 static bool wait_done(struct rpal_conn *c, unsigned what)
@@ -245,8 +249,9 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 {
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
 	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;
-	_Atomic uint64_t *sleeps = (what & WANT_RX) ? &c->rx_sleeps : &c->tx_sleeps;
-	uint64_t t0, budget;
+	_Atomic uint64_t *sleeps = (what & WANT_RX) ? &c->st->rx.sleeps : &c->st->tx.sleeps;
+	_Atomic uint64_t *spun = (what & WANT_RX) ? &c->st->rx.spin_tsc : &c->st->tx.spin_tsc;
+	uint64_t t0, tsc0, budget;
 	unsigned i;
 
 	if (wait_done(c, what))
@@ -266,6 +271,9 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	/* The clock only to time a spin, or a sleep the adaptive policy
 	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
+	/* The spin is counted in TSC cycles: a read costs half of now_ns(),
+	 * and the one after a catch delays the message it caught. */
+	tsc0 = budget ? __builtin_ia32_rdtsc() : 0;
 	for (i = 1; budget; i++) {
 		if (yield)
 			sched_yield();
@@ -273,10 +281,13 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			cpu_relax();
 		if (wait_done(c, what)) {
 			spin_caught(spin);
+			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
 			return 0;
 		}
-		if ((yield || !(i & 63)) && now_ns() - t0 > budget)
+		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
+			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
 			break;
+		}
 	}
 
 	/*
@@ -312,7 +323,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		}
 		/* One sleep in 16 is timed in CPU: what it costs the sleeper. */
 		uint64_t cpu0 = (load_relaxed(sleeps) & 15) ? 0 : thread_cpu_ns();
-		stat_inc(sleeps);
+		/* An epoll waiter may count a sleep on this connection too. */
+		stat_add_shared(sleeps, 1);
 		if (futex && c->wake_mine) {
 			/* Our word of the wake page: the peer bumps it to wake
 			 * us, and so does the watcher when the peer dies. */

@@ -31,6 +31,7 @@ struct rpal_global rpal_g = {
 	.alloc_lock = PTHREAD_MUTEX_INITIALIZER,
 	.slot_lockfd = -1,
 	.memfd = -1,
+	.statfd = -1,
 };
 
 
@@ -255,6 +256,7 @@ int region_setup(void)
 		return ret;
 	}
 	host_slot_claimed(rpal_g.slot);
+	stat_setup();
 	return ret;
 }
 
@@ -262,6 +264,8 @@ void region_teardown(void)
 {
 	bool hosted = host_active();
 
+	/* Before the slot goes: while we hold it, the page's name is ours. */
+	stat_teardown();
 	while (rpal_g.peers) {
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;

@@ -85,7 +85,8 @@ void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t 
 	store_release(&s->seq, (uint32_t)(c->tail + 1));
 	c->tail++;
 	store_relaxed(&c->me->tail, c->tail);
-	c->tx_msgs++;
+	stat_inc(&c->st->tx.msgs);
+	stat_add(&c->st->tx.bytes, len);
 }
 
 /* Is a slot free?  For epoll, which looks while another thread may send:
@@ -106,7 +107,7 @@ bool ring_writable(const struct rpal_conn *c, uint64_t *head)
 
 static int violation(struct rpal_conn *c, const char *what, unsigned long long v)
 {
-	store_relaxed(&c->err, EPROTO);
+	conn_violation(c);
 	return rpal_fail(EPROTO, "peer pid %d broke the protocol: %s (%#llx); connection closed",
 			 (int)c->peer_pid, what, v);
 }
@@ -150,12 +151,13 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	return 1;
 }
 
-void ring_consume(struct rpal_conn *c)
+void ring_consume(struct rpal_conn *c, uint32_t len)
 {
 	c->rx_head++;
 	/* R1: our reads of the slot happened before the producer may reuse it. */
 	store_release(&c->me->rx_head, c->rx_head);
-	c->rx_msgs++;
+	stat_inc(&c->st->rx.msgs);
+	stat_add(&c->st->rx.bytes, len);
 }
 
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
@@ -176,7 +178,7 @@ int ack_push(struct rpal_conn *c, uint64_t addr)
 
 	if (c->ack_tail - load_acquire(&c->pb->ack_head) > c->ack_mask) {
 		/* The peer never drained: it sent more buffers than our ring holds. */
-		store_relaxed(&c->err, EPROTO);
+		conn_violation(c);
 		return rpal_fail(EPROTO, "peer pid %d exceeded its buffer quota", (int)c->peer_pid);
 	}
 	a = &c->acks[c->ack_tail & c->ack_mask];
@@ -222,6 +224,8 @@ int acks_drain(struct rpal_conn *c)
 	}
 	if (n) {
 		store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) - freed);
+		/* Under out_lock: one writer at a time. */
+		store_relaxed(&c->st->tx.bufs_out, c->out.count);
 		store_release(&c->me->ack_head, load_relaxed(&c->ack_head));
 	}
 	pthread_mutex_unlock(&c->out_lock);

@@ -27,7 +27,7 @@ int side_create(struct rpal_block **blk, int *bell, int *ring);
 void send_refuse(int sock, int err, const char *why);
 int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_t type,
 		 const struct ucred *uc, struct rpal_block *me, int bell, struct rpal_wake_page *page,
-		 struct rpal_conn **out, char *why, size_t whylen);
+		 const char *service, struct rpal_conn **out, char *why, size_t whylen);
 void conn_close(struct rpal_conn *c);
 
 /* listen.c */

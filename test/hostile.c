@@ -384,7 +384,7 @@ int main(void)
 				t_check(errno == EAGAIN, "filling the doorbell: %s", strerror(errno));
 				t_check(fcntl(c->peer_doorbell, F_SETFL, 0) == 0, "clear O_NONBLOCK");
 			}
-			uint64_t rung = c->tx_wakeups, t0 = t_now_ns();
+			uint64_t rung = load_relaxed(&c->st->tx.wakeups), t0 = t_now_ns();
 			pthread_t th;
 			t_check(pthread_create(&th, NULL, send_one, &fd) == 0, "pthread_create");
 			bool done;
@@ -395,7 +395,7 @@ int main(void)
 				waitpid(tier, NULL, 0);
 			}
 			t_check(done, "%s: rpal_send still blocked after 2 s", step ? "full and blocking" : "tied up");
-			t_check(c->tx_wakeups == rung + 1, "%s: the send did not ring the doorbell",
+			t_check(load_relaxed(&c->st->tx.wakeups) == rung + 1, "%s: the send did not ring the doorbell",
 				step ? "full and blocking" : "tied up");
 		}
 		kill(pid, SIGKILL);

@@ -15,7 +15,7 @@ bad() { echo "FAIL: $*"; fail=1; }
 
 cmake --install "$BUILD" --prefix "$tmp/usr" > "$tmp/install.log" 2>&1 && ok "cmake --install" ||
 	{ cat "$tmp/install.log"; bad "cmake --install"; exit 1; }
-for f in bin/rpal include/rpal.h lib/pkgconfig/rpal.pc lib/cmake/rpal/rpalConfig.cmake share/man/man3/rpal_send.3; do
+for f in bin/rpal include/rpal.h lib/pkgconfig/rpal.pc lib/cmake/rpal/rpalConfig.cmake share/man/man3/rpal_send.3 share/man/man1/rpal-stat.1; do
 	[ -e "$tmp/usr/$f" ] || f=${f/lib\//lib\/x86_64-linux-gnu\/}
 	[ -e "$tmp/usr/$f" ] && ok "installed $f" || bad "missing $f"
 done

@@ -90,6 +90,7 @@ enum op {
 
 struct fz {
 	struct rpal_conn c;
+	struct rpal_stat_conn st;    /* its counters (no statistics page here) */
 	struct rpal_peer peer;
 	struct rpal_block *me;
 	size_t me_size;
@@ -206,6 +207,7 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	/* As conn_create() does, from the hello. */
 	c->obj.kind = OBJ_CONN;
 	c->fd = -1;
+	c->st = &z->st;
 	c->me = z->me;
 	c->ring = (struct rpal_slot *)((char *)z->me + z->me->ring_off);
 	c->ring_mask = my_ring - 1;
@@ -345,7 +347,7 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 		}
 		check_accepted(z, &s);
 		touch_payload(&s);
-		ring_consume(c);
+		ring_consume(c, s.len);
 		CHECK(c->rx_head == h + 1 && c->me->rx_head == c->rx_head, "ring_consume bookkeeping");
 		if (s.flags == RPAL_SLOT_BUF) {
 			if ((mode & 1) || z->ntok == FZ_MAX_TOK) {

@@ -1,0 +1,469 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snap.c - read the statistics pages of rpal processes (snap.h).
+ *
+ * A page is found by name in a runtime directory, judged alive by its lock
+ * (the owner holds flock(LOCK_EX) for as long as it has the file open or
+ * mapped), mapped read-only and copied out: each entry between two equal,
+ * even reads of its seq, with 8-byte loads, so that no counter is torn.
+ * The copies run under rpal_access_safely(): a page truncated under us
+ * raises SIGBUS, which becomes an error for that page alone.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <rpal.h>
+
+#include "snap.h"
+
+#define PID_LIMIT 4194304u   /* the kernel's PID_MAX_LIMIT */
+
+void snap_default_dir(char *out, size_t len)
+{
+	if (rpal_runtime_dir(NULL, out, len) < 0 && len)
+		out[0] = 0;
+}
+
+/* A string from the page: up to the first NUL or the field's end, every
+ * byte outside printable ASCII shown as '?'. */
+static void clean_string(char *dst, const char *src, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i + 1 < n && src[i]; i++)
+		dst[i] = (src[i] >= 0x20 && src[i] < 0x7f) ? src[i] : '?';
+	dst[i] = '\0';
+}
+
+struct copy {
+	const unsigned char *src;     /* in the page: 8-byte aligned */
+	uint64_t *dst;
+	size_t words;
+	int tries;                    /* entries: how often seq may change under us */
+	const _Atomic uint32_t *seq;  /* NULL: a plain copy (the header) */
+};
+
+static void copy_words(const struct copy *c)
+{
+	const uint64_t *s = (const uint64_t *)(const void *)c->src;
+	size_t i;
+
+	for (i = 0; i < c->words; i++)
+		c->dst[i] = __atomic_load_n(&s[i], __ATOMIC_RELAXED);
+}
+
+/* 1: copied; 0: seq kept changing (or stayed odd); -EFAULT via the caller. */
+static int copy_fn(void *arg)
+{
+	const struct copy *c = arg;
+	int t;
+
+	if (!c->seq) {
+		copy_words(c);
+		return 1;
+	}
+	for (t = 0; t < c->tries; t++) {
+		uint32_t s0 = atomic_load_explicit(c->seq, memory_order_acquire), s1;
+
+		if (s0 & 1)
+			continue;
+		copy_words(c);
+		atomic_thread_fence(memory_order_acquire);
+		s1 = atomic_load_explicit(c->seq, memory_order_relaxed);
+		if (s0 == s1)
+			return 1;
+	}
+	return 0;
+}
+
+#define WHY(...) (snprintf(why, whylen, __VA_ARGS__), -EPROTO)
+
+/* h's clock pair and one of ours, taken together: spin cycles to ns. */
+struct tsc_ns {
+	uint64_t ns0, tsc0, ns1, tsc1;
+};
+
+static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e, const struct tsc_ns *t)
+{
+	memset(o, 0, sizeof(*o));
+	o->id = e->id;
+	o->fd = e->fd;
+	o->peer_pid = e->peer_pid;
+	o->peer_uid = e->peer_uid;
+	o->peer_gid = e->peer_gid;
+	o->peer_slot = e->peer_slot;
+	o->flags = e->flags;
+	o->status = atomic_load_explicit(&e->status, memory_order_relaxed);
+	o->since = e->since;
+	clean_string(o->service, e->service, sizeof(o->service));
+#define C(f) atomic_load_explicit(&e->f, memory_order_relaxed)
+	o->msgs_sent = C(tx.msgs);
+	o->msgs_received = C(rx.msgs);
+	o->bytes_sent = C(tx.bytes);
+	o->bytes_received = C(rx.bytes);
+	o->wakeups_sent = C(tx.wakeups);
+	o->wakeups_avoided = C(tx.wakeups_avoided);
+	o->room_wakeups = C(rx.wakeups);
+	o->tx_sleeps = C(tx.sleeps);
+	o->rx_sleeps = C(rx.sleeps);
+	o->ring_full = C(tx.ring_full);
+	o->tx_spin_ns = rpal_stat_tsc_ns(C(tx.spin_tsc), t->ns0, t->tsc0, t->ns1, t->tsc1);
+	o->rx_spin_ns = rpal_stat_tsc_ns(C(rx.spin_tsc), t->ns0, t->tsc0, t->ns1, t->tsc1);
+	o->bufs_out = C(tx.bufs_out);
+	o->bufs_held = C(rx.bufs_held);
+	o->violations = C(rx.violations);
+#undef C
+}
+
+int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, size_t whylen)
+{
+	_Alignas(64) struct rpal_stat_hdr h;
+	_Alignas(64) struct rpal_stat_conn e;
+	struct copy c = { .dst = (uint64_t *)(void *)&h, .words = sizeof(h) / 8 };
+	struct tsc_ns tn;
+	struct timespec ts;
+	struct stat st;
+	uint64_t n, room, i;
+	unsigned char *m;
+	int ret = 0;
+
+	memset(p, 0, sizeof(*p));
+	snprintf(p->path, sizeof(p->path), "%s", path);
+	if (fstat(fd, &st) < 0)
+		return snprintf(why, whylen, "fstat: %s", strerror(errno)), -errno;
+	if (!S_ISREG(st.st_mode))
+		return WHY("not a regular file");
+	if ((uint64_t)st.st_size < sizeof(h))
+		return WHY("%lld bytes: shorter than a header", (long long)st.st_size);
+	if ((uint64_t)st.st_size > rpal_stat_size(RPAL_STAT_MAX_CONNS))
+		return WHY("%lld bytes: larger than any statistics page", (long long)st.st_size);
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	if (m == MAP_FAILED)
+		return snprintf(why, whylen, "mmap: %s", strerror(errno)), -errno;
+	c.src = m;
+	if (rpal_access_safely(copy_fn, &c) < 0) {
+		ret = WHY("truncated while read");
+		goto out;
+	}
+	if (h.magic != RPAL_STAT_MAGIC) {
+		ret = WHY("bad magic %#x", h.magic);
+		goto out;
+	}
+	if (h.version != RPAL_STAT_VERSION) {
+		ret = WHY("version %u; this rpal reads version %u", h.version, RPAL_STAT_VERSION);
+		goto out;
+	}
+	if (h.hdr_size != sizeof(h) || h.entry_size != sizeof(e)) {
+		ret = WHY("header of %u bytes and entries of %u; version %u has %zu and %zu", h.hdr_size,
+			  h.entry_size, RPAL_STAT_VERSION, sizeof(h), sizeof(e));
+		goto out;
+	}
+	if (h.pid == 0 || h.pid > PID_LIMIT) {
+		ret = WHY("pid %u out of range", h.pid);
+		goto out;
+	}
+	tn.ns0 = h.clock_ns;
+	tn.tsc0 = h.clock_tsc;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	tn.tsc1 = __builtin_ia32_rdtsc();
+	tn.ns1 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	p->pid = h.pid;
+	p->uid = h.uid;
+	p->slot = h.slot;
+	p->flags = h.flags;
+	p->started = h.started;
+	p->nr_open = atomic_load_explicit(&h.nr_open, memory_order_relaxed);
+	p->overflow = atomic_load_explicit(&h.overflow, memory_order_relaxed);
+	clean_string(p->name, h.name, sizeof(p->name));
+
+	/* Entries: no more than the header claims, the file holds, or any
+	 * page may have. */
+	n = atomic_load_explicit(&h.nr_entries, memory_order_relaxed);
+	room = ((uint64_t)st.st_size - sizeof(h)) / sizeof(e);
+	if (n > room)
+		n = room;
+	if (n > RPAL_STAT_MAX_CONNS)
+		n = RPAL_STAT_MAX_CONNS;
+	p->conns = calloc(n ? n : 1, sizeof(*p->conns));
+	if (!p->conns) {
+		snprintf(why, whylen, "out of memory");
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < n; i++) {
+		const struct rpal_stat_conn *pe = (const void *)(m + sizeof(h) + i * sizeof(e));
+		struct copy ce = { .src = (const void *)pe, .dst = (uint64_t *)(void *)&e,
+				   .words = sizeof(e) / 8, .tries = 8, .seq = &pe->seq };
+		int r = rpal_access_safely(copy_fn, &ce);
+
+		if (r < 0) {
+			ret = WHY("truncated while read");
+			goto out;
+		}
+		if (r == 0) {
+			p->busy++;
+			continue;
+		}
+		if (e.state != RPAL_STAT_OPEN)
+			continue;
+		conn_from_entry(&p->conns[p->nconns++], &e, &tn);
+	}
+out:
+	munmap(m, (size_t)st.st_size);
+	if (ret) {
+		free(p->conns);
+		p->conns = NULL;
+		p->nconns = 0;
+	}
+	return ret;
+}
+
+/* "stat.<slot>": the slot, or -1 for any other name. */
+static long page_slot(const char *name)
+{
+	const char *d = name + strlen(RPAL_STAT_PREFIX);
+	char *end;
+	long v;
+
+	if (strncmp(name, RPAL_STAT_PREFIX, strlen(RPAL_STAT_PREFIX)) || !isdigit((unsigned char)*d))
+		return -1;
+	errno = 0;
+	v = strtol(d, &end, 10);
+	return *end || errno || v > 4095 ? -1 : v;
+}
+
+/*
+ * A stale page: remove it if we can prove nobody will own it meanwhile.
+ * Holding its slot's byte of slots.lock keeps any new owner off the slot,
+ * so no live page can be renamed to that name while we unlink it.
+ */
+static void stale_remove(int dirfd, const char *name, long slot)
+{
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1 };
+	int lk = openat(dirfd, "slots.lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+
+	if (lk < 0)
+		return;
+	if (fcntl(lk, F_OFD_SETLK, &fl) == 0) {
+		int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0)
+			unlinkat(dirfd, name, 0);
+		if (fd >= 0)
+			close(fd);
+	}
+	close(lk);      /* drops the slot's byte */
+}
+
+static int add_skip(struct snap *s, const char *path, const char *why)
+{
+	struct snap_skip *n = realloc(s->skips, (s->nskips + 1) * sizeof(*n));
+
+	if (!n)
+		return -ENOMEM;
+	s->skips = n;
+	snprintf(n[s->nskips].path, sizeof(n->path), "%s", path);
+	snprintf(n[s->nskips].why, sizeof(n->why), "%s", why);
+	s->nskips++;
+	return 0;
+}
+
+static int scan_dir(const char *dir, struct snap *s)
+{
+	char path[300], why[160];
+	struct dirent *d;
+	DIR *dp = opendir(dir);
+
+	if (!dp)
+		return -errno;
+	while ((d = readdir(dp))) {
+		long slot = page_slot(d->d_name);
+		struct snap_proc p, *np;
+		int fd;
+
+		if (slot < 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, d->d_name);
+		fd = openat(dirfd(dp), d->d_name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+		if (fd < 0) {
+			if (errno != ENOENT)    /* gone since readdir: its owner left */
+				add_skip(s, path, strerror(errno));
+			continue;
+		}
+		if (flock(fd, LOCK_SH | LOCK_NB) == 0) {
+			close(fd);
+			s->stale++;
+			stale_remove(dirfd(dp), d->d_name, slot);
+			continue;
+		}
+		if (errno != EWOULDBLOCK) {
+			snprintf(why, sizeof(why), "flock: %s", strerror(errno));
+			add_skip(s, path, why);
+			close(fd);
+			continue;
+		}
+		if (snap_read_page(fd, path, &p, why, sizeof(why))) {
+			add_skip(s, path, why);
+			close(fd);
+			continue;
+		}
+		close(fd);
+		if (p.slot != (uint32_t)slot) {
+			snprintf(why, sizeof(why), "names slot %u in the page of slot %ld", p.slot, slot);
+			add_skip(s, path, why);
+			free(p.conns);
+			continue;
+		}
+		snprintf(p.dir, sizeof(p.dir), "%s", dir);
+		np = realloc(s->procs, (s->nprocs + 1) * sizeof(*np));
+		if (!np) {
+			free(p.conns);
+			closedir(dp);
+			return -ENOMEM;
+		}
+		s->procs = np;
+		s->procs[s->nprocs++] = p;
+	}
+	closedir(dp);
+	return 0;
+}
+
+static int proc_cmp(const void *a, const void *b)
+{
+	const struct snap_proc *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->slot < y->slot ? -1 : x->slot > y->slot;
+}
+
+/* Scan dir unless it is one already scanned. */
+static int scan_once(const char *dir, struct stat *seen, unsigned *nseen, unsigned max, struct snap *s)
+{
+	struct stat st;
+	unsigned k;
+	int ret;
+
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return 0;       /* nobody of that user has run rpal yet */
+	for (k = 0; k < *nseen; k++)
+		if (seen[k].st_dev == st.st_dev && seen[k].st_ino == st.st_ino)
+			return 0;
+	if (*nseen < max)
+		seen[(*nseen)++] = st;
+	ret = scan_dir(dir, s);
+	if (ret && ret != -ENOMEM) {
+		char msg[160];
+
+		snprintf(msg, sizeof(msg), "cannot read the directory: %s", strerror(-ret));
+		return add_skip(s, dir, msg);
+	}
+	return ret;
+}
+
+int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whylen)
+{
+	static const char *const all[] = { "/run/user/*/rpal", "/tmp/rpal-*" };
+	struct stat seen[256];
+	char def[256];
+	unsigned nseen = 0, i, k;
+	int ret;
+
+	memset(s, 0, sizeof(*s));
+	if (w && w->dir) {
+		ret = scan_dir(w->dir, s);
+		if (ret)
+			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
+		return ret;
+	}
+	snap_default_dir(def, sizeof(def));
+	ret = scan_once(def, seen, &nseen, 256, s);
+	/* Root sees every user's processes: their default directories too. */
+	for (i = 0; !ret && geteuid() == 0 && i < sizeof(all) / sizeof(all[0]); i++) {
+		glob_t g;
+
+		if (glob(all[i], 0, NULL, &g))
+			continue;
+		for (k = 0; !ret && k < g.gl_pathc; k++)
+			ret = scan_once(g.gl_pathv[k], seen, &nseen, 256, s);
+		globfree(&g);
+	}
+	if (ret) {
+		snprintf(why, whylen, "out of memory");
+		return ret;
+	}
+	if (s->nprocs > 1)
+		qsort(s->procs, s->nprocs, sizeof(*s->procs), proc_cmp);
+	return 0;
+}
+
+void snap_free(struct snap *s)
+{
+	unsigned i;
+
+	for (i = 0; i < s->nprocs; i++)
+		free(s->procs[i].conns);
+	free(s->procs);
+	free(s->skips);
+	memset(s, 0, sizeof(*s));
+}
+
+int snap_filter_parse(const char *arg, struct snap_filter *f)
+{
+	const char *p;
+
+	f->pid = -1;
+	f->service = NULL;
+	if (!arg)
+		return 0;
+	if (!*arg)
+		return -EINVAL;
+	for (p = arg; *p && isdigit((unsigned char)*p); p++)
+		;
+	if (*p) {
+		f->service = arg;
+		return 0;
+	}
+	errno = 0;
+	f->pid = strtol(arg, NULL, 10);
+	return errno || f->pid <= 0 || f->pid > (long)PID_LIMIT ? -EINVAL : 0;
+}
+
+void snap_select(struct snap *s, const struct snap_filter *f)
+{
+	unsigned i, j, k, n = 0;
+
+	for (i = 0; i < s->nprocs; i++) {
+		struct snap_proc *p = &s->procs[i];
+
+		if (f->pid >= 0 && p->pid != (uint32_t)f->pid) {
+			free(p->conns);
+			continue;
+		}
+		if (f->service) {
+			for (j = k = 0; j < p->nconns; j++)
+				if (!strcmp(p->conns[j].service, f->service))
+					p->conns[k++] = p->conns[j];
+			p->nconns = k;
+			if (!k) {
+				free(p->conns);
+				continue;
+			}
+		}
+		s->procs[n++] = *p;
+	}
+	s->nprocs = n;
+}

@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * snap.h - a snapshot of the statistics pages of rpal processes
+ * (docs/PROTOCOL.md section 9), for `rpal stat` and `rpal top`.  Every
+ * page is another process's memory: everything read from it is checked,
+ * and a page that fails a check is skipped with a reason.
+ */
+#ifndef RPAL_CLI_SNAP_H
+#define RPAL_CLI_SNAP_H
+
+#include <stdint.h>
+#include "../src/statpage.h"
+
+struct snap_conn {
+	uint64_t id;
+	int32_t fd;
+	uint32_t peer_pid, peer_uid, peer_gid, peer_slot;
+	uint32_t flags, status;       /* RPAL_STAT_ACCEPTED..., RPAL_STAT_PEER_GONE... */
+	int64_t since;
+	char service[64];             /* printable ASCII only */
+	uint64_t msgs_sent, msgs_received, bytes_sent, bytes_received;
+	uint64_t wakeups_sent, wakeups_avoided, room_wakeups;
+	uint64_t tx_sleeps, rx_sleeps, ring_full, tx_spin_ns, rx_spin_ns;
+	uint64_t bufs_out, bufs_held, violations;
+};
+
+struct snap_proc {
+	char path[300];               /* the page */
+	char dir[256];                /* its runtime directory */
+	uint32_t pid, uid, slot, flags, nr_open, overflow;
+	int64_t started;
+	char name[64];                /* printable ASCII only */
+	struct snap_conn *conns;
+	unsigned nconns;
+	unsigned busy;                /* entries skipped: rewritten during every try */
+};
+
+struct snap_skip {
+	char path[300];
+	char why[160];
+};
+
+struct snap {
+	struct snap_proc *procs;
+	unsigned nprocs;
+	struct snap_skip *skips;      /* pages that are not what they claim */
+	unsigned nskips;
+	unsigned stale;               /* pages of dead owners: skipped (removed where we could) */
+};
+
+/* Where to look: dirs[0..n) once each; NULL: this user's runtime directory,
+ * and, for root, every user's under /run/user and /tmp. */
+struct snap_where {
+	const char *dir;              /* --dir, or NULL */
+};
+
+/* Read every page.  0, or -errno when nothing could be listed (the reason
+ * in why). */
+int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whylen);
+void snap_free(struct snap *s);
+/* This user's runtime directory, resolved as rpal_init() does. */
+void snap_default_dir(char *out, size_t len);
+/* Parse one page (fd open on it, for path); 0 or -errno with why.  For tests
+ * of the checks and for snap_take(). */
+int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, size_t whylen);
+
+/* Selection from the command line: a pid (all digits) or a service name. */
+struct snap_filter {
+	long pid;                     /* -1: any */
+	const char *service;          /* NULL: any */
+};
+int snap_filter_parse(const char *arg, struct snap_filter *f);
+/* Drop what the filter does not select. */
+void snap_select(struct snap *s, const struct snap_filter *f);
+
+/* Command entry points (main.c). */
+int cmd_stat(int argc, char **argv);
+int cmd_top(int argc, char **argv);
+
+#endif

@@ -1,0 +1,289 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * stat.c - `rpal stat`: one snapshot of the connection counters of every
+ * rpal process of this user (of all users, for root), as a table, JSON,
+ * or the Prometheus text format for node-exporter's textfile collector.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "snap.h"
+
+enum fmt { FMT_TABLE, FMT_JSON, FMT_PROM };
+
+static int usage(FILE *f)
+{
+	fprintf(f,
+"usage: rpal stat [--json | --prometheus] [--dir DIR] [PID | SERVICE]\n"
+"\n"
+"The connection counters of every rpal process of this user (every user's,\n"
+"for root), read from their statistics pages without disturbing them.\n"
+"PID selects one process, SERVICE the connections of that service name.\n"
+"\n"
+"  --json          one JSON document: {\"processes\": [...], \"skipped\": [...]}\n"
+"  --prometheus    the Prometheus text format (rpal_*_total counters and gauges)\n"
+"  --dir DIR       read the pages of runtime directory DIR only\n"
+"  -h, --help      this text\n"
+"\n"
+"Exit status: 0, 1 when PID or SERVICE matched nothing, 2 on a usage error.\n");
+	return f == stdout ? 0 : 2;
+}
+
+/* Strings from pages are printable ASCII already (snap.c): escape the
+ * quote and the backslash. */
+static void json_str(const char *s)
+{
+	putchar('"');
+	for (; *s; s++) {
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		putchar(*s);
+	}
+	putchar('"');
+}
+
+static const char *role(const struct snap_conn *c)
+{
+	return c->flags & RPAL_STAT_ACCEPTED ? "accepted" : "connected";
+}
+
+static const char *state(const struct snap_conn *c)
+{
+	if (c->status & RPAL_STAT_ERROR)
+		return "error";
+	return c->status & RPAL_STAT_PEER_GONE ? "peer-gone" : "open";
+}
+
+/* The counters, in the order every format prints them. */
+#define COUNTERS(X)							\
+	X(msgs_sent, "messages_sent", "Messages sent on the connection")	\
+	X(msgs_received, "messages_received", "Messages received on the connection") \
+	X(bytes_sent, "bytes_sent", "Payload bytes sent")			\
+	X(bytes_received, "bytes_received", "Payload bytes received")		\
+	X(wakeups_sent, "wakeups_sent", "Wake-up system calls made for the peer's receiver") \
+	X(wakeups_avoided, "wakeups_avoided", "Wake-up checks that found the peer's receiver awake") \
+	X(room_wakeups, "room_wakeups", "Wake-up system calls made for the peer's sender waiting for room") \
+	X(tx_sleeps, "tx_sleeps", "Sleeps waiting for room in the ring or the buffer quota") \
+	X(rx_sleeps, "rx_sleeps", "Sleeps waiting for messages")		\
+	X(ring_full, "ring_full", "Sends that found the ring or the buffer quota full") \
+	X(tx_spin_ns, "tx_spin_ns", "Nanoseconds spent spinning for room")	\
+	X(rx_spin_ns, "rx_spin_ns", "Nanoseconds spent spinning for messages") \
+	X(violations, "violations", "Protocol violations of the peer")
+
+static void print_json(const struct snap *s)
+{
+	unsigned i, j;
+
+	printf("{\"processes\": [");
+	for (i = 0; i < s->nprocs; i++) {
+		const struct snap_proc *p = &s->procs[i];
+
+		printf("%s\n  {\"pid\": %u, \"name\": ", i ? "," : "", p->pid);
+		json_str(p->name);
+		printf(", \"uid\": %u, \"slot\": %u, \"hosted\": %s, \"started\": %lld, \"runtime_dir\": ", p->uid,
+		       p->slot, p->flags & RPAL_STAT_HOSTED ? "true" : "false", (long long)p->started);
+		json_str(p->dir);
+		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"connections\": [",
+		       p->nr_open, p->overflow);
+		for (j = 0; j < p->nconns; j++) {
+			const struct snap_conn *c = &p->conns[j];
+
+			printf("%s\n    {\"id\": %llu, \"fd\": %d, \"peer_pid\": %u, \"peer_uid\": %u, "
+			       "\"peer_slot\": %u, \"service\": ", j ? "," : "", (unsigned long long)c->id, c->fd,
+			       c->peer_pid, c->peer_uid, c->peer_slot);
+			json_str(c->service);
+			printf(", \"role\": \"%s\", \"local\": %s, \"state\": \"%s\", \"since\": %lld", role(c),
+			       c->flags & RPAL_STAT_LOCAL ? "true" : "false", state(c), (long long)c->since);
+#define X(f, name, help) printf(", \"" #f "\": %llu", (unsigned long long)c->f);
+			COUNTERS(X)
+#undef X
+			printf(", \"sleeps\": %llu, \"bufs_out\": %llu, \"bufs_held\": %llu}",
+			       (unsigned long long)(c->tx_sleeps + c->rx_sleeps), (unsigned long long)c->bufs_out,
+			       (unsigned long long)c->bufs_held);
+		}
+		printf("%s]}", p->nconns ? "\n  " : "");
+	}
+	printf("%s], \"stale_pages\": %u, \"skipped\": [", s->nprocs ? "\n" : "", s->stale);
+	for (i = 0; i < s->nskips; i++) {
+		printf("%s\n  {\"path\": ", i ? "," : "");
+		json_str(s->skips[i].path);
+		printf(", \"reason\": ");
+		json_str(s->skips[i].why);
+		printf("}");
+	}
+	printf("%s]}\n", s->nskips ? "\n" : "");
+}
+
+/* A label value: escape backslash, quote and newline (none of the last
+ * reach here, but the format requires it). */
+static void prom_label(const char *s)
+{
+	for (; *s; s++) {
+		if (*s == '\n') {
+			fputs("\\n", stdout);
+			continue;
+		}
+		if (*s == '"' || *s == '\\')
+			putchar('\\');
+		putchar(*s);
+	}
+}
+
+static void prom_labels(const struct snap_proc *p, const struct snap_conn *c)
+{
+	printf("{pid=\"%u\",slot=\"%u\",name=\"", p->pid, p->slot);
+	prom_label(p->name);
+	if (c) {
+		printf("\",conn=\"%llu\",peer=\"%u\",service=\"", (unsigned long long)c->id, c->peer_pid);
+		prom_label(c->service);
+		printf("\",role=\"%s", role(c));
+	}
+	printf("\"}");
+}
+
+static void print_prometheus(const struct snap *s)
+{
+	unsigned i, j;
+
+#define X(f, name, help)							\
+	printf("# HELP rpal_" name "_total " help ".\n# TYPE rpal_" name "_total counter\n"); \
+	for (i = 0; i < s->nprocs; i++)						\
+		for (j = 0; j < s->procs[i].nconns; j++) {			\
+			printf("rpal_" name "_total");				\
+			prom_labels(&s->procs[i], &s->procs[i].conns[j]);	\
+			printf(" %llu\n", (unsigned long long)s->procs[i].conns[j].f); \
+		}
+	COUNTERS(X)
+#undef X
+#define G(f, name, help)							\
+	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n"); \
+	for (i = 0; i < s->nprocs; i++)						\
+		for (j = 0; j < s->procs[i].nconns; j++) {			\
+			printf("rpal_" name);					\
+			prom_labels(&s->procs[i], &s->procs[i].conns[j]);	\
+			printf(" %lld\n", (long long)s->procs[i].conns[j].f);	\
+		}
+	G(bufs_out, "buffers_out", "Our zero-copy buffers the peer holds, not yet acknowledged")
+	G(bufs_held, "buffers_held", "The peer's zero-copy buffers received and not released")
+	G(since, "connection_start_time_seconds", "When the connection was made, in seconds since the epoch")
+#undef G
+	printf("# HELP rpal_open_connections Open rpal connections of the process.\n"
+	       "# TYPE rpal_open_connections gauge\n");
+	for (i = 0; i < s->nprocs; i++) {
+		printf("rpal_open_connections");
+		prom_labels(&s->procs[i], NULL);
+		printf(" %u\n", s->procs[i].nr_open);
+	}
+	printf("# HELP rpal_process_start_time_seconds When the process initialised rpal, in seconds since the epoch.\n"
+	       "# TYPE rpal_process_start_time_seconds gauge\n");
+	for (i = 0; i < s->nprocs; i++) {
+		printf("rpal_process_start_time_seconds");
+		prom_labels(&s->procs[i], NULL);
+		printf(" %lld\n", (long long)s->procs[i].started);
+	}
+}
+
+static void print_table(const struct snap *s)
+{
+	time_t now = time(NULL);
+	unsigned i, j;
+
+	if (!s->nprocs)
+		printf("no rpal processes\n");
+	for (i = 0; i < s->nprocs; i++) {
+		const struct snap_proc *p = &s->procs[i];
+		long long up = p->started && now > p->started ? (long long)(now - p->started) : 0;
+
+		printf("%spid %u  %s  slot %u%s  %u connection%s%s  up %lld:%02lld:%02lld\n", i ? "\n" : "", p->pid,
+		       p->name, p->slot, p->flags & RPAL_STAT_HOSTED ? " (hosted)" : "", p->nr_open,
+		       p->nr_open == 1 ? "" : "s", p->overflow ? " (some not listed: page full)" : "", up / 3600,
+		       up / 60 % 60, up % 60);
+		if (!p->nconns)
+			continue;
+		printf("  %4s %4s %7s %-16s %-9s %10s %10s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID", "FD", "PEER",
+		       "SERVICE", "ROLE", "MSGS_OUT", "MSGS_IN", "BYTES_OUT", "BYTES_IN", "WAKEUPS", "AVOIDED",
+		       "SLEEPS", "FULL", "OUT", "HELD", "STATE");
+		for (j = 0; j < p->nconns; j++) {
+			const struct snap_conn *c = &p->conns[j];
+
+			printf("  %4llu %4d %7u %-16.16s %-9s %10llu %10llu %11llu %11llu %8llu %8llu %8llu %6llu %4llu "
+			       "%4llu %s%s\n", (unsigned long long)c->id, c->fd, c->peer_pid,
+			       c->service[0] ? c->service : "-", role(c), (unsigned long long)c->msgs_sent,
+			       (unsigned long long)c->msgs_received, (unsigned long long)c->bytes_sent,
+			       (unsigned long long)c->bytes_received, (unsigned long long)c->wakeups_sent,
+			       (unsigned long long)c->wakeups_avoided,
+			       (unsigned long long)(c->tx_sleeps + c->rx_sleeps), (unsigned long long)c->ring_full,
+			       (unsigned long long)c->bufs_out, (unsigned long long)c->bufs_held, state(c),
+			       c->violations ? " (violation)" : "");
+		}
+	}
+}
+
+int cmd_stat(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "json", no_argument, NULL, 'j' },
+		{ "prometheus", no_argument, NULL, 'p' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct snap_where where = { 0 };
+	struct snap_filter filter;
+	enum fmt fmt = FMT_TABLE;
+	struct snap s;
+	char why[300];
+	unsigned i;
+	int c;
+
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'j':
+			fmt = FMT_JSON;
+			break;
+		case 'p':
+			fmt = FMT_PROM;
+			break;
+		case 'd':
+			where.dir = optarg;
+			break;
+		case 'h':
+			return usage(stdout);
+		default:
+			return usage(stderr);
+		}
+	}
+	if (argc - optind > 1 || snap_filter_parse(optind < argc ? argv[optind] : NULL, &filter)) {
+		fprintf(stderr, "rpal stat: %s\n\n", argc - optind > 1 ? "one PID or SERVICE at most"
+							    : "PID out of range");
+		return usage(stderr);
+	}
+	if (snap_take(&where, &s, why, sizeof(why))) {
+		fprintf(stderr, "rpal stat: %s\n", why);
+		return 1;
+	}
+	for (i = 0; i < s.nskips; i++)
+		fprintf(stderr, "rpal stat: skipped %s: %s\n", s.skips[i].path, s.skips[i].why);
+	snap_select(&s, &filter);
+	if (fmt == FMT_JSON)
+		print_json(&s);
+	else if (fmt == FMT_PROM)
+		print_prometheus(&s);
+	else
+		print_table(&s);
+	c = 0;
+	if ((filter.pid >= 0 || filter.service) && !s.nprocs) {
+		fprintf(stderr, "rpal stat: no rpal process %s %s\n", filter.service ? "serves or uses" : "has pid",
+			optind < argc ? argv[optind] : "");
+		c = 1;
+	}
+	snap_free(&s);
+	return c;
+}

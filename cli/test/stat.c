@@ -1,0 +1,520 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: `rpal stat` and `rpal top --batch` against live processes
+ * and forged pages.
+ *   stat RPAL: a process that sent N messages of S bytes shows exactly
+ *     those counts (--json, by pid and by service); a busy pair's counters
+ *     grow between two calls a second apart; --prometheus has a HELP and
+ *     TYPE line before every metric's samples; a process that died without
+ *     rpal_fini() is not listed and its page is removed; garbled pages
+ *     (garbage, short, another version, lying counts and strings, a page
+ *     that names another slot), held locked as a live owner would, are
+ *     skipped with a reason and crash nothing; bad arguments fail.
+ *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
+ *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
+ * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <rpal.h>
+#include "../../src/statpage.h"
+#include "minijson.h"
+#include "runcmd.h"
+
+static int fails;
+static char dir[256];
+
+#define CHECK(cond, ...) do { \
+	if (!(cond)) { \
+		printf("FAIL: "); \
+		printf(__VA_ARGS__); \
+		printf("\n"); \
+		fails++; \
+	} \
+} while (0)
+
+static void die(const char *what, int err)
+{
+	printf("FAIL: %s: %s\n", what, rpal_strerror(err));
+	exit(1);
+}
+
+static void *accept_one(void *lfd)
+{
+	return (void *)(intptr_t)rpal_accept(*(int *)lfd, 0);
+}
+
+/* A connection of this process to itself, through service name. */
+static void self_pair(const char *name, int *a, int *b)
+{
+	int lfd = rpal_listen(name, NULL);
+	pthread_t t;
+	void *r;
+
+	if (lfd < 0)
+		die("rpal_listen", lfd);
+	pthread_create(&t, NULL, accept_one, &lfd);
+	*a = rpal_connect(name, NULL, 0);
+	pthread_join(t, &r);
+	*b = (int)(intptr_t)r;
+	if (*a < 0 || *b < 0)
+		die("connect or accept", *a < 0 ? *a : *b);
+	rpal_close(lfd);
+}
+
+/*
+ * A child with one self-connection: it sends n messages of size bytes (0:
+ * until its parent goes, or secs seconds pass), writes its pid to the
+ * pipe once the n are through, and stays until the parent closes it.
+ */
+static pid_t child(const char *service, long n, size_t size, double secs, int *ctl)
+{
+	int to[2], from[2];
+	pid_t pid;
+
+	if (pipe(to) || pipe(from))
+		exit(1);
+	pid = fork();
+	if (pid) {
+		char c;
+
+		close(to[0]);
+		close(from[1]);
+		if (read(from[0], &c, 1) != 1) {
+			printf("FAIL: the child did not start\n");
+			exit(1);
+		}
+		close(from[0]);
+		*ctl = to[1];
+		return pid;
+	}
+	close(to[1]);
+	close(from[0]);
+	static char buf[4096];
+	int a, b;
+	uint64_t end = (uint64_t)time(NULL) + (uint64_t)(secs > 0 ? secs : 1e9);
+	long i;
+
+	self_pair(service, &a, &b);
+	for (i = 0; i < n; i++) {
+		if (rpal_send(a, buf, size, 0) != (ssize_t)size || rpal_recv(b, buf, sizeof(buf), 0) != (ssize_t)size)
+			_exit(1);
+	}
+	(void)!write(from[1], "r", 1);
+	if (n) {
+		char c;
+
+		(void)!read(to[0], &c, 1);
+		_exit(0);
+	}
+	fcntl(to[0], F_SETFL, O_NONBLOCK);
+	for (i = 0;; i++) {
+		char c;
+
+		if (rpal_send(a, buf, 32, 0) != 32 || rpal_recv(b, buf, sizeof(buf), 0) != 32)
+			_exit(1);
+		if (!(i & 1023) && (read(to[0], &c, 1) != -1 || errno != EAGAIN || (uint64_t)time(NULL) >= end))
+			_exit(0);
+	}
+}
+
+static void child_end(pid_t pid, int ctl)
+{
+	int st;
+
+	close(ctl);
+	waitpid(pid, &st, 0);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "a child failed (status %#x)", st);
+}
+
+/* rpal stat ARGS...: stdout parsed as JSON (NULL and a failure if not). */
+static struct jval *stat_json(const char *rpal, const char *arg, struct out *o)
+{
+	char *argv[] = { (char *)rpal, "stat", "--json", (char *)arg, NULL };
+	char err[200];
+	struct jval *v;
+
+	if (runcmd(argv, o)) {
+		printf("FAIL: cannot run %s\n", rpal);
+		exit(1);
+	}
+	CHECK(o->status == 0, "rpal stat --json %s: status %d\n%s", arg ? arg : "", o->status, o->buf[1]);
+	v = json_parse(o->buf[0], err, sizeof(err));
+	CHECK(v != NULL, "rpal stat --json: %s\n%s", err, o->buf[0]);
+	return v;
+}
+
+static double num(const struct jval *o, const char *k)
+{
+	const struct jval *v = json_get(o, k);
+
+	return v && v->t == J_NUM ? v->num : -1;
+}
+
+static const char *str(const struct jval *o, const char *k)
+{
+	const struct jval *v = json_get(o, k);
+
+	return v && v->t == J_STR ? v->str : "";
+}
+
+static const struct jval *proc_of(const struct jval *doc, pid_t pid)
+{
+	const struct jval *ps = json_get(doc, "processes");
+	size_t i;
+
+	for (i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
+		if (num(ps->items[i], "pid") == pid)
+			return ps->items[i];
+	return NULL;
+}
+
+static const struct jval *conn_of(const struct jval *proc, const char *role)
+{
+	const struct jval *cs = proc ? json_get(proc, "connections") : NULL;
+	size_t i;
+
+	for (i = 0; cs && cs->t == J_ARR && i < cs->n; i++)
+		if (!strcmp(str(cs->items[i], "role"), role))
+			return cs->items[i];
+	return NULL;
+}
+
+static void exact(const char *rpal)
+{
+	enum { N = 1000, S = 100 };
+	char service[64], pidarg[16];
+	struct out o;
+	struct jval *doc;
+	const struct jval *p, *a, *b;
+	int ctl;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-exact-%d", (int)getpid());
+	pid = child(service, N, S, 0, &ctl);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	printf("stat: pid %d sent %d messages of %d bytes to itself\n", (int)pid, N, S);
+	for (int by = 0; by < 2; by++) {
+		doc = stat_json(rpal, by ? service : pidarg, &o);
+		p = doc ? proc_of(doc, pid) : NULL;
+		CHECK(p != NULL, "rpal stat --json %s does not list pid %d\n%s", by ? service : pidarg, (int)pid,
+		      o.buf[0]);
+		CHECK(json_get(doc, "processes") && json_get(doc, "processes")->n == 1,
+		      "rpal stat %s lists other processes too", by ? service : pidarg);
+		a = conn_of(p, "connected");
+		b = conn_of(p, "accepted");
+		CHECK(a && b, "pid %d: no connected and accepted pair\n%s", (int)pid, o.buf[0]);
+		if (a && b) {
+			CHECK(num(a, "msgs_sent") == N && num(a, "bytes_sent") == N * S, "sent %.0f msgs, %.0f bytes",
+			      num(a, "msgs_sent"), num(a, "bytes_sent"));
+			CHECK(num(b, "msgs_received") == N && num(b, "bytes_received") == N * S,
+			      "received %.0f msgs, %.0f bytes", num(b, "msgs_received"), num(b, "bytes_received"));
+			CHECK(num(a, "msgs_received") == 0 && num(b, "msgs_sent") == 0, "counts on the wrong side");
+			CHECK(!strcmp(str(a, "service"), service) && !strcmp(str(b, "service"), service),
+			      "services %s and %s, want %s", str(a, "service"), str(b, "service"), service);
+			CHECK(num(a, "peer_pid") == pid && !strcmp(str(a, "state"), "open"), "peer or state");
+			CHECK(num(a, "wakeups_sent") + num(a, "wakeups_avoided") == N,
+			      "%.0f wake-ups and %.0f avoided for %d sends", num(a, "wakeups_sent"),
+			      num(a, "wakeups_avoided"), N);
+		}
+		json_free(doc);
+		out_free(&o);
+	}
+	child_end(pid, ctl);
+}
+
+static void growing(const char *rpal)
+{
+	char service[64], pidarg[16];
+	struct out o;
+	struct jval *doc;
+	double sent[2] = { 0, 0 };
+	int ctl;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-busy-%d", (int)getpid());
+	pid = child(service, 0, 0, 60, &ctl);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	for (int k = 0; k < 2; k++) {
+		if (k)
+			sleep(1);
+		doc = stat_json(rpal, NULL, &o);
+		sent[k] = doc ? num(conn_of(proc_of(doc, pid), "connected"), "msgs_sent") : -1;
+		json_free(doc);
+		out_free(&o);
+	}
+	printf("stat: a busy pair sent %.0f, then %.0f a second later\n", sent[0], sent[1]);
+	CHECK(sent[0] > 0 && sent[1] > sent[0], "counters did not grow: %.0f then %.0f", sent[0], sent[1]);
+
+	printf("stat: --prometheus declares every metric before its samples\n");
+	{
+		char *argv[] = { (char *)rpal, "stat", "--prometheus", NULL }, *line, *save = NULL, typed[128] = "";
+		char want[64];
+		int samples = 0, mine = 0;
+
+		CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --prometheus failed");
+		snprintf(want, sizeof(want), "rpal_messages_sent_total{pid=\"%d\"", (int)pid);
+		for (line = strtok_r(o.buf[0], "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+			char name[128];
+
+			if (!strncmp(line, "# TYPE ", 7)) {
+				CHECK(sscanf(line, "# TYPE %127s", typed) == 1 && !strncmp(typed, "rpal_", 5),
+				      "bad TYPE line: %s", line);
+				CHECK(strstr(line, " counter") || strstr(line, " gauge"), "TYPE without a type: %s", line);
+				CHECK(!strstr(line, " counter") || strstr(typed, "_total"), "a counter not named _total: %s",
+				      line);
+				continue;
+			}
+			if (line[0] == '#')
+				continue;
+			CHECK(sscanf(line, "%127[^{ ]", name) == 1 && !strcmp(name, typed),
+			      "sample of %s after TYPE of %s", line, typed);
+			samples++;
+			if (!strncmp(line, want, strlen(want)))
+				mine += atof(strrchr(line, ' ') + 1) > 0;
+		}
+		CHECK(samples > 10 && mine == 1, "%d samples, %d of pid %d's messages sent > 0", samples, mine, (int)pid);
+		out_free(&o);
+	}
+	child_end(pid, ctl);
+}
+
+static void top_batch(const char *rpal)
+{
+	char service[64], pid_s[16];
+	char *argv[] = { (char *)rpal, "top", "--batch", "-n", "2", "-d", "0.3", NULL, NULL };
+	struct out o;
+	int ctl, frames = 0, rows = 0;
+	char *line, *save = NULL;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-top-%d", (int)getpid());
+	pid = child(service, 0, 0, 60, &ctl);
+	snprintf(pid_s, sizeof(pid_s), "%d", (int)pid);
+	argv[7] = pid_s;
+	printf("stat: rpal top --batch -n 2 -d 0.3 %s\n", pid_s);
+	CHECK(!runcmd(argv, &o) && o.status == 0, "rpal top --batch failed: %s", o.buf[1]);
+	for (line = strtok_r(o.buf[0], "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+		unsigned p, conn, peer;
+		char name[64], svc[64], out_s[16], in_s[16];
+
+		if (!strncmp(line, "rpal top - ", 11))
+			frames++;
+		if (sscanf(line, "%u %63s %u %u %63s %15s %15s", &p, name, &conn, &peer, svc, out_s, in_s) == 7 &&
+		    p == (unsigned)pid) {
+			rows++;
+			/* Both ends are pid's: one sends, the other receives, at a rate. */
+			CHECK(!strncmp(svc, service, 16) && (strcmp(out_s, "0") != 0) != (strcmp(in_s, "0") != 0),
+			      "row: %s", line);
+		}
+	}
+	CHECK(frames == 2 && rows == 4, "%d frames, %d rows of pid %d (want 2 and 4):\n%s", frames, rows, (int)pid,
+	      o.buf[0]);
+	out_free(&o);
+	child_end(pid, ctl);
+}
+
+/* A page as an owner writes it: header, then entries. */
+static void page_write(const char *name, const void *buf, size_t len, int *lockfd)
+{
+	char path[400];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, buf, len) != (ssize_t)len) {
+		printf("FAIL: cannot write %s\n", path);
+		exit(1);
+	}
+	if (lockfd) {
+		flock(fd, LOCK_EX);
+		*lockfd = fd;
+	} else {
+		close(fd);
+	}
+}
+
+static void forged(const char *rpal)
+{
+	static _Alignas(64) unsigned char buf[sizeof(struct rpal_stat_hdr) + 3 * sizeof(struct rpal_stat_conn)];
+	struct rpal_stat_hdr *h = (void *)buf;
+	struct rpal_stat_conn *e = (void *)(buf + sizeof(*h));
+	int locks[6], nl = 0, ctl, i;
+	char path[400], service[64];
+	struct out o;
+	struct jval *doc;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-forged-%d", (int)getpid());
+	pid = child(service, 10, 8, 0, &ctl);
+
+	/* Garbage, and a page too short for a header. */
+	for (i = 0; i < (int)sizeof(buf); i++)
+		buf[i] = (unsigned char)(i * 37 + 11);
+	page_write("stat.4000", buf, sizeof(buf), &locks[nl++]);
+	page_write("stat.4001", buf, 10, &locks[nl++]);
+	/* A well-formed header that lies: entries it does not have, strings
+	 * with no NUL and control bytes, one entry forever being rewritten. */
+	memset(buf, 0, sizeof(buf));
+	h->magic = RPAL_STAT_MAGIC;
+	h->version = RPAL_STAT_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->entry_size = sizeof(*e);
+	h->nr_entries = 0xffffffffu;
+	h->pid = 4242;
+	h->slot = 4002;
+	memset(h->name, '\033', sizeof(h->name));
+	for (i = 0; i < 3; i++) {
+		e[i].state = RPAL_STAT_OPEN;
+		e[i].id = (uint64_t)i + 1;
+		memset(e[i].service, i == 0 ? 'x' : 0x7f, sizeof(e[i].service));
+		e[i].tx.msgs = 7;
+	}
+	e[2].seq = 1;
+	page_write("stat.4002", buf, sizeof(buf), &locks[nl++]);
+	/* Another version; another slot's page under this name. */
+	h->version = 99;
+	page_write("stat.4003", buf, sizeof(buf), &locks[nl++]);
+	h->version = RPAL_STAT_VERSION;
+	page_write("stat.4004", buf, sizeof(buf), &locks[nl++]);
+	/* A page whose owner is gone: nobody holds its lock. */
+	h->slot = 4005;
+	page_write("stat.4005", buf, sizeof(buf), NULL);
+	/* Not pages at all. */
+	page_write("stat.new", buf, 3, NULL);
+	page_write("stat.12x", buf, 3, NULL);
+
+	printf("stat: garbled pages are skipped with a reason\n");
+	doc = stat_json(rpal, NULL, &o);
+	CHECK(doc && proc_of(doc, pid), "the live process is missing beside the garbled pages");
+	{
+		static const char *const want[][2] = {
+			{ "stat.4000", "magic" }, { "stat.4001", "shorter" }, { "stat.4003", "version 99" },
+			{ "stat.4004", "names slot 4002" },
+		};
+		const struct jval *sk = doc ? json_get(doc, "skipped") : NULL;
+
+		for (i = 0; i < 4; i++) {
+			bool found = false;
+
+			for (size_t k = 0; sk && sk->t == J_ARR && k < sk->n; k++)
+				if (strstr(str(sk->items[k], "path"), want[i][0]) &&
+				    strstr(str(sk->items[k], "reason"), want[i][1]))
+					found = true;
+			CHECK(found, "%s not skipped for its %s", want[i][0], want[i][1]);
+			CHECK(strstr(o.buf[1], want[i][0]), "stderr does not name %s", want[i][0]);
+		}
+	}
+	{
+		const struct jval *p = doc ? proc_of(doc, 4242) : NULL;
+		const struct jval *cs = p ? json_get(p, "connections") : NULL;
+
+		CHECK(p && cs && cs->n == 2, "the lying page: %zu connections listed, want 2 (one is busy)",
+		      cs ? cs->n : 0);
+		CHECK(p && strspn(str(p, "name"), "?") == 63, "its name is not sanitized: \"%s\"", p ? str(p, "name") : "");
+		CHECK(cs && cs->n == 2 && strlen(str(cs->items[0], "service")) == 63 &&
+		      strspn(str(cs->items[1], "service"), "?") == 63, "its services are not sanitized");
+	}
+	json_free(doc);
+	out_free(&o);
+	snprintf(path, sizeof(path), "%s/stat.4005", dir);
+	CHECK(access(path, F_OK) < 0, "the stale page %s is still there", path);
+
+	printf("stat: a process that died without rpal_fini() is not listed\n");
+	{
+		pid_t dead = fork();
+		char deadpath[400];
+
+		if (dead == 0) {
+			struct rpal_stats st;
+			int a, b;
+
+			snprintf(service, sizeof(service), "stat-dead-%d", (int)getpid());
+			self_pair(service, &a, &b);
+			rpal_stats(&st);
+			printf("stat: pid %d dies with its page %s/stat.%u\n", (int)getpid(), st.runtime_dir, st.slot);
+			fflush(stdout);
+			_exit(0);
+		}
+		waitpid(dead, NULL, 0);
+		/* The kernel may drop a dead process's last reference to a file
+		 * (and so its lock) a moment after it can be reaped. */
+		for (i = 0; i < 20; i++) {
+			doc = stat_json(rpal, NULL, &o);
+			if (!doc || !proc_of(doc, dead) || i == 19)
+				break;
+			json_free(doc);
+			out_free(&o);
+			usleep(100000);
+		}
+		CHECK(doc && !proc_of(doc, dead), "dead pid %d is listed", (int)dead);
+		CHECK(doc && num(doc, "stale_pages") >= 1, "no stale page counted");
+		json_free(doc);
+		out_free(&o);
+		(void)deadpath;
+	}
+	child_end(pid, ctl);
+	while (nl)
+		close(locks[--nl]);
+
+	printf("stat: bad arguments\n");
+	{
+		char *a1[] = { (char *)rpal, "stat", "--bogus", NULL };
+		char *a2[] = { (char *)rpal, "stat", "999999", NULL };
+		char *a3[] = { (char *)rpal, "stat", "1", "2", NULL };
+		char *a4[] = { (char *)rpal, "top", "-n", "0", NULL };
+
+		CHECK(!runcmd(a1, &o) && o.status == 2 && strstr(o.buf[1], "usage"), "stat --bogus: %d", o.status);
+		out_free(&o);
+		CHECK(!runcmd(a2, &o) && o.status == 1 && strstr(o.buf[1], "999999"), "stat 999999: %d", o.status);
+		out_free(&o);
+		CHECK(!runcmd(a3, &o) && o.status == 2, "stat 1 2: %d", o.status);
+		out_free(&o);
+		CHECK(!runcmd(a4, &o) && o.status == 2 && strstr(o.buf[1], "--iterations"), "top -n 0: %d", o.status);
+		out_free(&o);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *env = getenv("RPAL_RUNTIME_DIR");
+
+	if (argc < 2 || !env) {
+		fprintf(stderr, "usage: RPAL_RUNTIME_DIR=DIR stat RPAL [top] | stat pair SECONDS\n");
+		return 2;
+	}
+	snprintf(dir, sizeof(dir), "%s", env);
+	mkdir(dir, 0700);
+	if (!strcmp(argv[1], "pair")) {
+		int ctl;
+		pid_t pid = child("stat-pair", 0, 0, argc > 2 ? atof(argv[2]) : 10, &ctl);
+
+		printf("%d\n", (int)pid);
+		fflush(stdout);
+		waitpid(pid, NULL, 0);
+		return 0;
+	}
+	if (argc > 2 && !strcmp(argv[2], "top"))
+		top_batch(argv[1]);
+	else {
+		exact(argv[1]);
+		growing(argv[1]);
+		forged(argv[1]);
+	}
+	if (fails)
+		printf("%d check%s failed\n", fails, fails == 1 ? "" : "s");
+	else
+		printf("PASS: rpal %s\n", argc > 2 ? "top" : "stat");
+	return fails ? 1 : 0;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# top_tty.sh PATH/TO/rpal PATH/TO/cli_test_stat - `rpal top` on a real
+# terminal (a tmux pane): it draws the busy pair of `cli_test_stat pair`,
+# re-sorts on w and p, and quits on q with status 0, leaving the terminal
+# as it found it (the main screen back).  Skipped (77) without tmux.
+set -u
+RPAL=$1
+HELPER=$2
+command -v tmux >/dev/null || { echo "SKIP: tmux is not installed"; exit 77; }
+sock="rpal-top-test-$$"
+sess=top
+fail=0
+t() { tmux -L "$sock" "$@"; }
+cleanup() {
+	t kill-server 2>/dev/null
+	[ -n "${pair:-}" ] && kill "$pair" 2>/dev/null
+	wait 2>/dev/null
+}
+trap cleanup EXIT
+# Wait until the pane shows $1 (an extended regex), at most ~5 s.
+await() {
+	for _ in $(seq 50); do
+		t capture-pane -p -t "$sess" | grep -Eq "$1" && return 0
+		sleep 0.1
+	done
+	echo "FAIL: the pane never showed /$1/:"
+	t capture-pane -p -t "$sess"
+	fail=1
+	return 1
+}
+
+"$HELPER" pair 30 > pair.pid &
+pair=$!
+for _ in $(seq 50); do [ -s pair.pid ] && break; sleep 0.1; done
+child=$(head -n 1 pair.pid)
+[ -n "$child" ] || { echo "FAIL: the busy pair did not start"; exit 1; }
+
+t new-session -d -s "$sess" -x 160 -y 30 "env RPAL_RUNTIME_DIR='$RPAL_RUNTIME_DIR' '$RPAL' top -d 0.3; echo top-exited-\$?; sleep 30"
+await "sorted by messages/s" || exit 1
+await "^ +$child +[^ ]+ +[0-9]+ +$child +stat-pair" || exit 1
+echo "PASS: the screen shows the header and pid $child's connections"
+t send-keys -t "$sess" w
+await "sorted by wake-ups/s" && echo "PASS: w sorts by wake-ups/s"
+t send-keys -t "$sess" p
+await "sorted by pid" && echo "PASS: p sorts by pid"
+t send-keys -t "$sess" q
+await "top-exited-0" && echo "PASS: q quits with status 0"
+t capture-pane -p -t "$sess" | grep -q "rpal top -" &&
+	{ echo "FAIL: the frame is still on the screen: the alternate screen was not left"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS: rpal top on a terminal"
+exit $fail

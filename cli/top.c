@@ -1,0 +1,444 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * top.c - `rpal top`: the statistics pages (snap.c) read each interval, and
+ * per connection the rates between two readings, busiest first.  A plain
+ * ANSI screen on a terminal (raw input for the keys, the alternate screen,
+ * put back on exit); --batch, or output that is not a terminal, prints
+ * plain frames one after the other.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <termios.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "snap.h"
+
+/* One connection at one reading, and its rates since the one before. */
+struct row {
+	uint32_t pid, slot;
+	uint64_t id;
+	char name[64];
+	struct snap_conn c;
+	double out_s, in_s, bytes_s, wake_s, sleep_s, full_s;
+	double wake_share;            /* of messages sent, the share that needed a wake-up; <0: none sent */
+	double spin_share;            /* of the interval, the share spent spinning */
+};
+
+struct frame {
+	struct row *rows;
+	unsigned n;
+	unsigned nprocs;
+	uint64_t t_ns;
+};
+
+enum sort { SORT_MSGS, SORT_BYTES, SORT_WAKE, SORT_SLEEP, SORT_PID };
+static const char *const sort_name[] = { "messages/s", "bytes/s", "wake-ups/s", "sleeps/s", "pid" };
+
+static volatile sig_atomic_t stop;
+static struct termios saved_tio;
+static bool tio_saved;
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop = 1;
+}
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int usage(FILE *f)
+{
+	fprintf(f,
+"usage: rpal top [--batch] [-n N] [-d SECONDS] [--sort KEY] [--dir DIR] [PID | SERVICE]\n"
+"\n"
+"The connections of every rpal process of this user (every user's, for root),\n"
+"with their rates over each interval, busiest first.\n"
+"\n"
+"  -b, --batch          plain text frames, no terminal control (implied when\n"
+"                       the output is not a terminal)\n"
+"  -n, --iterations N   stop after N frames (default: until q or a signal)\n"
+"  -d, --delay SECONDS  the interval (default 1; at least 0.05)\n"
+"  -s, --sort KEY       m messages/s (default), b bytes/s, w wake-ups/s,\n"
+"                       s sleeps/s, p pid\n"
+"      --dir DIR        read the pages of runtime directory DIR only\n"
+"  -h, --help           this text\n"
+"\n"
+"Keys: q quits; m, b, w, s, p sort as --sort does.\n"
+"Columns: OUT/s and IN/s messages, BYTES/s both ways, WAKE%% the share of sent\n"
+"messages that needed a wake-up system call, SLEEP/s, FULL/s sends that met a\n"
+"full ring, SPIN%% the share of the interval spent spinning.\n");
+	return f == stdout ? 0 : 2;
+}
+
+static int row_key_cmp(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static enum sort sort_by;
+
+static int cmp_double(double a, double b)
+{
+	return a < b ? 1 : a > b ? -1 : 0;      /* descending */
+}
+
+static int row_sort_cmp(const void *a, const void *b)
+{
+	const struct row *x = a, *y = b;
+	int r = 0;
+
+	switch (sort_by) {
+	case SORT_MSGS:
+		r = cmp_double(x->out_s + x->in_s, y->out_s + y->in_s);
+		break;
+	case SORT_BYTES:
+		r = cmp_double(x->bytes_s, y->bytes_s);
+		break;
+	case SORT_WAKE:
+		r = cmp_double(x->wake_s, y->wake_s);
+		break;
+	case SORT_SLEEP:
+		r = cmp_double(x->sleep_s, y->sleep_s);
+		break;
+	case SORT_PID:
+		break;
+	}
+	return r ? r : row_key_cmp(a, b);
+}
+
+static double rate(uint64_t now, uint64_t then, double secs)
+{
+	return now >= then ? (double)(now - then) / secs : 0;   /* a reused id restarts from 0 */
+}
+
+/* Read the pages into f, with rates against prev (sorted by key). */
+static int frame_take(const struct snap_where *w, const struct snap_filter *filt, const struct frame *prev,
+		      struct frame *f, char *why, size_t whylen)
+{
+	struct snap s;
+	unsigned i, j;
+
+	memset(f, 0, sizeof(*f));
+	if (snap_take(w, &s, why, whylen))
+		return -1;
+	snap_select(&s, filt);
+	f->t_ns = mono_ns();
+	f->nprocs = s.nprocs;
+	for (i = 0; i < s.nprocs; i++)
+		f->n += s.procs[i].nconns;
+	f->rows = calloc(f->n ? f->n : 1, sizeof(*f->rows));
+	if (!f->rows) {
+		snap_free(&s);
+		snprintf(why, whylen, "out of memory");
+		return -1;
+	}
+	f->n = 0;
+	for (i = 0; i < s.nprocs; i++) {
+		for (j = 0; j < s.procs[i].nconns; j++) {
+			struct row *r = &f->rows[f->n++];
+
+			r->pid = s.procs[i].pid;
+			r->slot = s.procs[i].slot;
+			r->id = s.procs[i].conns[j].id;
+			memcpy(r->name, s.procs[i].name, sizeof(r->name));
+			r->c = s.procs[i].conns[j];
+		}
+	}
+	snap_free(&s);
+	for (i = 0; prev && i < f->n; i++) {
+		struct row *r = &f->rows[i];
+		const struct row *o = bsearch(r, prev->rows, prev->n, sizeof(*r), row_key_cmp);
+		static const struct snap_conn zero;
+		const struct snap_conn *p = o ? &o->c : &zero;
+		double secs = (double)(f->t_ns - prev->t_ns) / 1e9;
+		uint64_t sent;
+
+		if (secs <= 0)
+			secs = 1e-9;
+		r->out_s = rate(r->c.msgs_sent, p->msgs_sent, secs);
+		r->in_s = rate(r->c.msgs_received, p->msgs_received, secs);
+		r->bytes_s = rate(r->c.bytes_sent + r->c.bytes_received, p->bytes_sent + p->bytes_received, secs);
+		r->wake_s = rate(r->c.wakeups_sent + r->c.room_wakeups, p->wakeups_sent + p->room_wakeups, secs);
+		r->sleep_s = rate(r->c.tx_sleeps + r->c.rx_sleeps, p->tx_sleeps + p->rx_sleeps, secs);
+		r->full_s = rate(r->c.ring_full, p->ring_full, secs);
+		r->spin_share = rate(r->c.tx_spin_ns + r->c.rx_spin_ns, p->tx_spin_ns + p->rx_spin_ns, secs) / 1e9;
+		sent = r->c.msgs_sent >= p->msgs_sent ? r->c.msgs_sent - p->msgs_sent : 0;
+		r->wake_share = sent ? rate(r->c.wakeups_sent, p->wakeups_sent, 1) / (double)sent : -1;
+	}
+	qsort(f->rows, f->n, sizeof(*f->rows), row_key_cmp);
+	return 0;
+}
+
+/* 1234567 -> "1.23M": rates fit their columns. */
+static const char *human(double v, char *buf, size_t len)
+{
+	static const char unit[] = " kMGTP";
+	unsigned u = 0;
+
+	while (v >= 999.5 && u < sizeof(unit) - 2) {
+		v /= 1000;
+		u++;
+	}
+	if (u == 0)
+		snprintf(buf, len, "%.0f", v);
+	else
+		snprintf(buf, len, "%.*f%c", v < 9.995 ? 2 : v < 99.95 ? 1 : 0, v, unit[u]);
+	return buf;
+}
+
+/* One frame: the header, then at most max_rows rows (0: all).  eol ends
+ * each line: "\n" in batch mode, "\033[K\n" on a screen (clears what the
+ * previous frame left on the line). */
+static void frame_print(struct frame *f, unsigned max_rows, const char *eol)
+{
+	char tbuf[16], a[16], b[16], c[16], d[16], e[16], g[16], ws[16];
+	time_t now = time(NULL);
+	double tot = 0;
+	unsigned i;
+
+	strftime(tbuf, sizeof(tbuf), "%H:%M:%S", localtime(&now));
+	for (i = 0; i < f->n; i++)
+		tot += f->rows[i].out_s;
+	/* Sorting reorders what the next frame searches: copy, sort, restore. */
+	struct row *sorted = malloc((f->n ? f->n : 1) * sizeof(*sorted));
+
+	if (!sorted)
+		return;
+	memcpy(sorted, f->rows, f->n * sizeof(*sorted));
+	qsort(sorted, f->n, sizeof(*sorted), row_sort_cmp);
+	printf("rpal top - %s  %u process%s, %u connection%s, %s messages/s; sorted by %s%s", tbuf, f->nprocs,
+	       f->nprocs == 1 ? "" : "es", f->n, f->n == 1 ? "" : "s", human(tot, a, sizeof(a)), sort_name[sort_by],
+	       eol);
+	printf("%s", eol);
+	printf("%7s %-12s %4s %7s %-16s %7s %7s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER", "SERVICE",
+	       "OUT/s", "IN/s", "BYTES/s", "WAKE%", "WAKE/s", "SLEEP/s", "FULL/s", "SPIN%", eol);
+	for (i = 0; i < f->n && (!max_rows || i < max_rows); i++) {
+		const struct row *r = &sorted[i];
+
+		if (r->wake_share < 0)
+			snprintf(ws, sizeof(ws), "-");
+		else
+			snprintf(ws, sizeof(ws), "%.1f", 100 * r->wake_share);
+		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %7s %5s %7s %7s %7s %5.1f%s", r->pid, r->name,
+		       (unsigned long long)r->id, r->c.peer_pid, r->c.service[0] ? r->c.service : "-",
+		       human(r->out_s, a, sizeof(a)), human(r->in_s, b, sizeof(b)), human(r->bytes_s, c, sizeof(c)), ws,
+		       human(r->wake_s, d, sizeof(d)), human(r->sleep_s, e, sizeof(e)), human(r->full_s, g, sizeof(g)),
+		       100 * r->spin_share, eol);
+	}
+	if (max_rows && f->n > max_rows)
+		printf("(%u more)%s", f->n - max_rows, eol);
+	free(sorted);
+}
+
+static void screen_restore(void)
+{
+	if (!tio_saved)
+		return;
+	tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+	/* Autowrap back on, cursor shown, the main screen back. */
+	fputs("\033[?7h\033[?25h\033[?1049l", stdout);
+	fflush(stdout);
+	tio_saved = false;
+}
+
+static int screen_setup(void)
+{
+	struct termios t;
+
+	if (tcgetattr(STDIN_FILENO, &saved_tio) < 0)
+		return -errno;
+	t = saved_tio;
+	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
+	t.c_cc[VMIN] = 0;
+	t.c_cc[VTIME] = 0;
+	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0)
+		return -errno;
+	tio_saved = true;
+	atexit(screen_restore);
+	/* The alternate screen, cursor hidden, no autowrap: long lines are cut. */
+	fputs("\033[?1049h\033[?25l\033[?7l", stdout);
+	return 0;
+}
+
+static unsigned screen_rows(void)
+{
+	struct winsize ws;
+
+	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0 || ws.ws_row < 6)
+		return 24;
+	return ws.ws_row;
+}
+
+static bool sort_key(int ch)
+{
+	switch (ch) {
+	case 'm': sort_by = SORT_MSGS; return true;
+	case 'b': sort_by = SORT_BYTES; return true;
+	case 'w': sort_by = SORT_WAKE; return true;
+	case 's': sort_by = SORT_SLEEP; return true;
+	case 'p': sort_by = SORT_PID; return true;
+	}
+	return false;
+}
+
+static void frame_free(struct frame *f)
+{
+	free(f->rows);
+	memset(f, 0, sizeof(*f));
+}
+
+int cmd_top(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "batch", no_argument, NULL, 'b' },
+		{ "iterations", required_argument, NULL, 'n' },
+		{ "delay", required_argument, NULL, 'd' },
+		{ "sort", required_argument, NULL, 's' },
+		{ "dir", required_argument, NULL, 'D' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct snap_where where = { 0 };
+	struct snap_filter filt;
+	struct frame prev = { 0 }, cur;
+	bool batch = false, screen;
+	long iters = -1, done = 0;
+	double delay = 1;
+	char why[300], *end;
+	int c, ret = 0;
+
+	optind = 1;
+	sort_by = SORT_MSGS;
+	while ((c = getopt_long(argc, argv, "bn:d:s:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'b':
+			batch = true;
+			break;
+		case 'n':
+			iters = strtol(optarg, &end, 10);
+			if (*end || iters < 1) {
+				fprintf(stderr, "rpal top: --iterations wants a count >= 1, not \"%s\"\n", optarg);
+				return 2;
+			}
+			break;
+		case 'd':
+			delay = strtod(optarg, &end);
+			if (*end || !(delay >= 0.05 && delay <= 3600)) {
+				fprintf(stderr, "rpal top: --delay wants seconds in [0.05, 3600], not \"%s\"\n", optarg);
+				return 2;
+			}
+			break;
+		case 's':
+			if (strlen(optarg) != 1 || !sort_key(optarg[0])) {
+				fprintf(stderr, "rpal top: --sort wants m, b, w, s or p, not \"%s\"\n", optarg);
+				return 2;
+			}
+			break;
+		case 'D':
+			where.dir = optarg;
+			break;
+		case 'h':
+			return usage(stdout);
+		default:
+			return usage(stderr);
+		}
+	}
+	if (argc - optind > 1 || snap_filter_parse(optind < argc ? argv[optind] : NULL, &filt)) {
+		fprintf(stderr, "rpal top: %s\n\n", argc - optind > 1 ? "one PID or SERVICE at most" : "PID out of range");
+		return usage(stderr);
+	}
+	screen = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	signal(SIGHUP, on_signal);
+	if (screen && screen_setup() < 0)
+		screen = false;
+	if (frame_take(&where, &filt, NULL, &prev, why, sizeof(why))) {
+		screen_restore();
+		fprintf(stderr, "rpal top: %s\n", why);
+		return 1;
+	}
+	if (screen) {
+		fputs("\033[H\033[2Jrpal top: reading...\033[K\n", stdout);
+		fflush(stdout);
+	}
+	while (!stop && (iters < 0 || done < iters)) {
+		uint64_t deadline = prev.t_ns + (uint64_t)(delay * 1e9);
+		bool redraw = false;
+
+		/* Wait out the interval; a key may quit or re-sort at once. */
+		for (;;) {
+			uint64_t now = mono_ns();
+			struct pollfd p = { .fd = screen ? STDIN_FILENO : -1, .events = POLLIN };
+			char ch;
+
+			if (now >= deadline || stop)
+				break;
+			if (poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0 || !(p.revents & POLLIN))
+				continue;
+			if (read(STDIN_FILENO, &ch, 1) != 1)
+				continue;
+			if (ch == 'q' || ch == 'Q') {
+				stop = 1;
+				break;
+			}
+			if (sort_key(ch) && done) {
+				redraw = true;
+				break;
+			}
+		}
+		if (stop)
+			break;
+		if (redraw) {
+			fputs("\033[H", stdout);
+			frame_print(&prev, screen_rows() - 4, "\033[K\n");
+			fputs("\033[J", stdout);
+			fflush(stdout);
+			continue;
+		}
+		if (frame_take(&where, &filt, &prev, &cur, why, sizeof(why))) {
+			ret = 1;
+			screen_restore();
+			fprintf(stderr, "rpal top: %s\n", why);
+			break;
+		}
+		frame_free(&prev);
+		prev = cur;
+		if (screen) {
+			fputs("\033[H", stdout);
+			frame_print(&prev, screen_rows() - 4, "\033[K\n");
+			fputs("\033[J", stdout);    /* clear below: fewer rows than last time */
+		} else {
+			frame_print(&prev, 0, "\n");
+			putchar('\n');
+		}
+		fflush(stdout);
+		done++;
+	}
+	frame_free(&prev);
+	screen_restore();
+	return ret;
+}
