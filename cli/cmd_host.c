@@ -53,6 +53,7 @@ struct join_req {
 	uint32_t argc, envc;
 	int32_t umask;
 	uint64_t sigmask;       /* the joiner's blocked signals */
+	uint64_t ignored;       /* the joiner's ignored signals (nohup's SIGHUP) */
 	uint32_t nrlimits;
 	struct {
 		int32_t resource;
@@ -276,6 +277,8 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	sp.umask = rq.umask;
 	sp.sigmask = rq.sigmask;
 	sp.set_sigmask = 1;
+	sp.ignored = rq.ignored;
+	sp.set_ignored = 1;
 	sp.pid_out = &h->progs[idx].pid;
 	sp.nrlimits = (int)rq.nrlimits;
 	for (uint32_t i = 0; i < rq.nrlimits; i++) {
@@ -541,7 +544,7 @@ int cmd_join(int argc, char **argv)
 "\n"
 "Runs PROGRAM inside the host NAME (`rpal host NAME`) as its own process, with\n"
 "this shell's standard input, output and error, working directory, environment,\n"
-"umask, rlimits and signal mask.  Signals sent to rpal join (Ctrl-C, kill) are\n"
+"umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
 "passed on to PROGRAM; rpal join exits with PROGRAM's status (128 + N when\n"
 "signal N ended it), or 2 when it could not be started.\n");
 		return argc == 2 && argv[1][1] == 'h' ? 0 : 2;
@@ -561,9 +564,14 @@ int cmd_join(int argc, char **argv)
 	rq.umask = (int32_t)umask(022);
 	umask((mode_t)rq.umask);
 	sigprocmask(SIG_SETMASK, NULL, &mask);
-	for (int s = 1; s <= 64; s++)
+	for (int s = 1; s <= 64; s++) {
+		struct sigaction old;
+
 		if (sigismember(&mask, s) == 1)
 			rq.sigmask |= 1ull << (s - 1);
+		if (sigaction(s, NULL, &old) == 0 && old.sa_handler == SIG_IGN)
+			rq.ignored |= 1ull << (s - 1);
+	}
 	for (int r = 0; r < RLIM_NLIMITS && r < 16; r++) {
 		struct rlimit rl;
 

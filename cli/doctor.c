@@ -28,6 +28,7 @@
 #include <rpal.h>
 
 #include "bench.h"
+#include "hosted.h"
 
 #ifndef HWCAP2_FSGSBASE
 #define HWCAP2_FSGSBASE (1 << 1)
@@ -179,6 +180,15 @@ int cmd_doctor(int argc, char **argv)
 	ok = r == 0;
 	line(ok, "Syscall User Dispatch", ok ? "present (Linux 5.11)" : strerror(errno),
 	     "hosted mode: system calls made inside a callee are handled (lazy switch)");
+
+	ok = hosted_getfd_works();
+	line(ok, "pidfd_getfd (Linux 5.6)", ok ? "a child's descriptor taken" : "refused (seccomp or LSM?)",
+	     "hosted mode: a sender wakes a receiver of another program; without it, no RPAL calls");
+
+	snprintf(detail, sizeof(detail), "glibc %s: %d namespaces (DL_NNS)", gnu_get_libc_version(), HOSTED_NNS);
+	line(1, "linker namespaces", detail,
+	     "hosted mode: at most 15 programs per host in its life; rpal run and rpal host re-execute "
+	     "with GLIBC_TUNABLES glibc.rtld.nns and optional_static_tls raised so that all 15 fit");
 
 	r = syscall(SYS_pkey_alloc, 0, 0);
 	ok = r >= 0;

@@ -164,9 +164,7 @@ __attribute__((noreturn)) static int sleep_forever(void *arg) {
     for (;;) raw2(SYS_pause, 0, 0);
 }
 
-/* 1 if one process may take a descriptor of another with pidfd_getfd (Linux 5.6; a seccomp policy
- * or a security module may refuse it): how a sender kicks a receiver in another program. */
-static int getfd_works(void) {
+int hosted_getfd_works(void) {
     static char stack[16384] __attribute__((aligned(16)));
     pid_t c = clone(sleep_forever, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
     if (c < 0) return 0;
@@ -220,7 +218,7 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     h->pku = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4)); /* OSPKE */
     h->sud_start = (uintptr_t)hosted_sud_allowed_start;
     h->sud_len = (uintptr_t)(hosted_sud_allowed_end - hosted_sud_allowed_start);
-    h->getfd = getfd_works();
+    h->getfd = hosted_getfd_works();
     for (int i = 0; i < RPAL_HOST_MAX_PROGS; i++) atomic_store(&h->progs[i].slot, -1);
 
     struct sigaction sa;

@@ -69,6 +69,9 @@ typedef struct hosted_spawn {
     _Atomic int *pid_out; /* receives its PID before main() runs; may be NULL */
     int set_sigmask;      /* 1: its main thread starts with sigmask (bit n-1: signal n) */
     uint64_t sigmask;
+    int set_ignored;      /* 1: signals in ignored are ignored, all others take their default
+                           * action (else: caught ones are reset, ignored ones stay, as exec) */
+    uint64_t ignored;
     int nrlimits;
     struct {
         int resource;
@@ -134,6 +137,10 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
  * librpal's configuration says) and installs the SIGSYS and fault handlers.  NULL with a message. */
 struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, uint32_t nr_slots,
                                      char *err, size_t errlen);
+/* 1 if one process may take a descriptor of another with pidfd_getfd (Linux 5.6; a seccomp policy
+ * or a security module may refuse it): how a sender kicks a receiver in another program.  Tried on
+ * a child process. */
+int hosted_getfd_works(void);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
 /* The environment for program prog: base (NULL: hosted_clean_environ()) plus RPAL_HOST. */

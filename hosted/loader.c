@@ -530,17 +530,21 @@ __attribute__((no_sanitize("address"))) static void close_cloexec(void) {
     raw1(SYS_close, dir);
 }
 
-/* Emulate exec for signal dispositions: caught signals go back to their default action, except
- * those the launcher catches to make RPAL calls safe (host.c): Syscall User Dispatch's SIGSYS and
- * the faults of a receiver borrowed by another program's thread. */
-__attribute__((no_sanitize("address"))) static void reset_handlers(void) {
-    struct { uintptr_t handler; unsigned long flags; uintptr_t restorer; uint64_t mask; } ka, dfl = { 0 };
+/* Signal dispositions as exec gives them (caught signals back to their default action, ignored
+ * ones stay ignored), or as the joiner had them (sp->set_ignored).  Except those the launcher
+ * catches to make RPAL calls safe (host.c): Syscall User Dispatch's SIGSYS and the faults of a
+ * receiver borrowed by another program's thread. */
+__attribute__((no_sanitize("address"))) static void reset_handlers(const hosted_spawn *sp) {
+    struct { uintptr_t handler; unsigned long flags; uintptr_t restorer; uint64_t mask; } ka, dfl = { 0 },
+        ign = { (uintptr_t)SIG_IGN, 0, 0, 0 };
     for (int sig = 1; sig <= 64; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSYS || sig == SIGSEGV || sig == SIGBUS ||
             sig == SIGFPE || sig == SIGILL)
             continue;
-        if (raw4(SYS_rt_sigaction, sig, NULL, &ka, 8) == 0 && ka.handler != (uintptr_t)SIG_DFL &&
-            ka.handler != (uintptr_t)SIG_IGN)
+        if (sp && sp->set_ignored)
+            raw4(SYS_rt_sigaction, sig, (sp->ignored >> (sig - 1)) & 1 ? &ign : &dfl, NULL, 8);
+        else if (raw4(SYS_rt_sigaction, sig, NULL, &ka, 8) == 0 && ka.handler != (uintptr_t)SIG_DFL &&
+                 ka.handler != (uintptr_t)SIG_IGN)
             raw4(SYS_rt_sigaction, sig, &dfl, NULL, 8);
     }
 }
@@ -573,7 +577,7 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
         raw4(SYS_prlimit64, 0, sp->rlimits[i].resource, &rl, NULL);
     }
     if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
-    if (!rc) reset_handlers();
+    if (!rc) reset_handlers(sp);
     if (sp && !rc && sp->set_sigmask) raw4(SYS_rt_sigprocmask, SIG_SETMASK, &sp->sigmask, NULL, 8);
     if (sp && !rc && sp->only_std_fds) raw3(SYS_close_range, 3, ~0u, 0);
     else if (!rc) close_cloexec();

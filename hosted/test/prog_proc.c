@@ -1,6 +1,6 @@
 /* prog_proc.c: what a hosted program sees of its own process, for run_host.sh.
- *   prog_proc info        its pid, parent, cwd, umask, RLIMIT_NOFILE, RPAL_TEST_VAR and open
- *                         descriptors, one per line
+ *   prog_proc info        its pid, parent, cwd, umask, RLIMIT_NOFILE, RPAL_TEST_VAR, whether
+ *                         SIGPIPE and SIGHUP are ignored, and its open descriptors, one per line
  *   prog_proc hold FILE   opens FILE, says which descriptor it got, then waits for SIGTERM in a
  *                         handler of its own and exits 0 ("clean shutdown") */
 #include <dirent.h>
@@ -29,6 +29,11 @@ int main(int argc, char **argv) {
         printf("umask %03o\n", (unsigned)m);
         printf("nofile %llu\n", (unsigned long long)rl.rlim_cur);
         printf("var %s\n", getenv("RPAL_TEST_VAR") ? getenv("RPAL_TEST_VAR") : "(unset)");
+        struct sigaction pipe_sa, hup_sa;
+        sigaction(SIGPIPE, NULL, &pipe_sa);
+        sigaction(SIGHUP, NULL, &hup_sa);
+        printf("sigpipe %s sighup %s\n", pipe_sa.sa_handler == SIG_IGN ? "ignored" : "default",
+               hup_sa.sa_handler == SIG_IGN ? "ignored" : "default");
         DIR *d = opendir("/proc/self/fd");
         printf("fds");
         for (struct dirent *e; d && (e = readdir(d));)

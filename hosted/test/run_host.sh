@@ -5,7 +5,8 @@
 #     `rpal ps --json` shows the server with its own pid (Tgid in /proc), the host as parent, the
 #     host's memory map, and calls_in > 0 (the messages were RPAL calls); kill -9 of the server
 #     leaves the host up, its joiner exits 137, and a new server and client take its name and work.
-#  2. A joined program gets the joiner's cwd, environment, umask and rlimits, and descriptors 0, 1, 2
+#  2. A joined program gets the joiner's cwd, environment, umask, rlimits and ignored signals, and
+#     descriptors 0, 1, 2
 #     only: not the host's, not another program's; its own SIGTERM handler runs when its joiner is
 #     sent SIGTERM; exit statuses (exit() deep in main, exit() from a second thread) reach the joiner.
 #  3. A joiner of another uid is refused with a message (when run as root); the 16th program of a
@@ -96,6 +97,11 @@ echo "$info" | grep -qx "cwd $tmp/wd" && ok "the joiner's working directory" || 
 echo "$info" | grep -qx "var joined" && ok "the joiner's environment" || bad "environment"
 echo "$info" | grep -qx "umask 027" && ok "the joiner's umask" || bad "umask"
 echo "$info" | grep -qx "nofile 777" && ok "the joiner's rlimits" || bad "rlimits"
+echo "$info" | grep -qx "sigpipe default sighup default" &&
+	ok "SIGPIPE takes its default action (the host ignores it)" || bad "dispositions: $(echo "$info" | grep sigpipe)"
+info=$(trap '' HUP && "$RPAL" join h "$PD/hosted_prog_proc" info 2>&1)
+echo "$info" | grep -qx "sigpipe default sighup ignored" && ok "a joiner that ignores SIGHUP (nohup) passes that on" ||
+	bad "nohup: $(echo "$info" | grep sigpipe)"
 echo "$info" | grep -qx "fds 0 1 2" && grep -q "holding fd 3" "$tmp/hold.out" &&
 	ok "descriptors 0, 1, 2 only: not the host's socket, not the other program's fd 3" ||
 	bad "descriptors: $(echo "$info" | grep fds), $(cat "$tmp/hold.out")"
