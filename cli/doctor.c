@@ -179,7 +179,7 @@ int cmd_doctor(int argc, char **argv)
 	r = prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_OFF, 0, 0, 0);
 	ok = r == 0;
 	line(ok, "Syscall User Dispatch", ok ? "present (Linux 5.11)" : strerror(errno),
-	     "hosted mode: system calls made inside a callee are handled (lazy switch)");
+	     "hosted mode: system calls made inside a callee run in its own process (lazy switch)");
 
 	ok = hosted_getfd_works();
 	line(ok, "pidfd_getfd (Linux 5.6)", ok ? "a child's descriptor taken" : "refused (seccomp or LSM?)",
@@ -187,8 +187,7 @@ int cmd_doctor(int argc, char **argv)
 
 	snprintf(detail, sizeof(detail), "glibc %s: %d namespaces (DL_NNS)", gnu_get_libc_version(), HOSTED_NNS);
 	line(1, "linker namespaces", detail,
-	     "hosted mode: at most 15 programs per host in its life; rpal run and rpal host re-execute "
-	     "with GLIBC_TUNABLES glibc.rtld.nns and optional_static_tls raised so that all 15 fit");
+	     "hosted mode: 15 programs per host in its life (rpal run and rpal host raise glibc.rtld.nns)");
 
 	r = syscall(SYS_pkey_alloc, 0, 0);
 	ok = r >= 0;
