@@ -187,6 +187,13 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	p->started = h.started;
 	p->nr_open = atomic_load_explicit(&h.nr_open, memory_order_relaxed);
 	p->overflow = atomic_load_explicit(&h.overflow, memory_order_relaxed);
+	if (p->flags & RPAL_STAT_HOSTED) {
+		p->calls_in = atomic_load_explicit(&h.calls_in, memory_order_relaxed);
+		p->calls_out = atomic_load_explicit(&h.calls_out, memory_order_relaxed);
+		p->handoffs = atomic_load_explicit(&h.handoffs, memory_order_relaxed);
+		p->callee_ns = rpal_stat_tsc_ns(atomic_load_explicit(&h.callee_tsc, memory_order_relaxed),
+						tn.ns0, tn.tsc0, tn.ns1, tn.tsc1);
+	}
 	clean_string(p->name, h.name, sizeof(p->name));
 
 	/* Entries: no more than the header claims, the file holds, or any

@@ -89,6 +89,10 @@ static void print_json(const struct snap *s)
 		printf(", \"uid\": %u, \"slot\": %u, \"hosted\": %s, \"started\": %lld, \"runtime_dir\": ", p->uid,
 		       p->slot, p->flags & RPAL_STAT_HOSTED ? "true" : "false", (long long)p->started);
 		json_str(p->dir);
+		if (p->flags & RPAL_STAT_HOSTED)
+			printf(", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu",
+			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
+			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
 		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"connections\": [",
 		       p->nr_open, p->overflow);
 		for (j = 0; j < p->nconns; j++) {
@@ -180,6 +184,19 @@ static void print_prometheus(const struct snap *s)
 		prom_labels(&s->procs[i], NULL);
 		printf(" %u\n", s->procs[i].nr_open);
 	}
+#define H(f, name, help)							\
+	printf("# HELP rpal_hosted_" name "_total " help ".\n# TYPE rpal_hosted_" name "_total counter\n"); \
+	for (i = 0; i < s->nprocs; i++)						\
+		if (s->procs[i].flags & RPAL_STAT_HOSTED) {			\
+			printf("rpal_hosted_" name "_total");			\
+			prom_labels(&s->procs[i], NULL);			\
+			printf(" %llu\n", (unsigned long long)s->procs[i].f);	\
+		}
+	H(calls_in, "calls_in", "RPAL calls into the hosted program")
+	H(calls_out, "calls_out", "RPAL calls the hosted program's threads made")
+	H(handoffs, "handoffs", "System calls made inside calls, handed to the program's own threads")
+	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads")
+#undef H
 	printf("# HELP rpal_process_start_time_seconds When the process initialised rpal, in seconds since the epoch.\n"
 	       "# TYPE rpal_process_start_time_seconds gauge\n");
 	for (i = 0; i < s->nprocs; i++) {
@@ -204,6 +221,10 @@ static void print_table(const struct snap *s)
 		       p->name, p->slot, p->flags & RPAL_STAT_HOSTED ? " (hosted)" : "", p->nr_open,
 		       p->nr_open == 1 ? "" : "s", p->overflow ? " (some not listed: page full)" : "", up / 3600,
 		       up / 60 % 60, up % 60);
+		if (p->flags & RPAL_STAT_HOSTED)
+			printf("  rpal calls in %llu, out %llu; handoffs %llu; its code on callers' threads %.3f ms\n",
+			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
+			       (unsigned long long)p->handoffs, (double)p->callee_ns / 1e6);
 		if (!p->nconns)
 			continue;
 		printf("  %4s %4s %7s %-16s %-9s %10s %10s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID", "FD", "PEER",

@@ -61,6 +61,9 @@ struct rpal_host_prog {
 	_Atomic int32_t ended;        /* its process ended (set by the launcher as it reaps it) */
 	/* Its threads that made calls (records are pooled, never freed), for calls_out. */
 	struct rpal_host_sender *_Atomic senders;
+	/* Its librpal's statistics page (struct rpal_stat_hdr), 0 without one:
+	 * callers copy its call counters there now and then. */
+	_Atomic uintptr_t stat;
 	char name[64];
 };
 

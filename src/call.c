@@ -212,6 +212,38 @@ RPAL_EXPORT int rpal_hosted_stat(struct rpal_prog_stat *out, unsigned max)
 	return (int)host->nprogs;
 }
 
+/* Raise *w to v, never lower it: two refreshes may race. */
+static void store_max(_Atomic uint64_t *w, uint64_t v)
+{
+	uint64_t old = load_relaxed(w);
+
+	while (old < v && !atomic_compare_exchange_weak_explicit(w, &old, v, memory_order_relaxed,
+								   memory_order_relaxed))
+		;
+}
+
+/* Program p's call counters into its statistics page (rpal stat). */
+static void host_stat_refresh(struct rpal_host_prog *p)
+{
+	struct rpal_stat_hdr *h = (struct rpal_stat_hdr *)(uintptr_t)atomic_load_explicit(&p->stat, memory_order_acquire);
+	uint64_t calls, tsc;
+
+	if (!h)
+		return;
+	rpal_host_prog_calls(p, &calls, &tsc);
+	store_max(&h->calls_in, calls);
+	store_max(&h->callee_tsc, tsc);
+	store_max(&h->calls_out, rpal_host_prog_calls_out(p));
+	store_max(&h->handoffs, atomic_load_explicit(&p->handoffs, memory_order_relaxed));
+}
+
+/* At rpal_init, after the statistics page: where our program's counters go. */
+void host_stat_attach(void)
+{
+	if (host)
+		atomic_store_explicit(&host->progs[host_prog].stat, (uintptr_t)rpal_g.stat, memory_order_release);
+}
+
 /* ------------------------------------------------------------ sender */
 
 static inline uintptr_t rdfsbase(void)
@@ -381,6 +413,10 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 			pkru_write(pkru);
 		if (wake)
 			kick(r);
+		if (unlikely(!(calls & 63)))
+			host_stat_refresh(prog);
+		if (unlikely(!(load_relaxed(&s->calls) & 63)))
+			host_stat_refresh(&host->progs[host_prog]);
 		return 1;
 	}
 	/* It faulted or trapped: we still hold it. */
@@ -661,6 +697,7 @@ int call_park_own(struct rpal_host_rcv *r)
 		hosted_ctx_make((hosted_ctx *)&r->idle, p->stack, IDLE_STACK, idle_main, p);
 		p->idle_made = true;
 	}
+	host_stat_refresh(&host->progs[host_prog]);     /* its own thread parks: calls since */
 	r->ctx.fs = rdfsbase();         /* what a borrower loads: our TCB */
 	hosted_switch((hosted_ctx *)&r->ctx, (hosted_ctx *)&r->idle);
 	r->run_tsc = __rdtsc();         /* maybe a borrower's call: see do_call */

@@ -12,6 +12,7 @@ bool host_active(void) { return false; }
 bool pid_shares_our_memory(pid_t pid) { return pid == getpid(); }
 void host_forget_child(void) {}
 void host_slot_claimed(unsigned slot) { (void)slot; }
+void host_stat_attach(void) {}
 int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }
 bool host_prog_failed(int prog) { (void)prog; return false; }
 int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (void)may_call; return 0; }

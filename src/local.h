@@ -34,6 +34,7 @@ bool host_active(void);                         /* this program is one of a host
 bool pid_shares_our_memory(pid_t pid);          /* ourselves, or another program of our host */
 void host_forget_child(void);                   /* a forked child is not */
 void host_slot_claimed(unsigned slot);
+void host_stat_attach(void);                    /* our statistics page takes our call counters */
 int host_prog_of_slot(unsigned slot);           /* the program owning slot, or -1 */
 bool host_prog_failed(int prog);
 int call_deliver(struct rpal_conn *c, bool may_call);   /* run a parked local receiver */
@@ -47,6 +48,7 @@ static inline bool host_active(void) { return false; }
 static inline bool pid_shares_our_memory(pid_t pid) { return pid == getpid(); }
 static inline void host_forget_child(void) {}
 static inline void host_slot_claimed(unsigned slot) { (void)slot; }
+static inline void host_stat_attach(void) {}
 static inline int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }
 static inline bool host_prog_failed(int prog) { (void)prog; return false; }
 static inline int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (void)may_call; return 0; }

@@ -257,6 +257,7 @@ int region_setup(void)
 	}
 	host_slot_claimed(rpal_g.slot);
 	stat_setup();
+	host_stat_attach();
 	return ret;
 }
 

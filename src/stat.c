@@ -105,12 +105,18 @@ none:
 /* rpal_fini(): we still own the slot, so the name is still our file. */
 void stat_teardown(void)
 {
-	if (!rpal_g.stat)
+	struct rpal_stat_hdr *h = rpal_g.stat;
+
+	if (!h)
 		return;
 	unlink(rpal_g.statpath);
-	munmap(rpal_g.stat, map_size());
-	close(rpal_g.statfd);
 	rpal_g.stat = NULL;
+	host_stat_attach();
+	/* Hosted: another program's thread may be copying our call counters
+	 * into the page right now; the mapping stays, as our arena does. */
+	if (!host_active())
+		munmap(h, map_size());
+	close(rpal_g.statfd);
 	rpal_g.statfd = -1;
 	rpal_g.statpath[0] = '\0';
 }

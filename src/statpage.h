@@ -48,7 +48,15 @@ struct rpal_stat_hdr {
 	uint64_t clock_ns;
 	uint64_t clock_tsc;
 	char name[64];               /* the program's name, NUL-padded */
-	uint8_t reserved2[128];
+	/* Hosted programs (RPAL_STAT_HOSTED): sums over the program's
+	 * receivers and calling threads, brought up to date every 64 calls
+	 * into one of its receivers and every 64 calls made by one of its
+	 * threads; never lower than before. */
+	_Atomic uint64_t calls_in;   /* RPAL calls into it */
+	_Atomic uint64_t calls_out;  /* RPAL calls its threads made */
+	_Atomic uint64_t handoffs;   /* system calls in calls, handed to its own threads */
+	_Atomic uint64_t callee_tsc; /* TSC cycles its code ran on callers' threads */
+	uint8_t reserved2[96];
 };
 _Static_assert(sizeof(struct rpal_stat_hdr) == 256, "stat header layout");
 #define RPAL_STAT_HOSTED 0x1u        /* a program under `rpal run` */

@@ -3,7 +3,8 @@
 # joined from a shell are processes of their own in the host's address space.
 #  1. echo_server and echo_client joined: the client prints its summary and its joiner exits 0;
 #     `rpal ps --json` shows the server with its own pid (Tgid in /proc), the host as parent, the
-#     host's memory map, and calls_in > 0 (the messages were RPAL calls); kill -9 of the server
+#     host's memory map, and calls_in > 0 (the messages were RPAL calls), which `rpal stat` reads
+#     from the server's statistics page too; kill -9 of the server
 #     leaves the host up, its joiner exits 137, and a new server and client take its name and work.
 #  2. A joined program gets the joiner's cwd, environment, umask, rlimits and ignored signals, and
 #     descriptors 0, 1, 2
@@ -70,6 +71,10 @@ cmp -s <(cat /proc/$hpid/maps) <(cat /proc/$spid/maps) && ok "the server's memor
 [ "${calls_in:=$(calls_in h 0)}" -gt 0 ] 2>/dev/null && ok "calls_in $calls_in: the messages were RPAL calls" ||
 	bad "calls_in ${calls_in:-none}: $json"
 echo "$json" | grep -q '"calls_out": [1-9]' && ok "the client's calls_out counted" || bad "calls_out: $json"
+sin=$("$RPAL" stat --json "$spid" | grep -o '"calls_in": [0-9]*' | head -1 | sed 's/.*: //')
+[ "${sin:-0}" -ge 64 ] && [ "$sin" -le "$calls_in" ] &&
+	ok "rpal stat reads the server's calls_in from its statistics page ($sin of $calls_in)" ||
+	bad "rpal stat: calls_in ${sin:-none} (rpal ps: $calls_in)"
 kill -9 "$spid"
 wait $sj
 rc=$?
