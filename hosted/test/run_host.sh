@@ -25,6 +25,10 @@ fail=0
 ok()  { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 if ! grep -qw fsgsbase /proc/cpuinfo; then echo "SKIP: no FSGSBASE"; exit 77; fi
+doc=$("$RPAL" doctor 2>/dev/null)
+for need in "Syscall User Dispatch" pidfd_getfd; do
+	echo "$doc" | grep -q "^ok   $need" || { echo "SKIP: no $need here: hosted programs make no RPAL calls"; exit 77; }
+done
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 
