@@ -18,11 +18,18 @@
 static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
 static _Atomic int running_pids[HOSTED_NNS];
 
-static void forward(int sig) {
+static void forward_all(int sig) {
     for (int k = 0; k < HOSTED_NNS; k++) {
         int pid = atomic_load(&running_pids[k]);
         if (pid > 0) kill(pid, sig);
     }
+}
+
+/* The programs share our process group: a signal from the terminal (Ctrl-C) reaches them
+ * already; one sent to us alone (kill PID) is passed on. */
+static void forward(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    if (si->si_code == SI_USER || si->si_code == SI_QUEUE) forward_all(sig);
 }
 
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
@@ -65,15 +72,15 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         hosted_spawn sp = { .fds = { -1, -1, -1 }, .umask = -1, .pid_out = &host->progs[k].pid };
         if (hosted_start_spawn(progs[k], &sp, err, sizeof err) < 0) {
             fprintf(stderr, "%s: %s\n", me, err);
-            forward(SIGKILL);
+            forward_all(SIGKILL);
             return 2;
         }
         atomic_store(&running_pids[k], hosted_pid(progs[k]));
     }
     /* Installed after the programs started: they must not inherit it. */
-    struct sigaction sa = { .sa_handler = forward };
+    struct sigaction sa = { .sa_sigaction = forward };
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     for (unsigned k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++) sigaction(forwarded[k], &sa, NULL);
     /* Report each program as it finishes, in whatever order (a server may outlive its clients). */
     int failed = 0, left = nprog;

@@ -9,7 +9,7 @@
 #  2. A joined program gets the joiner's cwd, environment, umask, rlimits and ignored signals, and
 #     descriptors 0, 1, 2
 #     only: not the host's, not another program's; its own SIGTERM handler runs when its joiner is
-#     sent SIGTERM; exit statuses (exit() deep in main, exit() from a second thread) reach the joiner.
+#     sent SIGTERM, and when `rpal run` is; exit statuses (exit() deep in main, exit() from a second thread) reach the joiner.
 #  3. A joiner of another uid is refused with a message (when run as root); the 16th program of a
 #     host is refused with a message naming glibc's namespace limit.
 #  4. ROUNDS (default 200) rounds of kill -9, mid-call, of a joined server or client of prog_rpc:
@@ -126,6 +126,18 @@ rc=$?
 rc=$?
 [ $rc -eq 9 ] && ok "exit(9) from a second thread ends the program's process: the joiner exits 9" ||
 	bad "exit status $rc, not 9"
+
+# rpal run passes SIGTERM on: a server that shuts down cleanly on it does so hosted.
+"$RPAL" run "$PD/hosted_prog_proc" hold /etc/hostname ::: "$PD/hosted_prog_proc" hold /etc/hostname \
+	>"$tmp/run.out" 2>&1 &
+rj=$!
+for _ in $(seq 200); do [ "$(grep -c holding "$tmp/run.out")" = 2 ] && break; sleep 0.01; done
+kill -TERM $rj
+wait $rj
+rc=$?
+[ $rc -eq 0 ] && [ "$(grep -c "clean shutdown on signal 15" "$tmp/run.out")" = 2 ] &&
+	ok "SIGTERM to rpal run reached both programs' handlers; they and rpal run exited 0" ||
+	bad "rpal run and SIGTERM: rc $rc, $(cat "$tmp/run.out")"
 
 # ---- 3. refusals
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
