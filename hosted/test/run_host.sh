@@ -7,9 +7,9 @@
 #     from the server's statistics page too; kill -9 of the server
 #     leaves the host up, its joiner exits 137, and a new server and client take its name and work.
 #  2. A joined program gets the joiner's cwd, environment, umask, rlimits and ignored signals, and
-#     descriptors 0, 1, 2
-#     only: not the host's, not another program's; its own SIGTERM handler runs when its joiner is
-#     sent SIGTERM, and when `rpal run` is; exit statuses (exit() deep in main, exit() from a second thread) reach the joiner.
+#     descriptors 0, 1, 2 only: not the host's, not another program's; its own SIGTERM handler runs
+#     when its joiner is sent SIGTERM, and when `rpal run` is; exit statuses (exit() deep in main,
+#     exit() from a second thread) reach the joiner.
 #  3. A joiner of another uid is refused with a message (when run as root); the 16th program of a
 #     host is refused with a message naming glibc's namespace limit.
 #  4. ROUNDS (default 200) rounds of kill -9, mid-call, of a joined server or client of prog_rpc:
