@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -50,8 +51,15 @@ func rpcServe(l link, o *options, r *results) error {
 // sleepUntil blocks this thread until CLOCK_MONOTONIC reaches ns.
 func sleepUntil(ns int64) {
 	ts := unix.NsecToTimespec(ns)
+	// The timer slack is a thread's, and the goroutine may run on any of
+	// the runtime's threads: set it on the one that sleeps (a thread left
+	// at the default 50 µs wakes up to 50 µs late, and each request's
+	// latency would count it).
+	runtime.LockOSThread()
+	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
 	}
+	runtime.UnlockOSThread()
 }
 
 // rpcSend sends request seq, stamped now; the stamp.
@@ -109,8 +117,6 @@ func rpcDrive(l link, o *options, r *results) error {
 			return err
 		}
 	}
-	// The default 50 µs timer slack would make every slot late at 10k/s.
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
 	cpu0 := cpuNow()
 	var start unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &start)
