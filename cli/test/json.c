@@ -24,17 +24,9 @@
 #include <unistd.h>
 #include "minijson.h"
 #include "runcmd.h"
+#include "check.h"
 
-static int fails;
 
-#define CHECK(cond, ...) do { \
-	if (!(cond)) { \
-		printf("FAIL: "); \
-		printf(__VA_ARGS__); \
-		printf("\n"); \
-		fails++; \
-	} \
-} while (0)
 
 static int is(const struct jval *v, enum jtype t)
 {

@@ -31,18 +31,10 @@
 #include "../../src/statpage.h"
 #include "minijson.h"
 #include "runcmd.h"
+#include "check.h"
 
-static int fails;
 static char dir[256];
 
-#define CHECK(cond, ...) do { \
-	if (!(cond)) { \
-		printf("FAIL: "); \
-		printf(__VA_ARGS__); \
-		printf("\n"); \
-		fails++; \
-	} \
-} while (0)
 
 static void die(const char *what, int err)
 {

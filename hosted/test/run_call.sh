@@ -25,14 +25,7 @@
 set -u
 RPAL=$1 PROG=$2 EX=$3
 export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-fail=0
-ok()   { echo "ok: $*"; }
-bad()  { echo "FAIL: $*"; fail=1; }
-if ! grep -qw fsgsbase /proc/cpuinfo; then echo "SKIP: no FSGSBASE"; exit 77; fi
-doc=$("$RPAL" doctor 2>/dev/null)
-for need in "Syscall User Dispatch" pidfd_getfd; do
-	echo "$doc" | grep -q "^ok   $need" || { echo "SKIP: no $need here: hosted programs make no RPAL calls"; exit 77; }
-done
+. "$(dirname "$0")/calls_here.sh"
 svc=call-$$
 
 # stress THREADS N MIN_CALLS [meddle]: THREADS x N round trips, every message checksummed both ways.

@@ -21,14 +21,7 @@ RPAL=$1 PD=$2 PROG_RPC=$3 EX=$4
 ROUNDS=${ROUNDS:-200}
 export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
 mkdir -p "$RPAL_RUNTIME_DIR"
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-if ! grep -qw fsgsbase /proc/cpuinfo; then echo "SKIP: no FSGSBASE"; exit 77; fi
-doc=$("$RPAL" doctor 2>/dev/null)
-for need in "Syscall User Dispatch" pidfd_getfd; do
-	echo "$doc" | grep -q "^ok   $need" || { echo "SKIP: no $need here: hosted programs make no RPAL calls"; exit 77; }
-done
+. "$(dirname "$0")/calls_here.sh"
 tmp=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 
