@@ -308,6 +308,17 @@ out:
 		close(client);
 	free(argv);
 	free(env);
+	if (envp) {
+		/* hosted_load copied it; the last entry, RPAL_HOST, is the only
+		 * one hosted_host_environ allocated. */
+		size_t k = 0;
+
+		while (envp[k])
+			k++;
+		if (k)
+			free(envp[k - 1]);
+		free(envp);
+	}
 }
 
 /* Reap the programs whose process ended; tell their joiners. */

@@ -271,16 +271,13 @@ char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base) {
 
 /* Wake r's own thread from the launcher: its kick eventfd is a descriptor of its program. */
 static void kick_from_launcher(struct rpal_host *h, struct rpal_host_rcv *r) {
-    int pidfd = (int)syscall(SYS_pidfd_open, atomic_load(&h->progs[r->prog].pid), 0);
-    if (pidfd < 0) return;
-    int fd = (int)syscall(SYS_pidfd_getfd, pidfd, r->kick_fd, 0);
+    int fd = rpal_host_take_kick_fd(h, r);
     if (fd >= 0) {
         uint64_t one = 1;
         ssize_t w = write(fd, &one, sizeof one);
         (void)w;
         close(fd);
     }
-    close(pidfd);
 }
 
 /* Move r to RCV_DEAD; returns its state before. */

@@ -143,7 +143,8 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
 int hosted_getfd_works(void);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
-/* The environment for program prog: base (NULL: hosted_clean_environ()) plus RPAL_HOST. */
+/* The environment for program prog: base (NULL: hosted_clean_environ()) plus RPAL_HOST, last.
+ * The array and that last entry are malloc'd; the others are base's. */
 char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base);
 /* Program prog's process has ended (reaped): its connections and receivers are closed to calls,
  * and a receiver of another program that one of its threads was running fails that program.

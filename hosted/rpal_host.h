@@ -29,9 +29,11 @@
 #ifndef RPAL_HOST_H
 #define RPAL_HOST_H
 
+#include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <sys/syscall.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
 #define RPAL_HOST_VERSION   5u
@@ -182,6 +184,59 @@ static inline int rpal_sender_in_call(const struct rpal_host_sender *s, uintptr_
 
 #define SUD_ALLOW 0
 #define SUD_BLOCK 1
+
+/* A system call without errno: code that may run on a borrower's thread
+ * must not touch TLS. */
+static inline long rpal_host_syscall(long nr, long a, long b, long c, long d)
+{
+	register long r10 __asm__("r10") = d;
+	long ret;
+
+	__asm__ __volatile__("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10)
+			     : "rcx", "r11", "memory");
+	return ret;
+}
+
+/*
+ * r's kick eventfd as a descriptor of the calling process (each program has
+ * its own descriptor table), or -1 when its program has ended or refuses.
+ * The launcher marks a program ended only after it reaped it, and its pid
+ * may be reused from then on: a pidfd opened while it is not yet marked is
+ * the program's own.  Only an eventfd is returned, so a stray write never
+ * lands elsewhere.  No TLS, no stdio.
+ */
+static inline int rpal_host_take_kick_fd(const struct rpal_host *h, const struct rpal_host_rcv *r)
+{
+	static const char want[] = "anon_inode:[eventfd]", dir[] = "/proc/self/fd/";
+	const struct rpal_host_prog *p = &h->progs[r->prog];
+	char path[sizeof(dir) + 12], link[sizeof(want)], digits[12], *q = digits + sizeof(digits);
+	unsigned v, n = 0;
+	long pidfd, fd;
+
+	if (atomic_load(&p->ended))
+		return -1;
+	pidfd = rpal_host_syscall(SYS_pidfd_open, atomic_load(&p->pid), 0, 0, 0);
+	if (pidfd < 0)
+		return -1;
+	fd = atomic_load(&p->ended) ? -1 : rpal_host_syscall(SYS_pidfd_getfd, pidfd, r->kick_fd, 0, 0);
+	rpal_host_syscall(SYS_close, pidfd, 0, 0, 0);
+	if (fd < 0)
+		return -1;
+	v = (unsigned)fd;
+	do
+		*--q = (char)('0' + v % 10);
+	while ((v /= 10));
+	__builtin_memcpy(path, dir, sizeof(dir) - 1);
+	while (q < digits + sizeof(digits))
+		path[sizeof(dir) - 1 + n++] = *q++;
+	path[sizeof(dir) - 1 + n] = 0;
+	if (rpal_host_syscall(SYS_readlinkat, AT_FDCWD, (long)path, (long)link, sizeof(link)) !=
+	    (long)sizeof(want) - 1 || __builtin_memcmp(link, want, sizeof(want) - 1)) {
+		rpal_host_syscall(SYS_close, fd, 0, 0, 0);
+		return -1;
+	}
+	return (int)fd;
+}
 
 static inline uintptr_t rpal_rdgsbase(void)
 {

@@ -83,46 +83,13 @@ static long raw5(long nr, long a, long b, long c, long d, long e)
 
 /* r's kick eventfd as a descriptor of ours, fetched from its program on the
  * first kick (each program has its own descriptor table). */
+/* r's kick eventfd as a descriptor of ours, taken from its program on our
+ * first kick and kept for the next ones. */
 static int kick_fd_fetch(struct rpal_host_rcv *r)
 {
-	static const char want[] = "anon_inode:[eventfd]";
-	struct rpal_host_prog *p = &host->progs[r->prog];
-	char path[40], link[sizeof(want)];
-	int32_t fd, none = -1;
-	long pidfd, n;
+	int32_t fd = rpal_host_take_kick_fd(host, r), none = -1;
 
-	/* The launcher marks a program ended only after it reaped it, and its
-	 * pid may be reused from then on: a pidfd opened while it is not yet
-	 * marked is the program's own. */
-	if (atomic_load(&p->ended))
-		return -1;
-	pidfd = raw3(SYS_pidfd_open, atomic_load(&p->pid), 0, 0);
-	if (pidfd < 0)
-		return -1;
-	fd = atomic_load(&p->ended) ? -1 : (int32_t)raw3(SYS_pidfd_getfd, pidfd, r->kick_fd, 0);
-	raw3(SYS_close, pidfd, 0, 0);
-	if (fd < 0)
-		return -1;
-	/* Only ever write to the eventfd the receiver named. */
-	{
-		/* No stdio here: we may run on a borrower's thread. */
-		char *q = path + sizeof(path);
-		unsigned v = (unsigned)fd;
-
-		*--q = 0;
-		do
-			*--q = (char)('0' + v % 10);
-		while ((v /= 10));
-		q -= sizeof("/proc/self/fd/") - 1;
-		memcpy(q, "/proc/self/fd/", sizeof("/proc/self/fd/") - 1);
-		memmove(path, q, (size_t)(path + sizeof(path) - q));
-	}
-	n = raw5(SYS_readlinkat, AT_FDCWD, (long)path, (long)link, sizeof(link), 0);
-	if (n != (long)sizeof(want) - 1 || memcmp(link, want, sizeof(want) - 1)) {
-		raw3(SYS_close, fd, 0, 0);
-		return -1;
-	}
-	if (!atomic_compare_exchange_strong(&r->kick_fds[host_prog], &none, fd)) {
+	if (fd >= 0 && !atomic_compare_exchange_strong(&r->kick_fds[host_prog], &none, fd)) {
 		raw3(SYS_close, fd, 0, 0);
 		fd = none;
 	}
