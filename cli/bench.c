@@ -588,7 +588,7 @@ static struct run_spec *plan(const struct bench_opts *o, unsigned *n)
 				const struct transport *t = transports[ti];
 
 				if (!(o->transports & (1u << ti)) || (t->unavailable && t->unavailable()) ||
-				    (su == SU_RPC && t->no_rpc))
+				    (su == SU_RPC && t->no_rpc) || (su != SU_RPC && (t->flags & TF_RPC_ONLY)))
 					continue;
 				for (int w = WAIT_SLEEP; w < WAIT_NR; w++) {
 					struct run_spec s = {

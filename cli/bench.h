@@ -150,6 +150,7 @@ struct transport {
 	unsigned flags;
 #define TF_WAIT 0x1			/* honours --wait */
 #define TF_ZEROCOPY 0x2			/* has a zero-copy path */
+#define TF_RPC_ONLY 0x4			/* request/response only: the rpc suite */
 	const char *no_rpc;		/* why the rpc suite does not run it, or NULL */
 	int (*setup)(struct bt_ctx *);		/* parent, before fork */
 	int (*open)(struct bt_ctx *);		/* child, pinned */

@@ -123,6 +123,8 @@ static int go_setup(struct bt_ctx *c, const char *net)
 
 static int rpal_go_setup(struct bt_ctx *c) { return go_setup(c, "rpal"); }
 static int go_uds_setup(struct bt_ctx *c) { return go_setup(c, "unix"); }
+static int grpc_rpal_setup(struct bt_ctx *c) { return go_setup(c, "grpc-rpal"); }
+static int grpc_uds_setup(struct bt_ctx *c) { return go_setup(c, "grpc-unix"); }
 
 /* What run.c's measured() and warm() give: throughput rounds to batches. */
 static void go_counts(const struct run_spec *s, uint64_t *count, uint64_t *warmup, unsigned *batch)
@@ -357,6 +359,26 @@ const struct transport tr_go_uds = {
 	.what = "Go to Go: Unix stream socket through Go's netpoller (rpal-go's baseline)",
 	.unavailable = go_unavailable,
 	.setup = go_uds_setup,
+	.open = go_open,
+	.teardown = go_teardown,
+};
+
+const struct transport tr_grpc_uds = {
+	.name = "grpc-uds",
+	.what = "gRPC-go unary calls over a Unix stream socket (rpc suite only)",
+	.unavailable = go_unavailable,
+	.flags = TF_RPC_ONLY,
+	.setup = grpc_uds_setup,
+	.open = go_open,
+	.teardown = go_teardown,
+};
+
+const struct transport tr_grpc_rpal = {
+	.name = "grpc-rpal",
+	.what = "gRPC-go unary calls over rpal: rpal.Listen and rpal.Dialer, nothing else changed (rpc suite only)",
+	.unavailable = go_unavailable,
+	.flags = TF_WAIT | TF_RPC_ONLY,
+	.setup = grpc_rpal_setup,
 	.open = go_open,
 	.teardown = go_teardown,
 };

@@ -13,3 +13,11 @@ if [ ${#need[@]} -gt 0 ]; then
 	$sudo apt-get update -qq
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# rpal-bench-go's modules (gRPC, Kitex), so the build, which stays offline,
+# finds them; without Go or a network, rpal bench lists the Go transports
+# as not available and says why.
+go=$(command -v go || echo /usr/local/go/bin/go)
+if [ -x "$go" ]; then
+	(cd go/cmd/rpal-bench-go && GOFLAGS=-mod=readonly "$go" mod download 2>/dev/null) ||
+		echo "deps: go mod download failed in go/cmd/rpal-bench-go (offline?); rpal bench's Go transports will be missing" >&2
+fi

@@ -5,8 +5,9 @@
 #
 # Downloads the Go module's dependencies, builds the C interop peers
 # (go/interop/c), test/old_kernel.c and test/vectors/check_vectors.c with
-# gcc against librpal in BUILD_DIR (default: build), then runs: go vet, a
-# CGO_ENABLED=0 build of cmd/rpal-bench-go (rpal bench's Go side), gofmt,
+# gcc against librpal in BUILD_DIR (default: build), then runs: go vet; go vet and a
+# CGO_ENABLED=0 build of cmd/rpal-bench-go (rpal bench's Go side, its own
+# module); gofmt;
 # the tests with the race detector, the tests with CGO_ENABLED=0 (interop
 # included), the same as on Linux 5.15 (under old_kernel), the C
 # check of the shared test vectors, and builds the gRPC example and runs its
@@ -75,8 +76,9 @@ build_c() {
 step "go mod download" bash -c 'cd go && go mod download'
 step "build C peers" build_c
 step "go vet" bash -c 'cd go && go vet ./...'
-# `rpal bench`'s Go side (transports rpal-go and go-uds): pure Go.
-step "build cmd/rpal-bench-go (CGO_ENABLED=0)" bash -c 'cd go && CGO_ENABLED=0 go build -o /dev/null ./cmd/rpal-bench-go'
+# `rpal bench`'s Go side (rpal-go, go-uds and the gRPC and Kitex rows), its
+# own module: pure Go.
+step "go mod download, go vet and build cmd/rpal-bench-go (CGO_ENABLED=0)" bash -c 'cd go/cmd/rpal-bench-go && go mod download && go vet ./... && CGO_ENABLED=0 go build -o /dev/null .'
 step "builds for darwin, windows, freebsd (rpal: not supported there)" bash -c 'cd go && for os in darwin windows freebsd; do GOOS=$os GOARCH=amd64 CGO_ENABLED=0 go build ./... || exit 1; done'
 step "gofmt" bash -c 'cd go && test -z "$(gofmt -l .)" || { gofmt -l .; false; }'
 step "go test -race" bash -c 'cd go && go test -race -count=1 -timeout 150s ./...'

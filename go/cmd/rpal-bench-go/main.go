@@ -87,7 +87,7 @@ func parseFlags() (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("rpal-bench-go", flag.ContinueOnError)
 	fs.StringVar(&o.role, "role", "", "server or client")
-	fs.StringVar(&o.network, "net", "", "rpal or unix")
+	fs.StringVar(&o.network, "net", "", "rpal or unix; rpc suite also FRAMEWORK-rpal or FRAMEWORK-unix (grpc, kitex)")
 	fs.StringVar(&o.addr, "addr", "", "rpal service or Unix socket address")
 	fs.IntVar(&o.size, "size", 32, "message size in bytes, header included")
 	fs.IntVar(&o.count, "count", 0, "measured messages")
@@ -114,8 +114,10 @@ func parseFlags() (*options, error) {
 	switch {
 	case o.role != "server" && o.role != "client":
 		return nil, fmt.Errorf("-role must be server or client, not %q", o.role)
-	case o.network != "rpal" && o.network != "unix":
-		return nil, fmt.Errorf("-net must be rpal or unix, not %q", o.network)
+	case o.network != "rpal" && o.network != "unix" && !isFramework(o.network):
+		return nil, fmt.Errorf("-net must be rpal, unix, grpc-rpal, grpc-unix, kitex-rpal or kitex-unix, not %q", o.network)
+	case isFramework(o.network) && !o.rpc:
+		return nil, fmt.Errorf("-net %s is request/response: it needs -rpc", o.network)
 	case o.addr == "":
 		return nil, errors.New("-addr is missing")
 	case o.size < hdrLen:
@@ -390,6 +392,9 @@ func ready(o *options) error {
 func runRole(o *options, r *results) error {
 	if !haveTSC {
 		return errors.New("rpal-bench-go: stamps need the x86 TSC (amd64 only)")
+	}
+	if isFramework(o.network) {
+		return runFramework(o, r)
 	}
 	var l link
 	var err error

@@ -26,7 +26,9 @@ type rpalLink struct {
 	msg     *rpal.Message // zero copy: the message recv returned
 }
 
-func openRPAL(o *options) (link, error) {
+// initRPAL sets the package's wait policy and spin budget from -wait and
+// -spin-us.
+func initRPAL(o *options) error {
 	cfg := rpal.DefaultConfig()
 	cfg.Spin = o.spin
 	switch o.wait {
@@ -37,9 +39,13 @@ func openRPAL(o *options) (link, error) {
 	case "sleep":
 		cfg.Wait = rpal.WaitSleep
 	default:
-		return nil, fmt.Errorf("unknown wait policy %q", o.wait)
+		return fmt.Errorf("unknown wait policy %q", o.wait)
 	}
-	if err := rpal.Init(&cfg); err != nil {
+	return rpal.Init(&cfg)
+}
+
+func openRPAL(o *options) (link, error) {
+	if err := initRPAL(o); err != nil {
 		return nil, err
 	}
 	k := &rpalLink{size: o.size, zc: o.zerocopy, rx: make([]byte, o.size)}
