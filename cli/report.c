@@ -395,6 +395,10 @@ void report_table(const struct report *r, FILE *f)
 			 transports[i]->no_rpc)
 			fprintf(f, "not available for rpc: %s: %s\n", transports[i]->name,
 				transports[i]->no_rpc);
+		else if ((o->transports & (1u << i)) && !(o->suites & (1u << SU_RPC)) &&
+			 (transports[i]->flags & TF_RPC_ONLY) &&
+			 o->transports != (1u << nr_transports) - 1)
+			fprintf(f, "rpc suite only: %s (add --suite rpc)\n", transports[i]->name);
 	for (unsigned i = 0; i < r->nerrs; i++)
 		fprintf(f, "FAILED: %s\n", r->errs[i]);
 }
