@@ -5,6 +5,7 @@
 //
 //	go run . -n 20000            # benchmark both transports
 //	go run . -n 5000 -rate 1000  # the same at 1,000 calls/s
+//	go run . -check              # verified calls over both transports; exit 1 on any error
 //	go run . -serve rpal NAME    # just serve (NAME: an rpal service)
 //	go run . -serve unix PATH    # just serve on a Unix socket
 //
@@ -181,6 +182,12 @@ func (d *dialer) first() net.Conn {
 	return d.conns[0].Conn
 }
 
+func (d *dialer) dialed() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.conns)
+}
+
 func (d *dialer) closeAll() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -309,6 +316,7 @@ func bench(transport, addr string, n, size int, rate float64) result {
 
 func main() {
 	serveFlag := flag.String("serve", "", "serve on this transport (rpal or unix) at the address given as argument")
+	checkFlag := flag.Bool("check", false, "instead of the benchmark: verified echoes of many sizes over each transport")
 	n := flag.Int("n", 20000, "requests per transport")
 	size := flag.Int("size", 1024, "payload bytes of each request and response (the Thrift struct around it adds 8)")
 	rate := flag.Float64("rate", 0, "calls per second, each started at a fixed time (0: back to back)")
@@ -332,6 +340,17 @@ func main() {
 			return dir + "/kitex.sock"
 		}
 		return name
+	}
+	if *checkFlag {
+		ok := true
+		for _, tr := range strings.Split(*order, ",") {
+			ok = check(tr, addr(tr)) && ok
+		}
+		if !ok {
+			os.RemoveAll(dir)
+			os.Exit(1)
+		}
+		return
 	}
 	pace := "back to back"
 	if *rate > 0 {
