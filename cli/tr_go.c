@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tr_go.c - "rpal-go" and "go-uds": Go to Go, each side a Go program
- * (go/cmd/rpal-bench-go) in its own process.  rpal-go moves the messages
+ * (go/cmd/rpal-bench-go) in its own process; and, in the rpc suite only,
+ * gRPC-go and Kitex over a Unix socket and over rpal.  rpal-go moves the messages
  * with the Go package's rpal.Conn (Send/Recv, or Alloc/WriteMsg and ReadMsg/Ack
  * for zero copy); go-uds with a Unix stream socket through Go's netpoller,
  * the baseline a Go user would otherwise have.
@@ -125,6 +126,8 @@ static int rpal_go_setup(struct bt_ctx *c) { return go_setup(c, "rpal"); }
 static int go_uds_setup(struct bt_ctx *c) { return go_setup(c, "unix"); }
 static int grpc_rpal_setup(struct bt_ctx *c) { return go_setup(c, "grpc-rpal"); }
 static int grpc_uds_setup(struct bt_ctx *c) { return go_setup(c, "grpc-unix"); }
+static int kitex_rpal_setup(struct bt_ctx *c) { return go_setup(c, "kitex-rpal"); }
+static int kitex_uds_setup(struct bt_ctx *c) { return go_setup(c, "kitex-unix"); }
 
 /* What run.c's measured() and warm() give: throughput rounds to batches. */
 static void go_counts(const struct run_spec *s, uint64_t *count, uint64_t *warmup, unsigned *batch)
@@ -379,6 +382,26 @@ const struct transport tr_grpc_rpal = {
 	.unavailable = go_unavailable,
 	.flags = TF_WAIT | TF_RPC_ONLY,
 	.setup = grpc_rpal_setup,
+	.open = go_open,
+	.teardown = go_teardown,
+};
+
+const struct transport tr_kitex_uds = {
+	.name = "kitex-uds",
+	.what = "Kitex unary calls (gonet transport, Thrift binary generic) over a Unix stream socket (rpc suite only)",
+	.unavailable = go_unavailable,
+	.flags = TF_RPC_ONLY,
+	.setup = kitex_uds_setup,
+	.open = go_open,
+	.teardown = go_teardown,
+};
+
+const struct transport tr_kitex_rpal = {
+	.name = "kitex-rpal",
+	.what = "Kitex unary calls over rpal: WithListener(rpal.Listen), WithDialer(rpal.Dialer) (rpc suite only)",
+	.unavailable = go_unavailable,
+	.flags = TF_WAIT | TF_RPC_ONLY,
+	.setup = kitex_rpal_setup,
 	.open = go_open,
 	.teardown = go_teardown,
 };

@@ -12,7 +12,7 @@
  *     rpal with futex round by round (by_round) from those runs.
  *   json.c RPAL rpc: the rpc suite at 2000/s and max over three transports
  *     (rpal-connected asleep) and again at concurrency 4, then the Go and
- *     the gRPC transports at concurrency 2: a result per
+ *     the gRPC and Kitex transports at concurrency 2: a result per
  *     transport x wait x rate with every rpc field, the low rate achieved
  *     within 20 %, ordered percentiles, CPU > 0; rpal-hosted among them
  *     where the build can host; the table has the rpc block.
@@ -453,7 +453,7 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 			 "--transport", transports, "--wait", "sleep", "--concurrency", conc, "--no-progress",
 			 jarg, "--plot", svg, NULL };
 	static const char *const tr[] = { "uds-epoll", "futex", "rpal-connected", "go-uds", "rpal-go", "rpal-hosted",
-					  "grpc-uds", "grpc-rpal" };
+					  "grpc-uds", "grpc-rpal", "kitex-uds", "kitex-rpal" };
 	struct out o;
 	struct jval *d = NULL;
 	int fd = mkstemp(json);
@@ -489,7 +489,7 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 			check_rpc(res->items[i], i, 0.2, (unsigned)atoi(conc));
 		for (size_t t = 0; t < sizeof(tr) / sizeof(tr[0]); t++) {
 			const char *w = strcmp(tr[t], "rpal-connected") && strcmp(tr[t], "rpal-go") &&
-					strcmp(tr[t], "grpc-rpal") ? NULL : "sleep";
+					strcmp(tr[t], "grpc-rpal") && strcmp(tr[t], "kitex-rpal") ? NULL : "sleep";
 			int avail = 1;
 
 			if (!strstr(transports, tr[t]))
@@ -540,7 +540,7 @@ static int rpc(char *rpal)
 	rpc_run(rpal, "uds-epoll,futex,rpal-connected,rpal-hosted", "1", 1);
 	rpc_run(rpal, "uds-epoll,futex", "4", 0);
 	rpc_run(rpal, "go-uds,rpal-go", "2", 0);
-	rpc_run(rpal, "grpc-uds,grpc-rpal", "2", 0);
+	rpc_run(rpal, "grpc-uds,grpc-rpal,kitex-uds,kitex-rpal", "2", 0);
 	printf("%s\n", fails ? "FAIL" : "PASS");
 	return fails ? 1 : 0;
 }

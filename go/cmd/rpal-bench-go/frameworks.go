@@ -40,9 +40,10 @@ type unaryClient interface {
 // frameworks: -net's framework part, its server and its client.
 var frameworks = map[string]struct {
 	serve func(l net.Listener, s *echoService) (shutdown func(), err error)
-	dial  func(dial func(context.Context, string) (net.Conn, error), addr string) (unaryClient, error)
+	dial  func(dial func(context.Context, string) (net.Conn, error), addr string, concurrency int) (unaryClient, error)
 }{
-	"grpc": {serveGRPC, dialGRPC},
+	"grpc":  {serveGRPC, dialGRPC},
+	"kitex": {serveKitex, dialKitex},
 }
 
 // splitFramework splits -net into its framework and its transport.
@@ -162,7 +163,7 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 	if err != nil {
 		return err
 	}
-	c, err := frameworks[framework].dial(dial, o.addr)
+	c, err := frameworks[framework].dial(dial, o.addr, o.concurrency)
 	if err != nil {
 		return fmt.Errorf("client: %s: %w", framework, err)
 	}
