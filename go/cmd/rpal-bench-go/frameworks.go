@@ -106,13 +106,61 @@ func (s *echoService) stop() {
 	})
 }
 
+// rpalStreams are this process's rpal connections, for their counters.
+var rpalStreams struct {
+	sync.Mutex
+	list []*rpal.Stream
+}
+
+func noteStream(c net.Conn) {
+	if st, ok := c.(*rpal.Stream); ok {
+		rpalStreams.Lock()
+		rpalStreams.list = append(rpalStreams.list, st)
+		rpalStreams.Unlock()
+	}
+}
+
+// streamCounts records the doorbell rings and sleeps of every rpal
+// connection this process had, as rpal-go's rows do.
+func streamCounts(r *results) {
+	rpalStreams.Lock()
+	defer rpalStreams.Unlock()
+	if len(rpalStreams.list) == 0 {
+		return
+	}
+	var wakeups, sleeps uint64
+	for _, st := range rpalStreams.list {
+		ci := st.Conn().Info()
+		wakeups += ci.Wakeups
+		sleeps += ci.Sleeps
+	}
+	r.set(offWakeups, wakeups)
+	r.set(offSleeps, sleeps)
+	atomic.StoreUint32(r.u32(offHasCount), 1)
+}
+
+// countingListener notes the connections it accepts.
+type countingListener struct{ net.Listener }
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		noteStream(c)
+	}
+	return c, err
+}
+
 // frameworkListen listens on -addr over the transport.
 func frameworkListen(o *options, transport string) (net.Listener, error) {
 	if transport == "rpal" {
 		if err := initRPAL(o); err != nil {
 			return nil, err
 		}
-		return rpal.Listen(o.addr)
+		l, err := rpal.Listen(o.addr)
+		if err != nil {
+			return nil, err
+		}
+		return countingListener{l}, nil
 	}
 	return net.Listen("unix", o.addr)
 }
@@ -124,7 +172,13 @@ func frameworkDialer(o *options, transport string) (func(context.Context, string
 			return nil, err
 		}
 		var d rpal.Dialer
-		return d.DialContext, nil
+		return func(ctx context.Context, addr string) (net.Conn, error) {
+			c, err := d.DialContext(ctx, addr)
+			if err == nil {
+				noteStream(c)
+			}
+			return c, err
+		}, nil
 	}
 	var d net.Dialer
 	return func(ctx context.Context, addr string) (net.Conn, error) {
@@ -149,6 +203,7 @@ func frameworkServe(o *options, r *results, framework, transport string) error {
 		return err
 	}
 	<-s.stopped
+	streamCounts(r)
 	shutdown()
 	return nil
 }
@@ -245,6 +300,7 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 	r.set(offUnsent, uint64(planned-sent))
 	r.set(offRPCDone, uint64(done.Load()))
 	r.set(offProgress, uint64(o.warmup+o.count))
+	streamCounts(r)
 	if err := c.stop(ctx); err != nil {
 		return fmt.Errorf("client: Stop: %w", err)
 	}
