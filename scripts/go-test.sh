@@ -10,8 +10,9 @@
 # the tests with the race detector, the tests with CGO_ENABLED=0 (interop
 # included), the same as on Linux 5.15 (under old_kernel), the C
 # check of the shared test vectors, and builds the gRPC example and runs its
-# stopped-clients check, 40 clients stopped mid-call (skip both
-# with RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits
+# stopped-clients check, 40 clients stopped mid-call, and its check that one
+# dialer uses rpal locally and TCP otherwise (skip the example with
+# RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits
 # non-zero on any failure.
 set -u
 cd "$(dirname "$0")/.."
@@ -91,6 +92,10 @@ if [ -z "${RPAL_GO_SKIP_EXAMPLES:-}" ]; then
 	# gRPC end to end: 40 clients stopped in turn with 16 calls of 1 MiB in
 	# flight each, then a healthy client's calls must go through.
 	step "grpcecho -stopped 40" "$OUT/grpcecho" -stopped 40
+	# One address for local and remote: rpal.TCPDialer must reach a server
+	# on this machine that listens both ways (rpal.ListenTCP) over rpal, and
+	# a TCP-only server over TCP, through gRPC's dns and passthrough targets.
+	step "grpcecho -both" "$OUT/grpcecho" -both
 fi
 
 echo
