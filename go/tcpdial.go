@@ -31,10 +31,12 @@ import (
 //     an address of one of its network interfaces, or a name that
 //     resolves to at least one of those.
 //
-// An IP address is checked first, against the interface addresses, which
-// are read at most once a second; a host name is resolved (with
-// TCP.Resolver) only when the port's socket exists.  A host that is not
-// this machine is never dialed over rpal.
+// The cheaper check comes first.  For an IP address that is the address
+// itself (the interface addresses are read at most once a second); for a
+// host name it is the socket, and the name is resolved, with
+// TCP.Resolver, only where the port's socket exists.  A host that is not
+// this machine is never dialed over rpal, and deciding never initialises
+// rpal.
 //
 // When the rpal dial fails, the dialer connects over TCP instead.  It does
 // so silently when nothing accepts on the service's socket (its server has

@@ -87,9 +87,8 @@ func (lc *ListenConfig) ListenTCP(ctx context.Context, network, address string) 
 	return l, nil
 }
 
-// pump hands what ln accepts to Accept until the listener is closed.
-// Errors are handed on too, so that a server's usual handling of them
-// (retrying temporary ones, giving up on others) applies.
+// pump hands what ln accepts, connections and errors, to Accept until the
+// listener is closed.
 func (l *TCPListener) pump(ln net.Listener) {
 	defer l.wg.Done()
 	for {
@@ -109,7 +108,8 @@ func (l *TCPListener) pump(ln net.Listener) {
 }
 
 // Accept waits for the next connection, over TCP or over rpal, and
-// returns it.
+// returns it.  An error of either socket's Accept is returned as it is,
+// so a server's usual handling (retrying temporary errors) applies.
 func (l *TCPListener) Accept() (net.Conn, error) {
 	select {
 	case <-l.done:
