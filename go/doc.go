@@ -25,7 +25,15 @@
 //     Recv copy once; Alloc and WriteMsg send without copying, ReadMsg reads
 //     in place until Message.Ack.  NewStream turns a *Conn into a Stream.
 //
+// One address can serve local and remote clients: ListenTCP listens on a
+// TCP port and, for clients on this machine, on the rpal service
+// "tcp:<port>", both through one net.Listener; a TCPDialer dials
+// "host:port" over rpal when the host is this machine and the port is
+// served that way, and over TCP otherwise.  A service can then move
+// between hosts with no change to its clients: TCP (under gRPC, Kitex or
+// net/http) carries calls between machines, rpal the calls within one.
+//
 // The package builds on every system but works on Linux only: elsewhere
-// each entry point returns an error wrapping errors.ErrUnsupported.  See
-// docs/GO.md.
+// each entry point returns an error wrapping errors.ErrUnsupported, except
+// ListenTCP and TCPDialer, which use TCP alone.  See docs/GO.md.
 package rpal

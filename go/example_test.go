@@ -219,3 +219,49 @@ func ExampleStream() {
 	fmt.Println(resp.Status, string(body))
 	// Output: 200 OK hello from /greeting over rpal
 }
+
+// One address for local and remote: the server listens on a TCP port both
+// ways, and a client that dials "host:port" through a TCPDialer goes over
+// rpal when the server is on its machine, over TCP when it is not.  Here
+// net/http is served on the TCPListener and its client takes the dialer's
+// DialContext; gRPC takes grpc.Server.Serve(l) and
+// grpc.WithContextDialer(d.DialAddr).  A client that dials TCP itself
+// still reaches the same server.
+func ExampleListenTCP() {
+	l, err := rpal.ListenTCP("tcp", "127.0.0.1:0") // TCP, and rpal for local clients
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		local := r.Context().Value(http.LocalAddrContextKey).(net.Addr)
+		fmt.Fprintf(w, "served over %s", local.Network())
+	})}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	url := "http://" + l.Addr().String() + "/"
+	var d rpal.TCPDialer
+	for _, c := range []struct {
+		name string
+		t    *http.Transport
+	}{
+		{"rpal.TCPDialer", &http.Transport{DialContext: d.DialContext}},
+		{"net.Dialer", &http.Transport{DialContext: (&net.Dialer{}).DialContext}},
+	} {
+		resp, err := (&http.Client{Transport: c.t}).Get(url)
+		if err != nil {
+			log.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		c.t.CloseIdleConnections()
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s: %s\n", c.name, body)
+	}
+	// Output:
+	// rpal.TCPDialer: served over rpal
+	// net.Dialer: served over tcp
+}

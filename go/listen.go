@@ -37,6 +37,9 @@ var _ net.Listener = (*Listener)(nil)
 type ListenConfig struct {
 	// Policy checks each client's credentials; nil means same uid.
 	Policy *Policy
+
+	// TCP holds the options of the TCP socket that ListenTCP opens.
+	TCP net.ListenConfig
 }
 
 // Listen serves a service name with the default policy (same uid).

@@ -16,6 +16,7 @@ import (
 // entry point (Init, Alloc, ProcessStats, Listen, ListenConfig.Listen,
 // Dial, DialConn and the Dialer methods) fails with errUnsupported: each
 // of them calls checkOS first, so no Conn or Listener ever exists here.
+// ListenTCP and the TCPDialer check it too, and use TCP alone.
 // The functions below stand in for the Linux files' so that the portable
 // code compiles; none of them is reached.
 

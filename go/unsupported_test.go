@@ -7,6 +7,8 @@ package rpal
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"runtime"
 	"testing"
 )
@@ -33,5 +35,39 @@ func TestUnsupported(t *testing.T) {
 		if err := f(); !errors.Is(err, errors.ErrUnsupported) || err.Error() != want {
 			t.Errorf("%s: %v, want %q wrapping errors.ErrUnsupported", name, err, want)
 		}
+	}
+}
+
+// Where rpal is not supported, ListenTCP serves TCP only and a TCPDialer
+// dials TCP: a program that uses them runs everywhere.
+func TestTCPOffLinux(t *testing.T) {
+	l, err := ListenTCP("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if l.Service() != "" {
+		t.Errorf("Service() = %q, want \"\"", l.Service())
+	}
+	go func() {
+		c, err := l.Accept()
+		if err == nil {
+			c.Write([]byte("ok"))
+			c.Close()
+		}
+	}()
+	var d TCPDialer
+	d.Fallback = func(a string, err error) { t.Errorf("fallback for %s: %v", a, err) }
+	c, err := d.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*net.TCPConn); !ok {
+		t.Fatalf("a %T, want a *net.TCPConn", c)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil || string(b) != "ok" {
+		t.Fatalf("read %q, %v", b, err)
 	}
 }

@@ -11,8 +11,9 @@
 # the tests with the race detector, the tests with CGO_ENABLED=0 (interop
 # included), the same as on Linux 5.15 (under old_kernel), the C
 # check of the shared test vectors, builds the gRPC example and runs its
-# stopped-clients check, 40 clients stopped mid-call, and builds the Kitex
-# example and runs its echo check (skip the examples with
+# stopped-clients check, 40 clients stopped mid-call, and its check that one
+# dialer uses rpal locally and TCP otherwise, and builds the Kitex example
+# and runs its echo check (skip the examples with
 # RPAL_GO_SKIP_EXAMPLES=1).  Prints "N passed, N failed"; exits
 # non-zero on any failure.
 set -u
@@ -100,6 +101,10 @@ if [ -z "${RPAL_GO_SKIP_EXAMPLES:-}" ]; then
 	# to 300 KiB each, replies compared byte for byte, calls one at a time
 	# on one pooled connection, then a clean server shutdown.
 	step "kitexecho -check" "$OUT/kitexecho" -check
+	# One address for local and remote: rpal.TCPDialer must reach a server
+	# on this machine that listens both ways (rpal.ListenTCP) over rpal, and
+	# a TCP-only server over TCP, through gRPC's dns and passthrough targets.
+	step "grpcecho -both" "$OUT/grpcecho" -both
 fi
 
 echo

@@ -8,11 +8,20 @@
 //	go run . -serve rpal NAME    # just serve (NAME: an rpal service)
 //	go run . -serve unix PATH    # just serve on a Unix socket
 //	go run . -stopped 30         # 30 clients stopped mid-call; does another get through?
+//	go run . -both               # one address: rpal to a local server, TCP to a TCP-only one
+//	go run . -serve both :8080   # serve TCP port 8080, and rpal for local clients
+//	go run . -dial host:8080     # call it: over rpal on its machine, TCP elsewhere
 //
 // The service has one unary method, /rpal.Echo/Echo, whose messages are raw
 // bytes (a pass-through codec: no protobuf code generation needed).  The
 // server runs in a child process; the client calls it one request at a time
 // and reports p50/p99 latency and CPU time (client and server) per request.
+//
+// -serve both, -dial and -both show one address for local and remote: the
+// server listens with rpal.ListenTCP (TCP, and rpal for clients on its
+// machine), the client dials "host:port" through rpal.TCPDialer as gRPC's
+// context dialer, and each connection goes over rpal when the server is on
+// the client's machine and over TCP when it is not (both.go).
 package main
 
 import (
@@ -69,6 +78,12 @@ func serve(transport, addr string) {
 	case "unix":
 		os.Remove(addr)
 		l, err = net.Listen("unix", addr)
+	case "tcp":
+		l, err = net.Listen("tcp", addr)
+	case "both":
+		// TCP on addr, and rpal for clients on this machine (the service
+		// "tcp:<port>"): one net.Listener for both.
+		l, err = rpal.ListenTCP("tcp", addr)
 	default:
 		log.Fatalf("unknown transport %q", transport)
 	}
@@ -77,7 +92,12 @@ func serve(transport, addr string) {
 	}
 	s := grpc.NewServer(grpc.ForceServerCodec(rawCodec{}))
 	s.RegisterService(&echoDesc, nil)
-	fmt.Println("ready")
+	if transport == "tcp" || transport == "both" {
+		l = loggingListener{l} // the transport of each connection
+		fmt.Println("ready", l.Addr())
+	} else {
+		fmt.Println("ready")
+	}
 	if err := s.Serve(l); err != nil {
 		log.Fatal(err)
 	}
@@ -94,9 +114,10 @@ type result struct {
 	info                      *rpal.ConnInfo // rpal: the client's counters
 }
 
-// start runs this program with args in a process that dies with us; ready
-// says whether it printed "ready".
-func start(args ...string) (*exec.Cmd, <-chan bool) {
+// start runs this program with args in a process that dies with us.  Once
+// it prints its "ready" line, ready receives the rest of that line (a
+// server's address, or ""); ready is closed if it prints anything else.
+func start(args ...string) (*exec.Cmd, <-chan string) {
 	c := exec.Command(os.Args[0], args...)
 	c.Stderr = os.Stderr
 	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -104,25 +125,32 @@ func start(args ...string) (*exec.Cmd, <-chan bool) {
 	if err := c.Start(); err != nil {
 		log.Fatal(err)
 	}
-	ready := make(chan bool, 1)
+	ready := make(chan string, 1)
 	go func() {
 		sc := bufio.NewScanner(out)
-		ready <- sc.Scan() && sc.Text() == "ready"
+		if sc.Scan() {
+			if rest, ok := strings.CutPrefix(sc.Text(), "ready"); ok {
+				ready <- strings.TrimSpace(rest)
+				return
+			}
+		}
+		close(ready)
 	}()
 	return c, ready
 }
 
-// child is start, waiting for "ready".
-func child(args ...string) *exec.Cmd {
+// child is start, waiting for "ready"; it returns the rest of that line.
+func child(args ...string) (*exec.Cmd, string) {
 	c, ready := start(args...)
-	if !<-ready {
+	rest, ok := <-ready
+	if !ok {
 		log.Fatalf("%v did not start", args)
 	}
-	return c
+	return c, rest
 }
 
 func bench(transport, addr string, n, size int, rate float64) result {
-	srv := child("-serve", transport, addr)
+	srv, _ := child("-serve", transport, addr)
 	var dial func(context.Context, string) (net.Conn, error)
 	var st *rpal.Stream
 	if transport == "rpal" {
@@ -202,9 +230,11 @@ func bench(transport, addr string, n, size int, rate float64) result {
 }
 
 func main() {
-	serveFlag := flag.String("serve", "", "serve on this transport (rpal or unix) at the address given as argument")
+	serveFlag := flag.String("serve", "", "serve on this transport (rpal, unix, tcp, or both: TCP and rpal) at the address given as argument")
 	stoppedFlag := flag.Int("stopped", 0, "instead of the benchmark: this many stopped clients with large calls in flight, then a healthy client's calls must go through")
 	hogFlag := flag.String("hog", "", "be one of -stopped's clients, of the rpal service given")
+	bothFlag := flag.Bool("both", false, "instead of the benchmark: check that one dialer reaches a server on this machine over rpal and a TCP-only one over TCP")
+	dialFlag := flag.String("dial", "", "instead of the benchmark: call the echo service at this gRPC target (host:port) and say which transport was used")
 	n := flag.Int("n", 20000, "requests per transport")
 	size := flag.Int("size", 32, "request and response payload bytes")
 	rate := flag.Float64("rate", 0, "calls per second, each started at a fixed time (0: back to back)")
@@ -216,6 +246,18 @@ func main() {
 	}
 	if *hogFlag != "" {
 		hog(*hogFlag)
+		return
+	}
+	if *bothFlag {
+		if !both(min(*n, 1000)) {
+			os.Exit(1)
+		}
+		return
+	}
+	if *dialFlag != "" {
+		if !dialOne(*dialFlag, *n) {
+			os.Exit(1)
+		}
 		return
 	}
 	if *stoppedFlag > 0 {

@@ -67,13 +67,13 @@ func hog(addr string) {
 // may hold only its share of it.  Each client must get its own calls
 // through before it is stopped; the run fails at the first that cannot.
 func stopped(addr string, n int) bool {
-	srv := child("-serve", "rpal", addr)
+	srv, _ := child("-serve", "rpal", addr)
 	defer srv.Process.Kill()
 	for i := 0; i < n; i++ {
 		h, ready := start("-hog", addr)
 		defer h.Process.Kill()
 		select {
-		case ok := <-ready:
+		case _, ok := <-ready:
 			if !ok {
 				log.Fatalf("client %d did not start", i)
 			}
