@@ -152,6 +152,7 @@ struct transport {
 #define TF_ZEROCOPY 0x2			/* has a zero-copy path */
 #define TF_RPC_ONLY 0x4			/* request/response only: the rpc suite */
 	const char *no_rpc;		/* why the rpc suite does not run it, or NULL */
+	const char *baseline;		/* its own baseline for the round-by-round comparison, or NULL */
 	int (*setup)(struct bt_ctx *);		/* parent, before fork */
 	int (*open)(struct bt_ctx *);		/* child, pinned */
 	int (*accept)(struct bt_ctx *);		/* server, after ready; may be NULL */

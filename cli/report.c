@@ -83,17 +83,20 @@ static void ratio(const struct report *r, const struct result *x, char *buf)
  * An rpal row over its target's baseline, round by round: futex for latency
  * (the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
  * asleep; rpc: its p50 at the same offered rate), uds-epoll for CPU per
- * message.  Returns the baseline's name, or
- * NULL without rounds or a baseline row to compare with.
+ * message; a transport that names its own baseline (rpal-go: go-uds, the
+ * frameworks over rpal: the same over a Unix socket) against that.  Returns
+ * the baseline's name, or NULL without rounds or a baseline row to compare
+ * with.
  */
 static const char *by_round(const struct report *r, const struct result *x, struct paired *p)
 {
-	const char *base = x->metric == M_CPU ? "uds-epoll" : "futex";
+	const struct transport *t = transports[x->transport];
+	const char *base = t->baseline ? t->baseline : x->metric == M_CPU ? "uds-epoll" : "futex";
 	const struct result *b;
 
 	if (x->rounds < 2 || (x->suite != SU_LATENCY && x->suite != SU_CPU && x->suite != SU_RPC) ||
 	    (x->metric != M_ONEWAY && x->metric != M_RTT && x->metric != M_CPU && x->metric != M_RPC) ||
-	    strncmp(transports[x->transport]->name, "rpal", 4) || !(b = same_case(r, x, base)) ||
+	    (strncmp(t->name, "rpal", 4) && !t->baseline) || !(b = same_case(r, x, base)) ||
 	    b->rounds != x->rounds)
 		return NULL;
 	stats_paired(x->round_key, b->round_key, x->rounds, p);
