@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""readme_table.py BENCH.json [--svg PATH] [--update README.md]
+"""readme_table.py BENCH.json [--svg PATH] [--update README.md [--block NAME]]
 
 Turns the JSON of one `rpal bench` run into the Markdown shown in the README:
 the machine, date and command of the run, then one-way latency, round trip,
@@ -8,14 +8,14 @@ placement, request/response latency and CPU at each offered rate, and with
 rounds, each rpal row against futex (latency, rpc) or uds-epoll (CPU) round by
 round.  Nothing is typed by hand: rerun the bench, rerun this script.
 With --update, replaces the text between <!-- bench:begin --> and
-<!-- bench:end --> in the given file instead of printing.
+<!-- bench:end --> in the given file instead of printing (--block NAME:
+between <!-- NAME:begin --> and <!-- NAME:end -->, for a second run's table).
 """
 import argparse
 import json
 import re
 import sys
 
-BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
 
 def label(r):
@@ -54,10 +54,11 @@ def by_round(rows, what, name=label):
                "(sign test p = %.2g)" % (name(r), v["median"], v["min"], v["max"], v["lower"],
                                          v["higher"], v["rounds"], v["sign_p"]))
               for r in rows for v in [r.get("by_round")] if v]
-    if not paired:
-        return []
-    return ["Round by round against %s (each round's %s over the same round's %s; below 1 is "
-            "better): %s." % (paired[0][0], what, paired[0][0], "; ".join(p[1] for p in paired)), ""]
+    out = []
+    for b in dict.fromkeys(p[0] for p in paired):
+        out += ["Round by round against %s (each round's %s over the same round's %s; below 1 is "
+                "better): %s." % (b, what, b, "; ".join(p[1] for p in paired if p[0] == b)), ""]
+    return out
 
 
 def table(doc, svg):
@@ -154,7 +155,9 @@ def main():
     ap.add_argument("json")
     ap.add_argument("--svg", help="path of the plot to link under the table")
     ap.add_argument("--update", metavar="FILE", help="replace the bench block in FILE")
+    ap.add_argument("--block", default="bench", help="the block's name (default: bench)")
     a = ap.parse_args()
+    begin, end = "<!-- %s:begin -->" % a.block, "<!-- %s:end -->" % a.block
     with open(a.json) as f:
         doc = json.load(f)
     text = table(doc, a.svg)
@@ -163,10 +166,10 @@ def main():
         return 0
     with open(a.update) as f:
         readme = f.read()
-    if BEGIN not in readme or END not in readme:
-        sys.exit("readme_table: %s has no %s ... %s block" % (a.update, BEGIN, END))
-    readme = re.sub(re.escape(BEGIN) + ".*?" + re.escape(END),
-                    lambda _: BEGIN + "\n" + text + END, readme, flags=re.S)
+    if begin not in readme or end not in readme:
+        sys.exit("readme_table: %s has no %s ... %s block" % (a.update, begin, end))
+    readme = re.sub(re.escape(begin) + ".*?" + re.escape(end),
+                    lambda _: begin + "\n" + text + end, readme, flags=re.S)
     with open(a.update, "w") as f:
         f.write(readme)
     return 0
