@@ -39,9 +39,16 @@ def ratio(v):
     return "-" if not v else ("%.2fx" % v if v < 10 else "%.1fx" % v)
 
 
+def base_name(results):
+    """The ratio columns' baseline: uds-epoll, or go-uds in a run of the Go rows alone."""
+    names = {r["transport"] for r in results}
+    return "uds-epoll" if "uds-epoll" in names or "go-uds" not in names else "go-uds"
+
+
 def base(results, r):
+    name = base_name(results)
     for b in results:
-        if (b["transport"] == "uds-epoll" and b["placement"] == r["placement"]
+        if (b["transport"] == name and b["placement"] == r["placement"]
                 and b["metric"] == r["metric"] and b.get("suite") == r.get("suite")
                 and b.get("size") == r.get("size") and b.get("copy", "one-copy") == "one-copy"):
             return b
@@ -83,6 +90,7 @@ def table(doc, svg):
                 "whole bench; each row is its median run, by p50 (throughput and CPU: by mean): "
                 "a slow spell of the VM that hits a minority of a case's runs does not show. "
                 "Every run's figure is in the JSON." % rounds, ""]
+    bn = base_name(res)
     placements = []
     for r in res:
         if r["placement"] not in placements:
@@ -93,10 +101,10 @@ def table(doc, svg):
                     and r.get("suite", "latency") == "latency"]
             if not rows:
                 continue
-            out += ["**%s, %d B, %s** (%s messages; ns unless stated; vs uds-epoll = its p50 / this p50)"
+            out += ["**%s, %d B, %s** (%s messages; ns unless stated; vs %s = its p50 / this p50)"
                     % (title, rows[0].get("size", 32), rows[0].get("placement_detail", pl),
-                       "{:,}".format(rows[0]["count"])), "",
-                    "| transport | p50 cycles | p50 | p99 | p99.9 | max | mean | vs uds-epoll |",
+                       "{:,}".format(rows[0]["count"]), bn), "",
+                    "| transport | p50 cycles | p50 | p99 | p99.9 | max | mean | vs %s |" % bn,
                     "|---|--:|--:|--:|--:|--:|--:|--:|"]
             for r in rows:
                 b = base(res, r)
@@ -109,7 +117,7 @@ def table(doc, svg):
         rows = [r for r in res if r["placement"] == pl and r["metric"] == "throughput"]
         if rows:
             out += ["**Throughput, %s** (batches of %s, one echo per batch)" % (pl, rows[0].get("batch", "?")),
-                    "", "| transport | msgs/s | vs uds-epoll |", "|---|--:|--:|"]
+                    "", "| transport | msgs/s | vs %s |" % bn, "|---|--:|--:|"]
             for r in rows:
                 b = base(res, r)
                 out.append("| %s | %s | %s |" % (label(r), "{:,.0f}".format(r["mean"]),
@@ -119,7 +127,7 @@ def table(doc, svg):
         if rows:
             out += ["**CPU per message at %s msgs/s, %s** (user+sys of both processes, getrusage)"
                     % ("{:,.0f}".format(rows[0].get("rate", 0)), pl), "",
-                    "| transport | CPU ns/msg | vs uds-epoll (its / this) |", "|---|--:|--:|"]
+                    "| transport | CPU ns/msg | vs %s (its / this) |" % bn, "|---|--:|--:|"]
             for r in rows:
                 b = base(res, r)
                 out.append("| %s | %s | %s |" % (label(r), "{:,.0f}".format(r["mean"]),
