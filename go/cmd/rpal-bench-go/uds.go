@@ -13,7 +13,6 @@ import (
 // cli/stream.c frames it for the C baselines: a read takes whatever is
 // there, a batch goes out in one write.
 type unixLink struct {
-	l    *net.UnixListener
 	c    *net.UnixConn
 	size int
 
@@ -31,26 +30,13 @@ func openUnix(o *options) (link, error) {
 		if err != nil {
 			return nil, err
 		}
+		defer l.Close()
 		if err := ready(o); err != nil {
-			l.Close()
 			return nil, err
 		}
 		if k.c, err = l.AcceptUnix(); err != nil {
-			l.Close()
 			return nil, err
 		}
-		// Keep listening, as a server does and as the rpal-go server's
-		// listener does: one more descriptor waiting in the netpoller.
-		k.l = l
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				c.Close()
-			}
-		}()
 	} else {
 		var err error
 		if k.c, err = net.DialUnix("unix", nil, addr); err != nil {
@@ -101,9 +87,4 @@ func (k *unixLink) release() error {
 }
 
 func (k *unixLink) counts() (uint64, uint64, bool) { return 0, 0, false }
-func (k *unixLink) close() error {
-	if k.l != nil {
-		k.l.Close()
-	}
-	return k.c.Close()
-}
+func (k *unixLink) close() error                   { return k.c.Close() }
