@@ -52,6 +52,11 @@ func (w WaitPolicy) String() string {
 type spinner struct {
 	max, cur, avg time.Duration
 	policy        WaitPolicy
+
+	// When the last wait ended, and the connection's doorbell rings by
+	// then (see Conn.wokeIdlePeer).
+	end   time.Time
+	rings uint64
 }
 
 func (s *spinner) init(d time.Duration, policy WaitPolicy) {

@@ -49,11 +49,15 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		return os.ErrDeadlineExceeded
 	}
 	t0 := time.Now()
-	if budget := c.spinBudget(bit, sp); budget > 0 {
+	budget := c.spinBudget(bit, sp)
+	if budget > 0 && bit == waitRX && c.wokeIdlePeer(sp, t0) {
+		budget = 0
+	}
+	if budget > 0 {
 		yielded := time.Duration(0)
 		for i := 1; ; i++ {
 			if ready() {
-				sp.hit(time.Since(t0))
+				c.waited(sp, t0, true)
 				return nil
 			}
 			if i&63 == 0 {
@@ -138,6 +142,30 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			return err // os.ErrDeadlineExceeded
 		}
 	}
-	sp.slept(time.Since(t0))
+	c.waited(sp, t0, false)
 	return nil
+}
+
+// waited records a wait that began at t0 and ended now, caught by the spin
+// (hit) or after a sleep.
+func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) {
+	now := time.Now()
+	if hit {
+		sp.hit(now.Sub(t0))
+	} else {
+		sp.slept(now.Sub(t0))
+	}
+	sp.end, sp.rings = now, c.wakeups.Load()
+}
+
+// wokeIdlePeer says whether the message this receiver waits for has to
+// come from a peer we woke after a pause: we rang its doorbell since our
+// last wait ended (it was asleep), and that was longer ago than the spin
+// ceiling (neither side was busy).  Its answer then comes no sooner than
+// its wake-up, tens of µs on small VMs: spinning for it costs about what
+// our own sleep does, and holds a CPU the peer's wake-up may need, so the
+// adaptive policy sleeps at once.  Under load the peer is awake (no ring)
+// or the last wait ended just now, and the spin goes on as before.
+func (c *Conn) wokeIdlePeer(sp *spinner, now time.Time) bool {
+	return sp.policy == WaitAdaptive && c.wakeups.Load() != sp.rings && now.Sub(sp.end) > sp.max
 }

@@ -196,6 +196,71 @@ func TestPinnedCPUHint(t *testing.T) {
 	a.cpu = noCPU
 }
 
+// A receiver that had to wake its peer after a pause sleeps for the reply
+// at once; one whose last wait just ended spins for it as before.
+func TestNoSpinForWokenIdlePeer(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	const ceiling, delay = 200 * time.Millisecond, 20 * time.Millisecond
+	a.rxMu.Lock()
+	a.rxSpin.init(ceiling, WaitAdaptive)
+	a.rxMu.Unlock()
+	b.rxMu.Lock()
+	b.rxSpin.init(0, WaitSleep) // the peer sleeps at once: our send rings it
+	b.rxMu.Unlock()
+	a.cpu = noCPU
+	// The peer echoes each message after delay, well within our ceiling.
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, err := b.Recv(buf)
+			if err != nil {
+				done <- nil
+				return
+			}
+			time.Sleep(delay)
+			if err := b.Send(buf[:n]); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	call := func() (slept bool) {
+		before := a.Info().Sleeps
+		if err := a.Send([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+		buf := make([]byte, 64)
+		if _, err := a.Recv(buf); err != nil {
+			t.Fatal(err)
+		}
+		return a.Info().Sleeps != before
+	}
+	call() // the first wait: nothing to go by yet
+	time.Sleep(ceiling + 50*time.Millisecond)
+	rings := a.Info().Wakeups
+	if !call() {
+		t.Fatal("after a pause, with the peer woken by our ring, the receiver spun for the reply instead of sleeping")
+	}
+	if a.Info().Wakeups == rings {
+		t.Fatal("the peer was not asleep after the pause: the test did not exercise a ring")
+	}
+	// The previous wait ended just now: whether or not this send rings,
+	// the receiver spins, and catches the reply within the ceiling.
+	if call() {
+		t.Fatal("back to back, the receiver slept instead of spinning for a reply due within its ceiling")
+	}
+	c1.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 // ringBell does what the waiting word asks: the futex for a futex sleeper,
 // the doorbell for a doorbell sleeper, both when the peer has both kinds,
 // and nothing twice for the same word.
