@@ -236,8 +236,6 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 	}
 	planned := int64(o.count)
 	cpu0 := cpuNow()
-	var start unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &start)
 	tStart := tscNow()
 	endTSC := tStart + uint64(o.seconds*o.tscHz)
 	var next, started, done atomic.Int64
@@ -258,8 +256,17 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 				if now := tscNow(); now >= endTSC && (periodCyc == 0 || now-tStart >= 2*(endTSC-tStart)) {
 					return // time is up (open loop: overloaded)
 				}
-				if periodCyc > 0 && slot > tscNow() {
-					sleepUntil(start.Nano() + int64(float64(j)/o.rate*1e9))
+				// The slot is on the TSC, the sleep on CLOCK_MONOTONIC:
+				// sleep again until the TSC agrees, or a call could
+				// start (and end) before its slot.
+				for periodCyc > 0 {
+					now := tscNow()
+					if slot <= now {
+						break
+					}
+					var mono unix.Timespec
+					_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
+					sleepUntil(mono.Nano() + int64(float64(slot-now)/o.tscHz*1e9))
 				}
 				started.Add(1)
 				at, err := frameworkCall(ctx, c, o, r, req, o.warmup+int(j))
