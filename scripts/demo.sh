@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# demo.sh BUILD_DIR: a short `rpal bench` (well under a minute on a 2-vCPU VM)
+# demo.sh BUILD_DIR: a short `rpal bench` (about two minutes on a 2-vCPU VM)
 # that prints the comparison table; JSON and SVG are left in BUILD_DIR for
 # scripts/readme_table.py.  Numbers come from this run only.
 set -euo pipefail
