@@ -177,13 +177,14 @@ static void print_prometheus(const struct snap *s)
 	G(bufs_held, "buffers_held", "The peer's zero-copy buffers received and not released")
 	G(since, "connection_start_time_seconds", "When the connection was made, in seconds since the epoch")
 #undef G
-	printf("# HELP rpal_open_connections Open rpal connections of the process.\n"
-	       "# TYPE rpal_open_connections gauge\n");
-	for (i = 0; i < s->nprocs; i++) {
-		printf("rpal_open_connections");
-		prom_labels(&s->procs[i], NULL);
-		printf(" %u\n", s->procs[i].nr_open);
+#define P(f, name, help)							\
+	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n");	\
+	for (i = 0; i < s->nprocs; i++) {					\
+		printf("rpal_" name);						\
+		prom_labels(&s->procs[i], NULL);				\
+		printf(" %lld\n", (long long)s->procs[i].f);			\
 	}
+	P(nr_open, "open_connections", "Open rpal connections of the process")
 #define H(f, name, help)							\
 	printf("# HELP rpal_hosted_" name "_total " help ".\n# TYPE rpal_hosted_" name "_total counter\n"); \
 	for (i = 0; i < s->nprocs; i++)						\
@@ -197,13 +198,8 @@ static void print_prometheus(const struct snap *s)
 	H(handoffs, "handoffs", "System calls made inside calls, handed to the program's own threads")
 	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads")
 #undef H
-	printf("# HELP rpal_process_start_time_seconds When the process initialised rpal, in seconds since the epoch.\n"
-	       "# TYPE rpal_process_start_time_seconds gauge\n");
-	for (i = 0; i < s->nprocs; i++) {
-		printf("rpal_process_start_time_seconds");
-		prom_labels(&s->procs[i], NULL);
-		printf(" %lld\n", (long long)s->procs[i].started);
-	}
+	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch")
+#undef P
 }
 
 static void print_table(const struct snap *s)
