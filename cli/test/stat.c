@@ -5,7 +5,8 @@
  *   stat RPAL: a process that sent N messages of S bytes shows exactly
  *     those counts (--json, by pid and by service); a busy pair's counters
  *     grow between two calls a second apart; --prometheus has a HELP and
- *     TYPE line before every metric's samples; a process that died without
+ *     TYPE line before every metric's samples, and the process's open
+ *     connections and start time; a process that died without
  *     rpal_fini() is not listed and its page is removed; garbled pages
  *     (garbage, short, another version, lying counts and strings, a page
  *     that names another slot), held locked as a live owner would, are
@@ -252,11 +253,13 @@ static void growing(const char *rpal)
 	printf("stat: --prometheus declares every metric before its samples\n");
 	{
 		char *argv[] = { (char *)rpal, "stat", "--prometheus", NULL }, *line, *save = NULL, typed[128] = "";
-		char want[64];
-		int samples = 0, mine = 0;
+		char want[64], open_want[64], start_want[80];
+		int samples = 0, mine = 0, open_ok = 0, start_ok = 0;
 
 		CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --prometheus failed");
 		snprintf(want, sizeof(want), "rpal_messages_sent_total{pid=\"%d\"", (int)pid);
+		snprintf(open_want, sizeof(open_want), "rpal_open_connections{pid=\"%d\"", (int)pid);
+		snprintf(start_want, sizeof(start_want), "rpal_process_start_time_seconds{pid=\"%d\"", (int)pid);
 		for (line = strtok_r(o.buf[0], "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
 			char name[128];
 
@@ -275,8 +278,16 @@ static void growing(const char *rpal)
 			samples++;
 			if (!strncmp(line, want, strlen(want)))
 				mine += atof(strrchr(line, ' ') + 1) > 0;
+			/* Per-process gauges: its open connection, and a start time
+			 * in this century. */
+			if (!strncmp(line, open_want, strlen(open_want)))
+				open_ok += atof(strrchr(line, ' ') + 1) >= 1;
+			if (!strncmp(line, start_want, strlen(start_want)))
+				start_ok += atof(strrchr(line, ' ') + 1) > 1e9;
 		}
 		CHECK(samples > 10 && mine == 1, "%d samples, %d of pid %d's messages sent > 0", samples, mine, (int)pid);
+		CHECK(open_ok == 1 && start_ok == 1, "pid %d: open_connections >= 1 %d time(s), a start time %d time(s)",
+		      (int)pid, open_ok, start_ok);
 		out_free(&o);
 	}
 	child_end(pid, ctl);
