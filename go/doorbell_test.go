@@ -9,6 +9,8 @@ import (
 	"io"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Both directions of a connection sleep on one doorbell, so a wake-up
@@ -99,5 +101,27 @@ func TestSharedDoorbellNoLostWakeup(t *testing.T) {
 	if received != sent {
 		t.Fatalf("received %v bytes, %v sent", received, sent)
 	}
-	t.Logf("%d and %d bytes in %v with no spinning", sent[0], sent[1], run)
+	// Sleepers leave rings unread; what stays must remain far below what
+	// the socket holds, or a ring would fail and a wake-up be lost.
+	for _, c := range []*Conn{a, b} {
+		if n, sleeps := unreadRings(t, c), c.sleeps.Load(); n > 4*bellDrainEvery {
+			t.Fatalf("%d rings unread in a doorbell after %d sleeps", n, sleeps)
+		}
+	}
+	t.Logf("%d and %d bytes in %v with no spinning, %d and %d sleeps", sent[0], sent[1], run,
+		a.sleeps.Load(), b.sleeps.Load())
+}
+
+// unreadRings is how many bytes wait in c's doorbell.
+func unreadRings(t *testing.T, c *Conn) int {
+	raw, err := c.rxBell.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = raw.Control(func(fd uintptr) { n, err = unix.IoctlGetInt(int(fd), unix.SIOCINQ) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
