@@ -124,17 +124,16 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// a new edge, read or not), so bytes need not be read at
 			// once: the first call of every bellDrainEvery-th sleep
 			// drains them, which spares most sleeps the two reads of a
-			// socket's reader.  What a drain takes may have been rung
-			// for the other direction's sleeper: kick passes it on.
+			// socket's reader.  A drained byte may be this sleep's ring
+			// (then ready holds), an old one, or one rung for the other
+			// direction's sleeper: kick passes that on.
 			if !first {
 				return true
 			}
 			first = false
-			if c.bellSleeps.Add(1)%bellDrainEvery == 0 && drainBell(int(fd), buf[:]) {
-				if atomic.LoadUint64(waiting)&otherFlags != 0 {
-					c.kick(1 - dir)
-				}
-				return true
+			if c.bellSleeps.Add(1)%bellDrainEvery == 0 && drainBell(int(fd), buf[:]) &&
+				atomic.LoadUint64(waiting)&otherFlags != 0 {
+				c.kick(1 - dir)
 			}
 			return ready()
 		})
