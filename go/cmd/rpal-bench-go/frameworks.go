@@ -247,6 +247,13 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 		go func() {
 			defer wg.Done()
 			req := make([]byte, o.size)
+			pace, err := newPacer()
+			if err != nil {
+				errc <- err
+				next.Store(planned)
+				return
+			}
+			defer pace.close()
 			for {
 				j := next.Add(1) - 1
 				if j >= planned {
@@ -256,9 +263,9 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 				if now := tscNow(); now >= endTSC && (periodCyc == 0 || now-tStart >= 2*(endTSC-tStart)) {
 					return // time is up (open loop: overloaded)
 				}
-				// The slot is on the TSC, the sleep on CLOCK_MONOTONIC:
-				// sleep again until the TSC agrees, or a call could
-				// start (and end) before its slot.
+				// The slot is on the TSC, the timer on CLOCK_MONOTONIC:
+				// wait again until the TSC agrees, or a call could start
+				// (and end) before its slot.
 				for periodCyc > 0 {
 					now := tscNow()
 					if slot <= now {
@@ -266,7 +273,11 @@ func frameworkDrive(o *options, r *results, framework, transport string) error {
 					}
 					var mono unix.Timespec
 					_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &mono)
-					sleepUntil(mono.Nano() + int64(float64(slot-now)/o.tscHz*1e9))
+					if err := pace.until(mono.Nano() + int64(float64(slot-now)/o.tscHz*1e9)); err != nil {
+						errc <- err
+						next.Store(planned)
+						return
+					}
 				}
 				started.Add(1)
 				at, err := frameworkCall(ctx, c, o, r, req, o.warmup+int(j))

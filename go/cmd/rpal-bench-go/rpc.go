@@ -8,7 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"runtime"
+	"os"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -48,19 +48,39 @@ func rpcServe(l link, o *options, r *results) error {
 	return nil
 }
 
-// sleepUntil blocks this thread until CLOCK_MONOTONIC reaches ns.
-func sleepUntil(ns int64) {
-	ts := unix.NsecToTimespec(ns)
-	// The timer slack is a thread's, and the goroutine may run on any of
-	// the runtime's threads: set it on the one that sleeps (a thread left
-	// at the default 50 µs wakes up to 50 µs late, and each request's
-	// latency would count it).
-	runtime.LockOSThread()
-	_ = unix.Prctl(unix.PR_SET_TIMERSLACK, 1, 0, 0, 0)
-	for unix.ClockNanosleep(unix.CLOCK_MONOTONIC, unix.TIMER_ABSTIME, &ts, nil) == unix.EINTR {
-	}
-	runtime.UnlockOSThread()
+// pacer waits for the open loop's slots the way a Go service waits for the
+// event that starts a call: its goroutine parked in the netpoller, here on
+// a timerfd, whose timer has no slack.  A thread blocked in a sleep of its
+// own would hold its P in a system call for most of each period, which
+// sets Go's sysmon polling every 20 µs: runtime work that no service does
+// and that shifts with each transport's timing.
+type pacer struct {
+	f  *os.File
+	fd int
 }
+
+func newPacer() (*pacer, error) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("timerfd: %w", err)
+	}
+	return &pacer{f: os.NewFile(uintptr(fd), "pacer"), fd: fd}, nil
+}
+
+// until returns once CLOCK_MONOTONIC reaches ns.
+func (p *pacer) until(ns int64) error {
+	spec := unix.ItimerSpec{Value: unix.NsecToTimespec(ns)}
+	if err := unix.TimerfdSettime(p.fd, unix.TFD_TIMER_ABSTIME, &spec, nil); err != nil {
+		return fmt.Errorf("timerfd: %w", err)
+	}
+	var expirations [8]byte
+	if _, err := p.f.Read(expirations[:]); err != nil {
+		return fmt.Errorf("timerfd: %w", err)
+	}
+	return nil
+}
+
+func (p *pacer) close() { p.f.Close() }
 
 // rpcSend sends request seq, stamped now; the stamp.
 func rpcSend(l link, o *options, seq int) (uint64, error) {
@@ -97,10 +117,10 @@ func rpcReply(l link, o *options, r *results, seq int) error {
 // goroutine over blocking receives, as the C one is one thread.  Closed
 // loop (-rate 0): -concurrency requests outstanding for -seconds, latency
 // from each send.  An open loop that falls behind stops sending at twice
-// -seconds and counts the requests it never sent.  The client sleeps to
-// each slot in clock_nanosleep with a timer slack of 1 ns, as the C client
-// does, not on a Go timer, whose wake-up in an idle process comes hundreds
-// of µs late and would count in every latency.
+// -seconds and counts the requests it never sent.  The client waits for
+// each slot on a pacer (a timerfd in the netpoller), not on a Go timer,
+// whose wake-up in an idle process comes hundreds of µs late and would
+// count in every latency.
 func rpcDrive(l link, o *options, r *results) error {
 	w, planned := o.warmup, o.count
 	n := o.concurrency
@@ -117,6 +137,11 @@ func rpcDrive(l link, o *options, r *results) error {
 			return err
 		}
 	}
+	pace, err := newPacer()
+	if err != nil {
+		return err
+	}
+	defer pace.close()
 	cpu0 := cpuNow()
 	var start unix.Timespec
 	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &start)
@@ -151,7 +176,9 @@ func rpcDrive(l link, o *options, r *results) error {
 			if sent >= planned {
 				break
 			}
-			sleepUntil(start.Nano() + int64(float64(sent)/o.rate*1e9))
+			if err := pace.until(start.Nano() + int64(float64(sent)/o.rate*1e9)); err != nil {
+				return err
+			}
 			continue
 		}
 		if err := rpcReply(l, o, r, w+done); err != nil {
