@@ -57,8 +57,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	}
 	t0 := time.Now()
 	budget := c.spinBudget(bit, sp)
-	wokeIdle := bit == waitRX && c.wokeIdlePeer(sp, t0)
-	if wokeIdle {
+	if budget > 0 && bit == waitRX && c.wokeIdlePeer(sp, t0) {
 		budget = 0
 	}
 	if budget > 0 {
@@ -125,18 +124,14 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// a new edge, read or not), so bytes need not be read at
 			// once: the first call of every bellDrainEvery-th sleep
 			// drains them, which spares most sleeps the two reads of a
-			// socket's reader.  So does a waiter that just woke an idle
-			// peer: its answer is a wake-up away, the read costs it no
-			// latency, and parking without it makes Go's idle scheduler
-			// churn (twice the context switches per call at 1,000 calls/s
-			// unpinned).  A drained byte may be this sleep's ring (then
-			// ready holds), an old one, or one rung for the other
+			// socket's reader.  A drained byte may be this sleep's ring
+			// (then ready holds), an old one, or one rung for the other
 			// direction's sleeper: kick passes that on.
 			if !first {
 				return true
 			}
 			first = false
-			if (wokeIdle || c.bellSleeps.Add(1)%bellDrainEvery == 0) && drainBell(int(fd), buf[:]) &&
+			if c.bellSleeps.Add(1)%bellDrainEvery == 0 && drainBell(int(fd), buf[:]) &&
 				atomic.LoadUint64(waiting)&otherFlags != 0 {
 				c.kick(1 - dir)
 			}
