@@ -99,7 +99,6 @@ type Conn struct {
 	cpu                       uint32 // the one CPU we are pinned to (our hint), or noCPU
 
 	txMsgs, rxMsgs, wakeups, sleeps atomic.Uint64
-	bellSleeps                      atomic.Uint64 // sleeps on our doorbell (see bellDrainEvery)
 
 	closeOnce sync.Once
 }

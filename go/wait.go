@@ -19,13 +19,6 @@ import (
 // yields cost more than they save.
 const yieldEvery = 25 * time.Microsecond
 
-// bellDrainEvery is how many sleeps may leave their rings in our doorbell
-// unread.  A peer rings at most once per value of our waiting word, a few
-// bytes per sleep.  Each unread byte is a buffer of its own in the kernel:
-// a Unix stream socket takes a few hundred before a ring fails (EAGAIN, no
-// new edge: a lost wake-up).
-const bellDrainEvery = 16
-
 // spinBudget is how long a waiter in direction bit may spin: the adaptive
 // budget, or nothing when the peer's thread we wait for runs on the one CPU
 // this process is pinned to (spinning there only keeps it off the CPU).
@@ -118,24 +111,19 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			// Any wake-up ends this sleep, even one meant for the other
 			// direction: the peer rings once per value of our waiting
 			// word, so the next sleep is advertised afresh.  The first
-			// call looks at the ring: a peer that rang before the
-			// netpoller was armed (which forgets earlier readiness) had
-			// published first.  A later call means a byte came (each is
-			// a new edge, read or not), so bytes need not be read at
-			// once: the first call of every bellDrainEvery-th sleep
-			// drains them, which spares most sleeps the two reads of a
-			// socket's reader.  A drained byte may be this sleep's ring
-			// (then ready holds), an old one, or one rung for the other
-			// direction's sleeper: kick passes that on.
-			if !first {
-				return true
-			}
+			// call drains what earlier rings left (the netpoller
+			// forgets readiness that predates this call).  What we
+			// drain may have been rung for the other direction's
+			// sleeper: kick passes the wake-up on.
+			rung := !first
 			first = false
-			if c.bellSleeps.Add(1)%bellDrainEvery == 0 && drainBell(int(fd), buf[:]) &&
-				atomic.LoadUint64(waiting)&otherFlags != 0 {
-				c.kick(1 - dir)
+			if drainBell(int(fd), buf[:]) {
+				rung = true
+				if atomic.LoadUint64(waiting)&otherFlags != 0 {
+					c.kick(1 - dir)
+				}
 			}
-			return ready()
+			return rung || ready()
 		})
 		atomic.AndUint64(waiting, ^flags)
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.takeKick(dir) {
