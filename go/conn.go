@@ -99,6 +99,7 @@ type Conn struct {
 	cpu                       uint32 // the one CPU we are pinned to (our hint), or noCPU
 
 	txMsgs, rxMsgs, wakeups, sleeps atomic.Uint64
+	adverts                         atomic.Uint64 // sleeps advertised on our doorbell (see bellDrainEvery)
 
 	closeOnce sync.Once
 }

@@ -19,6 +19,12 @@ import (
 // yields cost more than they save.
 const yieldEvery = 25 * time.Microsecond
 
+// bellDrainEvery is how many advertised sleeps may leave their rings in
+// our doorbell unread: a few bytes each.  Each unread byte is a buffer of
+// its own in the kernel, and a Unix stream socket takes a few hundred
+// before a ring fails (EAGAIN: no new edge, a lost wake-up).
+const bellDrainEvery = 16
+
 // spinBudget is how long a waiter in direction bit may spin: the adaptive
 // budget, or nothing when the peer's thread we wait for runs on the one CPU
 // this process is pinned to (spinning there only keeps it off the CPU).
@@ -99,33 +105,40 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		if c.closed.Load() {
 			return net.ErrClosed
 		}
-		atomic.AddUint64(waiting, waitEpoch) // W0: a locked RMW
-		atomic.OrUint64(waiting, flags)
-		if ready() {
-			atomic.AndUint64(waiting, ^flags)
-			break
-		}
-		c.sleeps.Add(1)
-		first := true
+		// The sleep is advertised inside the first call, after RawRead has
+		// armed the netpoller (which forgets readiness reported before
+		// it): a ring for this advertisement comes later, and each byte
+		// sent into a socket is a new edge.  So any later call means a
+		// byte came, and none need be read to see it.  A peer rings at
+		// most once per value of our waiting word, so unread bytes are
+		// bounded by draining them before every bellDrainEvery-th
+		// advertisement; they are older rings, or rings for the other
+		// direction's sleeper, whose edge a read can hide from its file
+		// before the netpoller collects it: kick passes that on.
+		advertised, parked := false, false
 		err := raw.Read(func(fd uintptr) bool {
-			// Any wake-up ends this sleep, even one meant for the other
-			// direction: the peer rings once per value of our waiting
-			// word, so the next sleep is advertised afresh.  The first
-			// call drains what earlier rings left (the netpoller
-			// forgets readiness that predates this call).  What we
-			// drain may have been rung for the other direction's
-			// sleeper: kick passes the wake-up on.
-			rung := !first
-			first = false
-			if drainBell(int(fd), buf[:]) {
-				rung = true
-				if atomic.LoadUint64(waiting)&otherFlags != 0 {
-					c.kick(1 - dir)
-				}
+			if advertised {
+				return true
 			}
-			return rung || ready()
+			advertised = true
+			if c.adverts.Add(1)%bellDrainEvery == 0 && drainBell(int(fd), buf[:]) &&
+				atomic.LoadUint64(waiting)&otherFlags != 0 {
+				c.kick(1 - dir)
+			}
+			atomic.AddUint64(waiting, waitEpoch) // W0: a locked RMW
+			atomic.OrUint64(waiting, flags)
+			if ready() {
+				return true
+			}
+			parked = true
+			return false
 		})
-		atomic.AndUint64(waiting, ^flags)
+		if advertised {
+			atomic.AndUint64(waiting, ^flags)
+		}
+		if parked {
+			c.sleeps.Add(1)
+		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.takeKick(dir) {
 			err = nil
 		}

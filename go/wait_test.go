@@ -311,6 +311,61 @@ func TestRingBellKinds(t *testing.T) {
 	}
 }
 
+// A peer rings once per value of our waiting word, and may ring for a
+// message we have already read (a deferred notify) just as we advertise
+// the sleep that waits for the next one: its ring for the next message then
+// never comes.  That early ring must end the sleep so the next is
+// advertised afresh; a sleeper that parked again on the same word would
+// stay asleep until its deadline.
+func TestEarlyRingEndsTheSleep(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	b.rxMu.Lock()
+	b.rxSpin.init(0, WaitSleep)
+	b.rxMu.Unlock()
+	peerWaiting := a.u64(a.pb, bWaiting)
+	for round := 0; round < 20; round++ {
+		got := make(chan error, 1)
+		go func() {
+			_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+			buf := make([]byte, 64)
+			_, err := b.Recv(buf)
+			got <- err
+		}()
+		for end := time.Now().Add(5 * time.Second); atomic.LoadUint64(peerWaiting)&waitRX == 0; {
+			if time.Now().After(end) {
+				t.Fatal("the receiver never advertised its sleep")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		rings := a.Info().Wakeups
+		a.txMu.Lock()
+		a.wakeRX() // a ring for the advertised word, with nothing published
+		a.txMu.Unlock()
+		if round%2 == 1 {
+			time.Sleep(time.Millisecond) // let the ring land before the message
+		}
+		if err := a.Send([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatalf("round %d: receive after an early ring: %v", round, err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("round %d: the receiver still sleeps 3 s after the message was sent: a lost wake-up", round)
+		}
+		if a.Info().Wakeups == rings {
+			t.Fatalf("round %d: the early ring did not happen: the test exercised nothing", round)
+		}
+	}
+}
+
 // A peer shares the open file of the doorbell it handed us and may make it
 // blocking and fill it: ringing it must still return at once (MSG_DONTWAIT).
 func TestRingBellNeverBlocks(t *testing.T) {
