@@ -294,7 +294,8 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	}
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
-	bool timed = !(ep->futex_sleeps++ & 15);   /* under the lock */
+	/* Under the lock; as in conn_wait(). */
+	bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->futex_sleeps++);
 	pthread_mutex_unlock(&ep->lock);
 	uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
 	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);

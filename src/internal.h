@@ -75,6 +75,12 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns);
 void spin_note_sleep_cpu(uint64_t ns);
 void spin_note_wake(uint64_t ns);
 uint64_t thread_cpu_ns(void);
+/*
+ * Is the n-th sleep or wake-up one to time?  One in 256: the sleeper's
+ * CPU clock is a system call each side of the sleep, so sampling more
+ * often shows in the wake-up latency, and the costs move slowly.
+ */
+static inline bool spin_cost_sample(uint64_t n) { return (n & 255) == 0; }
 
 /* --------------------------------------------------------- objects */
 /*

@@ -70,8 +70,8 @@ static bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 	if (w == *last)
 		return false;
 	*last = w;
-	/* One wake-up in 16 is timed: what a sleep costs its waker. */
-	uint64_t t0 = (load_relaxed(count) & 15) ? 0 : now_ns();
+	/* A sample of wake-ups is timed: what a sleep costs its waker. */
+	uint64_t t0 = spin_cost_sample(load_relaxed(count)) ? now_ns() : 0;
 
 	if (w & futex_bit) {
 		/* Change the word it waits on, then wake: a FUTEX_WAIT that
@@ -321,8 +321,10 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			wait_end(c, bits);
 			break;
 		}
-		/* One sleep in 16 is timed in CPU: what it costs the sleeper. */
-		uint64_t cpu0 = (load_relaxed(sleeps) & 15) ? 0 : thread_cpu_ns();
+		/* A sample of sleeps is timed in CPU, what one costs the
+		 * sleeper, where the adaptive policy learns from it. */
+		uint64_t cpu0 = spin->policy == RPAL_WAIT_POLICY_ADAPTIVE &&
+				spin_cost_sample(load_relaxed(sleeps)) ? thread_cpu_ns() : 0;
 		/* An epoll waiter may count a sleep on this connection too. */
 		stat_add_shared(sleeps, 1);
 		if (futex && c->wake_mine) {
