@@ -43,6 +43,16 @@ func (w WaitPolicy) String() string {
 // VMs take 30-60 µs), a zero budget would never see a short wait again and
 // would stay asleep for good.
 //
+// At a moderate rate, request/response traffic makes a reader's waits
+// alternate: short ones within a call (a reply, or the frames a framework
+// sends around it) and long ones between calls.  The average then sits
+// above the ceiling while every short wait caught restores it, so every
+// long wait would first spin the whole ceiling.  The spinner therefore also
+// learns, for each pattern of the last two waits (short: within the
+// ceiling), whether the next one is usually short, and spins no more than
+// the floor where it is not.  A long wait it expected does not cut the
+// budget: the next short one may spin it whole.
+//
 // librpal's adaptive policy (src/spin.c) spins no longer than a sleep
 // costs.  In Go that rule, with the cost a process measures for its own
 // sleeps (a few µs), settles gRPC request/response in the slow state where
@@ -53,6 +63,13 @@ type spinner struct {
 	max, cur, avg time.Duration
 	policy        WaitPolicy
 
+	// The last two waits, a bit each (1: it ended within the ceiling),
+	// and for each such pattern whether the next wait is usually short:
+	// a counter, -1..1, where >= 0 says yes (one short wait is enough to
+	// spin again, two long ones in a row to stop).
+	hist    uint8
+	follows [4]int8
+
 	// When the last wait ended, and the connection's doorbell rings by
 	// then (see Conn.wokeIdlePeer).
 	end   time.Time
@@ -60,8 +77,13 @@ type spinner struct {
 }
 
 func (s *spinner) init(d time.Duration, policy WaitPolicy) {
-	*s = spinner{max: d, cur: d, policy: policy}
+	// A new connection is usually busy: every pattern starts as one
+	// that short waits follow, and two long ones are needed to stop.
+	*s = spinner{max: d, cur: d, policy: policy, hist: 3, follows: [4]int8{1, 1, 1, 1}}
 }
+
+// expectShort says whether the next wait is likely within the ceiling.
+func (s *spinner) expectShort() bool { return s.follows[s.hist] >= 0 }
 
 // budget is how long this wait may spin.
 func (s *spinner) budget() time.Duration {
@@ -71,13 +93,28 @@ func (s *spinner) budget() time.Duration {
 	case WaitSpin:
 		return s.max
 	}
+	if !s.expectShort() {
+		return min(s.cur, s.max/16)
+	}
 	return s.cur
 }
 
 // note adds a wait to the average (weight 1/8), counted as at most twice
-// the ceiling so that one preemption does not outweigh many short waits.
+// the ceiling so that one preemption does not outweigh many short waits,
+// and to what follows the last two waits.
 func (s *spinner) note(waited time.Duration) {
 	s.avg += (min(waited, 2*s.max) - s.avg) / 8
+	var short uint8
+	if waited <= s.max {
+		short = 1
+	}
+	f := &s.follows[s.hist]
+	if short == 1 && *f < 1 {
+		*f++
+	} else if short == 0 && *f > -1 {
+		*f--
+	}
+	s.hist = (s.hist<<1 | short) & 3
 }
 
 // hit records a wait that a spin ended after waited.
@@ -88,8 +125,9 @@ func (s *spinner) hit(waited time.Duration) {
 
 // slept records a wait that slept, waited long in all.
 func (s *spinner) slept(waited time.Duration) {
+	expected := !s.expectShort()
 	s.note(waited)
-	if s.avg <= s.max {
+	if s.avg <= s.max || expected && waited > s.max {
 		s.cur = s.max
 	} else {
 		s.cur = max(s.cur/2, s.max/16)

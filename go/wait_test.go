@@ -97,6 +97,27 @@ func TestSpinnerAdapts(t *testing.T) {
 	if s.budget() != ceiling {
 		t.Fatalf("waits within the ceiling cut the budget to %v", s.budget())
 	}
+	// Short and long waits in turn, as a reader's within and between
+	// calls at a moderate rate: the spin covers the short ones, and only
+	// the floor is spent on the long ones.
+	s.init(ceiling, WaitAdaptive)
+	for i := 0; i < 8; i++ {
+		s.hit(30 * time.Microsecond)
+		s.slept(time.Millisecond)
+	}
+	if b := s.budget(); b != ceiling {
+		t.Fatalf("after a long wait, before a short one, the budget is %v, want %v", b, ceiling)
+	}
+	s.hit(30 * time.Microsecond)
+	if b := s.budget(); b != ceiling/16 {
+		t.Fatalf("after a short wait, before a long one, the budget is %v, want %v", b, ceiling/16)
+	}
+	// Once the long waits stop, the short ones spin again.
+	s.hit(ceiling / 16)
+	s.hit(ceiling / 16)
+	if b := s.budget(); b != ceiling {
+		t.Fatalf("after short waits only, the budget is %v, want %v", b, ceiling)
+	}
 }
 
 // A reader spinning with a long budget still honours a deadline and Close
