@@ -188,15 +188,22 @@ func TestStreamSlotsAndBuffers(t *testing.T) {
 	}
 }
 
-// A process pinned to one CPU publishes it as its hints, and a waiter does
-// not spin for a peer thread on its own CPU.
-func TestPinnedCPUHint(t *testing.T) {
+// connPair returns the two ends of one connection (streamPair's), closed
+// when the test ends.
+func connPair(t *testing.T) (a, b *Conn) {
+	t.Helper()
 	c1, c2, stop, err := streamPair(t)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer stop()
-	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	t.Cleanup(stop)
+	return c1.(*Stream).Conn(), c2.(*Stream).Conn()
+}
+
+// A process pinned to one CPU publishes it as its hints, and a waiter does
+// not spin for a peer thread on its own CPU.
+func TestPinnedCPUHint(t *testing.T) {
+	a, b := connPair(t)
 	if cpu := pinnedCPU(); a.cpu != cpu {
 		t.Fatalf("conn hint %d, pinnedCPU() %d", a.cpu, cpu)
 	}
@@ -286,12 +293,7 @@ func TestNoSpinForWokenIdlePeer(t *testing.T) {
 // the doorbell for a doorbell sleeper, both when the peer has both kinds,
 // and nothing twice for the same word.
 func TestRingBellKinds(t *testing.T) {
-	c1, c2, stop, err := streamPair(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	a, b := connPair(t)
 	wakeSeq := (*uint32)(unsafe.Add(a.me, bWakeSeq))
 	// rung drains b's doorbell and says whether it held a byte.
 	rung := func() bool {
@@ -339,12 +341,7 @@ func TestRingBellKinds(t *testing.T) {
 // advertised afresh; a sleeper that parked again on the same word would
 // stay asleep until its deadline.
 func TestEarlyRingEndsTheSleep(t *testing.T) {
-	c1, c2, stop, err := streamPair(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	a, b := connPair(t)
 	b.rxMu.Lock()
 	b.rxSpin.init(0, WaitSleep)
 	b.rxMu.Unlock()
@@ -390,12 +387,7 @@ func TestEarlyRingEndsTheSleep(t *testing.T) {
 // A peer shares the open file of the doorbell it handed us and may make it
 // blocking and fill it: ringing it must still return at once (MSG_DONTWAIT).
 func TestRingBellNeverBlocks(t *testing.T) {
-	c1, _, stop, err := streamPair(t)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	a := c1.(*Stream).Conn()
+	a, _ := connPair(t)
 	chunk := make([]byte, 4096)
 	for {
 		if _, err := unix.Write(a.peerBell, chunk); err != nil {
