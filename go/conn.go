@@ -54,18 +54,23 @@ type Conn struct {
 	// the same time).  bellMu orders deadline changes on those files
 	// against wakeAll, which leaves them expired for good, and against
 	// kicks (see kick).
-	peerBell   int
-	drainBuf   [2][1024]byte // per direction: what a waiter reads off our doorbell
-	bellMu     sync.Mutex
-	wokeAll    bool
-	kicked     [2]bool // per direction: its file's deadline is expired by a kick
-	rxBell     *os.File
-	txBell     *os.File
-	rxRaw      syscall.RawConn
-	txRaw      syscall.RawConn
-	lastRungRX atomic.Uint64 // the peer's waiting word when we last woke it for RX
-	lastRungTX atomic.Uint64
-	hup        chan struct{} // closed when the socket watcher ends (peer hang-up)
+	peerBell int
+	drainBuf [2][1024]byte // per direction: what a waiter reads off our doorbell
+	// Per direction, for a waiter asleep on the peer's futex word
+	// (sleepFutex): a word of ours it also waits on, which only we
+	// write, and whether it sleeps (see kickFutex).
+	futexKick   [2]uint32
+	futexAsleep [2]atomic.Bool
+	bellMu      sync.Mutex
+	wokeAll     bool
+	kicked      [2]bool // per direction: its file's deadline is expired by a kick
+	rxBell      *os.File
+	txBell      *os.File
+	rxRaw       syscall.RawConn
+	txRaw       syscall.RawConn
+	lastRungRX  atomic.Uint64 // the peer's waiting word when we last woke it for RX
+	lastRungTX  atomic.Uint64
+	hup         chan struct{} // closed when the socket watcher ends (peer hang-up)
 
 	txMu      sync.Mutex
 	tail      uint64
@@ -216,6 +221,8 @@ func (c *Conn) Close() error {
 		c.closed.Store(true)
 		atomic.OrUint32(c.u32(c.me, bState), stateShutWr|stateClosed)
 		// Wake our sleepers; they see closed.
+		c.kickFutex(0)
+		c.kickFutex(1)
 		c.rxBell.Close()
 		c.txBell.Close()
 		c.rxMu.Lock()
@@ -283,6 +290,7 @@ func (c *Conn) SetReadDeadline(t time.Time) error {
 		return c.opErr("set", net.ErrClosed)
 	}
 	c.rdDeadline.Store(deadlineNano(t))
+	c.kickFutex(0)
 	return c.setBellDeadline(c.rxBell, t)
 }
 
@@ -293,6 +301,7 @@ func (c *Conn) SetWriteDeadline(t time.Time) error {
 		return c.opErr("set", net.ErrClosed)
 	}
 	c.wrDeadline.Store(deadlineNano(t))
+	c.kickFutex(1)
 	return c.setBellDeadline(c.txBell, t)
 }
 

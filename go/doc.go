@@ -11,9 +11,10 @@
 // rings, each written only by its owner: a payload of up to 40 bytes rides
 // in the ring slot, a larger one stays in a buffer of the sender's arena
 // that the receiver reads in place and acknowledges.  A waiting side spins
-// briefly, then advertises that it sleeps and parks its goroutine in the Go
-// netpoller on a doorbell socket; the peer makes a system call only to wake a
-// side that said it sleeps.
+// briefly, then advertises that it sleeps: on the peer's futex word (a few
+// threads of a process, for up to 10 ms each), or with its goroutine parked
+// in the Go netpoller on a doorbell socket; the peer makes a system call
+// only to wake a side that said it sleeps.
 //
 // Every connection comes in two forms, on either side:
 //

@@ -20,7 +20,9 @@ import (
 // in small pieces (a buffer is acknowledged long after its slot is
 // consumed), no wake-up may be lost: every byte arrives, in order, and no
 // call waits out its 5 s deadline.
-func TestSharedDoorbellNoLostWakeup(t *testing.T) {
+func TestSharedDoorbellNoLostWakeup(t *testing.T) { bothSleeps(t, testSharedDoorbellNoLostWakeup) }
+
+func testSharedDoorbellNoLostWakeup(t *testing.T, _ bool) {
 	name, l := newService(t)
 	a, err := DialConn(name)
 	if err != nil {

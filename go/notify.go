@@ -59,12 +59,29 @@ func (c *Conn) notifyTX(force bool, rxHead uint64) {
 	}
 }
 
+// kickFutex wakes direction dir's waiter if it sleeps on the peer's futex
+// word (sleepFutex).  That word is the peer's to change: our own reasons
+// to wake the waiter (Close, a new deadline, the peer's death) go through
+// a word only we write, which the waiter watches too.  The caller has
+// stored what the waiter must see; the waiter marks itself asleep before
+// it samples the word and looks, so either it sees the change or we see
+// it asleep, and a wake-up that comes before its wait makes the wait
+// return at once (the word moved).
+func (c *Conn) kickFutex(dir int) {
+	atomic.AddUint32(&c.futexKick[dir], 1)
+	if c.futexAsleep[dir].Load() {
+		wakeFutexPrivate(&c.futexKick[dir])
+	}
+}
+
 // wakeAll ends, for good, every sleep on our doorbell, once the peer is
 // dead or broke the protocol (the sleepers then see that and return): it
 // expires our own files' read deadlines.  A ring through the end we handed
 // the peer would not do: the peer shares that socket, and may have shut it
 // down or filled it.
 func (c *Conn) wakeAll() {
+	c.kickFutex(0)
+	c.kickFutex(1)
 	past := time.Unix(1, 0)
 	c.bellMu.Lock()
 	c.wokeAll = true

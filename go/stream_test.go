@@ -53,11 +53,15 @@ func streamPair(t testing.TB) (c1, c2 net.Conn, stop func(), err error) {
 // The net.Conn conformance suite of golang.org/x/net/nettest: basic I/O,
 // ping-pong, racy reads and writes, deadlines (past, future, racing),
 // close semantics.
-func TestStreamNetConn(t *testing.T) {
+func TestStreamNetConn(t *testing.T) { bothSleeps(t, testStreamNetConn) }
+
+func testStreamNetConn(t *testing.T, _ bool) {
 	nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) { return streamPair(t) })
 }
 
-func TestStreamDeadlineAndClose(t *testing.T) {
+func TestStreamDeadlineAndClose(t *testing.T) { bothSleeps(t, testStreamDeadlineAndClose) }
+
+func testStreamDeadlineAndClose(t *testing.T, _ bool) {
 	c1, c2, stop, err := streamPair(t)
 	if err != nil {
 		t.Fatal(err)

@@ -4,6 +4,7 @@ package rpal
 
 import (
 	"math"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -66,3 +67,43 @@ func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // closeFd closes a descriptor we hold outside an *os.File.
 func closeFd(fd int) { _ = unix.Close(fd) }
+
+// futexWaiter is the kernel's struct futex_waitv.
+type futexWaiter struct {
+	val, uaddr uint64
+	flags      uint32
+	_          uint32
+}
+
+const (
+	futex32       = 2   // FUTEX2_SIZE_U32
+	futexPrivate  = 128 // FUTEX2_PRIVATE / FUTEX_PRIVATE_FLAG
+	futexWakePriv = futexWake | futexPrivate
+)
+
+// futexWaitv sleeps (futex_waitv, Linux 5.16) until the shared word at
+// peer no longer holds peerVal or the private word at kick no longer holds
+// kickVal, either is woken, a signal comes, or CLOCK_REALTIME reaches
+// until (unix ns).  It returns nil, EAGAIN (a word had moved), ETIMEDOUT,
+// EINTR, or the error of a system without it (ENOSYS, or what a seccomp
+// filter says).
+func futexWaitv(peer *uint32, peerVal uint32, kick *uint32, kickVal uint32, until int64) error {
+	w := [2]futexWaiter{
+		{val: uint64(peerVal), uaddr: uint64(uintptr(unsafe.Pointer(peer))), flags: futex32},
+		{val: uint64(kickVal), uaddr: uint64(uintptr(unsafe.Pointer(kick))), flags: futex32 | futexPrivate},
+	}
+	ts := unix.NsecToTimespec(until)
+	_, _, e := unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&w[0])), 2, 0,
+		uintptr(unsafe.Pointer(&ts)), unix.CLOCK_REALTIME, 0)
+	runtime.KeepAlive(kick)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// wakeFutexPrivate wakes every waiter of this process on the word at addr.
+func wakeFutexPrivate(addr *uint32) {
+	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePriv,
+		uintptr(math.MaxInt32), 0, 0, 0)
+}

@@ -39,5 +39,7 @@ func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error) { return nil, e
 func ringSocket(fd int)                                          {}
 func drainBell(fd int, buf []byte) bool                          { return false }
 func wakeFutex(addr *uint32)                                     {}
+func wakeFutexPrivate(addr *uint32)                              {}
+func futexWaitv(*uint32, uint32, *uint32, uint32, int64) error   { return errUnsupported }
 func osYield()                                                   {}
 func closeFd(fd int)                                             {}

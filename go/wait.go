@@ -88,6 +88,13 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			}
 		}
 	}
+	if done, err := c.sleepFutex(bit, ready, deadline); done {
+		if err != nil {
+			return err
+		}
+		c.waited(sp, t0, false)
+		return nil
+	}
 	waiting := c.u64(c.me, bWaiting)
 	// We sleep on the doorbell: the direction's flag with its BELL flag.
 	flags, otherFlags := bit|waitRXBell, uint64(waitTX|waitTXBell)
@@ -157,6 +164,93 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	}
 	c.waited(sp, t0, false)
 	return nil
+}
+
+// futexSleepMax bounds a sleep on the peer's futex word: a connection that
+// stays idle longer moves to the doorbell, where it holds no thread.
+const futexSleepMax = 10 * time.Millisecond
+
+var (
+	// futexSleepLimit, in ns, replaces futexSleepMax where a test sets it.
+	futexSleepLimit atomic.Int64
+	// futexSleepers counts this process's waiters asleep in sleepFutex.
+	futexSleepers atomic.Int32
+	// noFutexWaitv is set once futex_waitv has failed for want of the
+	// system call (or of permission): sleep on the doorbell from then on.
+	noFutexWaitv atomic.Bool
+)
+
+// sleepFutex sleeps the way librpal does: in futex_waitv on the peer's
+// wake_seq (the peer rings it with FUTEX_WAKE, no doorbell write and no
+// netpoller), and on our futexKick word of the direction (see kickFutex).
+// The goroutine's thread blocks in the system call, and when it is woken
+// it runs on at once: the wake-up costs a FUTEX_WAKE and a context switch,
+// against a doorbell byte, the netpoller's epoll_wait and the scheduler's
+// hand-off of the goroutine.  Blocked threads are bounded: at most
+// GOMAXPROCS-1 waiters of the process sleep here at once, so one P is
+// always free to run the rest of the program, and none stays longer than
+// futexSleepMax.  It reports done with the wait's result, or not done: the
+// caller then sleeps on the doorbell.
+func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64) (bool, error) {
+	if noFutexWaitv.Load() {
+		return false, nil
+	}
+	if n := futexSleepers.Add(1); int(n) > runtime.GOMAXPROCS(0)-1 {
+		futexSleepers.Add(-1)
+		return false, nil
+	}
+	defer futexSleepers.Add(-1)
+	dir, flags := 0, bit|waitRXFutex
+	if bit == waitTX {
+		dir, flags = 1, bit|waitTXFutex
+	}
+	waiting := c.u64(c.me, bWaiting)
+	word, kick, asleep := c.u32(c.pb, bWakeSeq), &c.futexKick[dir], &c.futexAsleep[dir]
+	limit := int64(futexSleepMax)
+	if l := futexSleepLimit.Load(); l != 0 {
+		limit = l
+	}
+	until := nowNano() + limit
+	for {
+		// Asleep before the kick word is sampled: see kickFutex.
+		asleep.Store(true)
+		kseq := atomic.LoadUint32(kick)
+		wake := until
+		if d := deadline.Load(); d != 0 {
+			if nowNano() >= d {
+				asleep.Store(false)
+				return true, os.ErrDeadlineExceeded
+			}
+			wake = min(wake, d)
+		}
+		// The peer's word before the advertisement: a ring that comes
+		// after it changes the word, and the wait returns at once.
+		seq := atomic.LoadUint32(word)
+		atomic.AddUint64(waiting, waitEpoch) // W0: a locked RMW
+		atomic.OrUint64(waiting, flags)
+		if ready() {
+			atomic.AndUint64(waiting, ^flags)
+			asleep.Store(false)
+			return true, nil
+		}
+		err := futexWaitv(word, seq, kick, kseq, wake)
+		atomic.AndUint64(waiting, ^flags)
+		asleep.Store(false)
+		c.sleeps.Add(1)
+		if ready() {
+			return true, nil
+		}
+		switch err {
+		case nil, syscall.EAGAIN, syscall.EINTR:
+		case syscall.ETIMEDOUT:
+			if nowNano() >= until {
+				return false, nil
+			}
+		default:
+			noFutexWaitv.Store(true)
+			return false, nil
+		}
+	}
 }
 
 // waited records a wait that began at t0 and ended now, caught by the spin

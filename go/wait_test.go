@@ -340,7 +340,9 @@ func TestRingBellKinds(t *testing.T) {
 // never comes.  That early ring must end the sleep so the next is
 // advertised afresh; a sleeper that parked again on the same word would
 // stay asleep until its deadline.
-func TestEarlyRingEndsTheSleep(t *testing.T) {
+func TestEarlyRingEndsTheSleep(t *testing.T) { bothSleeps(t, testEarlyRingEndsTheSleep) }
+
+func testEarlyRingEndsTheSleep(t *testing.T, _ bool) {
 	a, b := connPair(t)
 	b.rxMu.Lock()
 	b.rxSpin.init(0, WaitSleep)
@@ -421,6 +423,10 @@ func TestRingBellNeverBlocks(t *testing.T) {
 // fill it before it dies.  Our sleepers must still be woken by its death
 // (and by a violation): those wakes cannot go through that socket.
 func TestDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
+	bothSleeps(t, testDeathWakesDespiteSabotagedDoorbell)
+}
+
+func testDeathWakesDespiteSabotagedDoorbell(t *testing.T, _ bool) {
 	for _, sabotage := range []string{"shut down", "filled"} {
 		c1, c2, stop, err := streamPair(t)
 		if err != nil {
@@ -446,7 +452,7 @@ func TestDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
 			_, err := a.Recv(buf[:])
 			done <- err
 		}()
-		time.Sleep(100 * time.Millisecond) // a sleeps on its doorbell
+		time.Sleep(100 * time.Millisecond) // a falls asleep
 		a.markDead(false)                  // what its watcher does on a hang-up
 		select {
 		case err := <-done:

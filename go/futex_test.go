@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: MIT
+
+//go:build linux
+
+package rpal
+
+import (
+	"errors"
+	"os"
+	"runtime"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// sleepKind makes waiters sleep on the peer's futex word (for as long as
+// they wait, with a P to spare for it) or on the doorbell only, as where
+// futex_waitv is missing, until the test ends.  The futex kind skips where
+// the system has no futex_waitv.
+func sleepKind(t *testing.T, futex bool) {
+	t.Helper()
+	off := noFutexWaitv.Load()
+	if futex {
+		// A word that has moved: futex_waitv, where it exists, says EAGAIN.
+		var word, kick uint32 = 1, 0
+		if err := futexWaitv(&word, 0, &kick, 0, nowNano()+int64(time.Second)); off || err != syscall.EAGAIN {
+			t.Skipf("SKIP: futex_waitv is unavailable here (%v): waiters sleep on the doorbell only", err)
+		}
+	}
+	limit, procs := futexSleepLimit.Load(), runtime.GOMAXPROCS(0)
+	if futex {
+		futexSleepLimit.Store(int64(time.Minute))
+		if procs < 2 {
+			runtime.GOMAXPROCS(2)
+		}
+	} else {
+		noFutexWaitv.Store(true)
+	}
+	t.Cleanup(func() {
+		futexSleepLimit.Store(limit)
+		noFutexWaitv.Store(off)
+		runtime.GOMAXPROCS(procs)
+	})
+}
+
+// bothSleeps runs f once with each kind of sleep (see sleepKind).
+func bothSleeps(t *testing.T, f func(t *testing.T, futex bool)) {
+	for _, futex := range []bool{true, false} {
+		name := "doorbell"
+		if futex {
+			name = "futex"
+		}
+		t.Run(name, func(t *testing.T) {
+			sleepKind(t, futex)
+			f(t, futex)
+		})
+	}
+}
+
+// until polls cond every 50 µs for up to 5 s.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(50 * time.Microsecond) {
+		if time.Now().After(end) {
+			t.Fatalf("after 5 s: %s", what)
+		}
+	}
+}
+
+// recvAsync starts b.Recv in a goroutine with the sleep-at-once policy and
+// waits until it sleeps on the peer's futex word.
+func recvAsync(t *testing.T, b *Conn) chan error {
+	t.Helper()
+	b.rxMu.Lock()
+	b.rxSpin.init(0, WaitSleep)
+	b.rxMu.Unlock()
+	got := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		_, err := b.Recv(buf)
+		got <- err
+	}()
+	until(t, "the receiver never slept on the futex", b.futexAsleep[0].Load)
+	return got
+}
+
+// within waits up to 2 s for the receiver's result.
+func within(t *testing.T, got chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-got:
+		return err
+	case <-time.After(2 * time.Second):
+		t.Fatalf("the receiver still sleeps 2 s after %s", what)
+		return nil
+	}
+}
+
+// A receiver sleeps on the peer's futex word, which the peer's send
+// changes and wakes: no byte goes through the doorbell.
+func TestFutexSleepWakes(t *testing.T) {
+	sleepKind(t, true)
+	a, b := connPair(t)
+	for round := 0; round < 20; round++ {
+		got := recvAsync(t, b)
+		w := atomic.LoadUint64(a.u64(a.pb, bWaiting))
+		if w&(waitRX|waitRXFutex) != waitRX|waitRXFutex || w&waitRXBell != 0 {
+			t.Fatalf("round %d: the sleeper advertised %#x, want the RX and RX futex flags alone", round, w)
+		}
+		rings := a.Info().Wakeups
+		if err := a.Send([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, got, "the message"); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if a.Info().Wakeups == rings {
+			t.Fatalf("round %d: the send woke nobody: the test exercised nothing", round)
+		}
+		rung := false
+		_ = b.rxRaw.Control(func(fd uintptr) { rung = drainBell(int(fd), make([]byte, 64)) })
+		if rung {
+			t.Fatalf("round %d: the wake-up went through the doorbell", round)
+		}
+	}
+}
+
+// Our own reasons to end a futex sleep reach it through our word, not the
+// peer's, which a peer can hold still: Close, a new read deadline, the
+// peer's death, a protocol violation.
+func TestFutexSleepKicks(t *testing.T) {
+	sleepKind(t, true)
+	cases := []struct {
+		name string
+		do   func(a, b *Conn)
+		want func(error) bool
+	}{
+		// Close takes the receiver's lock: it must wake it first.
+		{"close", func(a, b *Conn) { go b.Close() }, func(err error) bool { return err != nil }},
+		{"deadline", func(a, b *Conn) { b.SetReadDeadline(time.Now().Add(20 * time.Millisecond)) },
+			func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }},
+		{"death", func(a, b *Conn) { b.markDead(false) }, func(err error) bool { return err != nil }},
+		{"violation", func(a, b *Conn) { b.fail("test", 0) }, func(err error) bool { return err != nil }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := connPair(t)
+			got := recvAsync(t, b)
+			tc.do(a, b)
+			if err := within(t, got, tc.name); !tc.want(err) {
+				t.Errorf("Recv returned %v", err)
+			}
+		})
+	}
+}
+
+// Threads asleep in futex_waitv are bounded: one P stays free, and a
+// waiter beyond that sleeps on the doorbell; both still wake.
+func TestFutexSleepersBounded(t *testing.T) {
+	sleepKind(t, true)
+	procs := runtime.GOMAXPROCS(2)
+	defer runtime.GOMAXPROCS(procs)
+	a1, b1 := connPair(t)
+	a2, b2 := connPair(t)
+	got1 := recvAsync(t, b1)
+	b2.rxMu.Lock()
+	b2.rxSpin.init(0, WaitSleep)
+	b2.rxMu.Unlock()
+	got2 := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 64)
+		_, err := b2.Recv(buf)
+		got2 <- err
+	}()
+	until(t, "the second receiver never advertised a doorbell sleep", func() bool {
+		return atomic.LoadUint64(a2.u64(a2.pb, bWaiting))&waitRXBell != 0
+	})
+	if b2.futexAsleep[0].Load() {
+		t.Fatal("with GOMAXPROCS 2, two waiters sleep on futexes")
+	}
+	for _, a := range []*Conn{a2, a1} {
+		if err := a.Send([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := within(t, got2, "its message (doorbell sleeper)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, got1, "its message (futex sleeper)"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A futex sleep that outlasts its bound moves to the doorbell, where the
+// message still wakes it.
+func TestFutexSleepMovesToDoorbell(t *testing.T) {
+	sleepKind(t, true)
+	futexSleepLimit.Store(int64(20 * time.Millisecond))
+	a, b := connPair(t)
+	got := recvAsync(t, b)
+	until(t, "the sleeper never moved to the doorbell", func() bool {
+		return atomic.LoadUint64(a.u64(a.pb, bWaiting))&waitRXBell != 0
+	})
+	if err := a.Send([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, got, "the message"); err != nil {
+		t.Fatal(err)
+	}
+}
