@@ -209,3 +209,41 @@ func TestFutexSleepMovesToDoorbell(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A peer that keeps changing its futex word, or waking it, with nothing
+// published cannot keep a receiver's thread busy: after a few such
+// wake-ups the receiver sleeps on the doorbell, and the message still
+// wakes it.
+func TestFutexSleepSpuriousPeer(t *testing.T) {
+	sleepKind(t, true)
+	a, b := connPair(t)
+	got := recvAsync(t, b)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() { // the hostile peer: a's block is b's peer block
+		defer close(done)
+		word := a.u32(a.me, bWakeSeq)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			atomic.AddUint32(word, 1)
+			if i%2 == 0 {
+				wakeFutex(word)
+			}
+		}
+	}()
+	until(t, "the receiver stayed on the futex word of a peer that keeps moving it", func() bool {
+		return atomic.LoadUint64(a.u64(a.pb, bWaiting))&waitRXBell != 0
+	})
+	close(stop)
+	<-done
+	if err := a.Send([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := within(t, got, "the message"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -79,7 +79,9 @@ func uniqueName(prefix string) string {
 }
 
 // Go client, C server: message API and byte stream.
-func TestInteropGoClientCServer(t *testing.T) {
+func TestInteropGoClientCServer(t *testing.T) { bothSleeps(t, testInteropGoClientCServer) }
+
+func testInteropGoClientCServer(t *testing.T, _ bool) {
 	bin := interopBin(t, "echo_server")
 	name := uniqueName("cserver")
 	startReady(t, exec.Command(bin, name))
@@ -121,7 +123,9 @@ func TestInteropGoClientCServer(t *testing.T) {
 }
 
 // C client, Go server.
-func TestInteropCClientGoServer(t *testing.T) {
+func TestInteropCClientGoServer(t *testing.T) { bothSleeps(t, testInteropCClientGoServer) }
+
+func testInteropCClientGoServer(t *testing.T, _ bool) {
 	bin := interopBin(t, "echo_client")
 	name, l := newService(t)
 	done := make(chan error, 1)
@@ -145,7 +149,9 @@ func TestInteropCClientGoServer(t *testing.T) {
 
 // A C peer killed with SIGKILL: the Go server sees an error within a
 // second, reclaims its buffers and serves the next connection.
-func TestInteropKillCPeer(t *testing.T) {
+func TestInteropKillCPeer(t *testing.T) { bothSleeps(t, testInteropKillCPeer) }
+
+func testInteropKillCPeer(t *testing.T, _ bool) {
 	bin := interopBin(t, "echo_client")
 	name, l := newService(t)
 	cmd := exec.Command(bin, name, "hang")

@@ -32,7 +32,9 @@ func TestCrossProcessEcho(t *testing.T) {
 }
 
 // A Go peer killed with SIGKILL.
-func TestCrossProcessKill(t *testing.T) {
+func TestCrossProcessKill(t *testing.T) { bothSleeps(t, testCrossProcessKill) }
+
+func testCrossProcessKill(t *testing.T, _ bool) {
 	name, l := newService(t)
 	cmd := helperCmd("hang", name)
 	startReady(t, cmd)

@@ -170,6 +170,11 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 // stays idle longer moves to the doorbell, where it holds no thread.
 const futexSleepMax = 10 * time.Millisecond
 
+// futexSpuriousMax is how many wake-ups with nothing to read one wait
+// takes on the peer's futex word before it moves to the doorbell: rings
+// for an earlier advertisement or for the other direction cause a few.
+const futexSpuriousMax = 8
+
 var (
 	// futexSleepLimit, in ns, replaces futexSleepMax where a test sets it.
 	futexSleepLimit atomic.Int64
@@ -211,7 +216,7 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 		limit = l
 	}
 	until := nowNano() + limit
-	for {
+	for spurious := 0; ; {
 		// Asleep before the kick word is sampled: see kickFutex.
 		asleep.Store(true)
 		kseq := atomic.LoadUint32(kick)
@@ -241,7 +246,17 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 			return true, nil
 		}
 		switch err {
-		case nil, syscall.EAGAIN, syscall.EINTR:
+		case nil, syscall.EAGAIN:
+			// Woken, or the peer's word moved, with nothing to read and
+			// no kick of ours: a peer that keeps doing that would keep
+			// this thread busy.  A few, and the wait moves to the
+			// doorbell.
+			if atomic.LoadUint32(kick) == kseq {
+				if spurious++; spurious > futexSpuriousMax {
+					return false, nil
+				}
+			}
+		case syscall.EINTR:
 		case syscall.ETIMEDOUT:
 			if nowNano() >= until {
 				return false, nil
