@@ -24,7 +24,7 @@ func sleepKind(t *testing.T, futex bool) {
 	if futex {
 		// A word that has moved: futex_waitv, where it exists, says EAGAIN.
 		var word, kick uint32 = 1, 0
-		if err := futexWaitv(&word, 0, &kick, 0, nowNano()+int64(time.Second)); off || err != syscall.EAGAIN {
+		if err := futexWaitv(&word, 0, &kick, 0, time.Second); off || err != syscall.EAGAIN {
 			t.Skipf("SKIP: futex_waitv is unavailable here (%v): waiters sleep on the doorbell only", err)
 		}
 	}
@@ -81,7 +81,10 @@ func recvAsync(t *testing.T, b *Conn) chan error {
 		_, err := b.Recv(buf)
 		got <- err
 	}()
-	until(t, "the receiver never slept on the futex", b.futexAsleep[0].Load)
+	until(t, "the receiver never slept on the futex", func() bool {
+		w := atomic.LoadUint64(b.u64(b.me, bWaiting))
+		return b.futexAsleep[0].Load() && w&(waitRX|waitRXFutex) == waitRX|waitRXFutex
+	})
 	return got
 }
 
@@ -245,5 +248,125 @@ func TestFutexSleepSpuriousPeer(t *testing.T) {
 	}
 	if err := within(t, got, "the message"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// sendAsync makes b.Send block for room with the sleep-at-once policy, and
+// waits until it sleeps on the futex.
+func sendAsync(t *testing.T, b *Conn) chan error {
+	t.Helper()
+	b.txMu.Lock()
+	b.txSpin.init(0, WaitSleep)
+	b.txMu.Unlock()
+	got := make(chan error, 1)
+	go func() {
+		for {
+			if err := b.Send([]byte("y")); err != nil {
+				got <- err
+				return
+			}
+		}
+	}()
+	until(t, "the sender never slept on the futex", func() bool {
+		w := atomic.LoadUint64(b.u64(b.me, bWaiting))
+		return b.futexAsleep[1].Load() && w&(waitTX|waitTXFutex) == waitTX|waitTXFutex
+	})
+	return got
+}
+
+// The same kicks end a sender's futex sleep while it waits for room.
+func TestFutexSleepKicksSender(t *testing.T) {
+	sleepKind(t, true)
+	for _, tc := range []struct {
+		name string
+		do   func(b *Conn)
+		want func(error) bool
+	}{
+		{"close", func(b *Conn) { go b.Close() }, func(err error) bool { return err != nil }},
+		{"deadline", func(b *Conn) { b.SetWriteDeadline(time.Now().Add(20 * time.Millisecond)) },
+			func(err error) bool { return errors.Is(err, os.ErrDeadlineExceeded) }},
+		{"death", func(b *Conn) { b.markDead(false) }, func(err error) bool { return err != nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, b := connPair(t)
+			got := sendAsync(t, b)
+			tc.do(b)
+			if err := within(t, got, tc.name); !tc.want(err) {
+				t.Errorf("Send returned %v", err)
+			}
+		})
+	}
+}
+
+// A receiver and a sender of one connection asleep on the same peer word
+// at once: the peer's reads wake the sender, its send the receiver.
+func TestFutexSleepBothDirections(t *testing.T) {
+	sleepKind(t, true)
+	procs := runtime.GOMAXPROCS(4) // room for two futex sleepers
+	defer runtime.GOMAXPROCS(procs)
+	for round := 0; round < 20; round++ {
+		a, b := connPair(t)
+		gotRX := recvAsync(t, b)
+		gotTX := sendAsync(t, b)
+		buf := make([]byte, 64)
+		for i := 0; i < 64; i++ {
+			if _, err := a.Recv(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Send([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		if err := within(t, gotRX, "the message"); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		b.Close()
+		if err := within(t, gotTX, "Close"); err == nil {
+			t.Fatalf("round %d: the sender returned no error after Close", round)
+		}
+	}
+}
+
+// What happens between a sleeper's last look and its futex_waitv: a
+// message published, or a kick of ours (a deadline already past, Close),
+// must end the sleep at once, not at its bound.
+func TestFutexSleepWindows(t *testing.T) {
+	sleepKind(t, true)
+	futexSleepLimit.Store(int64(2 * time.Second))
+	done := func(d bool, err error) bool { return d && err == nil }
+	for _, tc := range []struct {
+		name           string
+		before, inside func(a, b *Conn)
+		want           func(bool, error) bool
+	}{
+		{"message before the advertisement", func(a, b *Conn) { a.Send([]byte("x")) }, nil, done},
+		{"message after the last look", nil, func(a, b *Conn) { a.Send([]byte("x")) }, done},
+		{"deadline after the last look", nil, func(a, b *Conn) { b.SetReadDeadline(time.Now().Add(-time.Second)) },
+			func(d bool, err error) bool { return d && errors.Is(err, os.ErrDeadlineExceeded) }},
+		{"close after the last look", nil, func(a, b *Conn) { b.closed.Store(true); b.kickFutex(0) }, done},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := connPair(t)
+			if tc.before != nil {
+				tc.before(a, b)
+			}
+			looks := 0
+			ready := func() bool {
+				// The first look finds nothing; the event comes right after.
+				if looks++; looks == 1 && tc.inside != nil {
+					tc.inside(a, b)
+					return false
+				}
+				return b.rxReady()
+			}
+			b.rxMu.Lock()
+			t0 := time.Now()
+			d, err := b.sleepFutex(waitRX, ready, &b.rdDeadline)
+			b.rxMu.Unlock()
+			if el := time.Since(t0); el > time.Second || !tc.want(d, err) {
+				t.Fatalf("sleepFutex returned %v, %v after %v", d, err, el)
+			}
+			b.closed.Store(false) // connPair's clean-up closes it
+		})
 	}
 }

@@ -5,6 +5,7 @@ package rpal
 import (
 	"math"
 	"runtime"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -81,20 +82,34 @@ const (
 	futexWakePriv = futexWake | futexPrivate
 )
 
+// kernelTimespec is the kernel's struct __kernel_timespec, 64-bit fields
+// on every architecture (unix.Timespec is 32-bit on 386 and arm).
+type kernelTimespec struct{ sec, nsec int64 }
+
+// monoBase is CLOCK_MONOTONIC when timeBase was taken: the Go runtime's
+// monotonic clock is CLOCK_MONOTONIC, so monoBase + time.Since(timeBase)
+// is that clock now, read through the vDSO.
+var monoBase, timeBase = func() (int64, time.Time) {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return ts.Nano(), time.Now()
+}()
+
 // futexWaitv sleeps (futex_waitv, Linux 5.16) until the shared word at
 // peer no longer holds peerVal or the private word at kick no longer holds
-// kickVal, either is woken, a signal comes, or CLOCK_REALTIME reaches
-// until (unix ns).  It returns nil, EAGAIN (a word had moved), ETIMEDOUT,
-// EINTR, or the error of a system without it (ENOSYS, or what a seccomp
-// filter says).
-func futexWaitv(peer *uint32, peerVal uint32, kick *uint32, kickVal uint32, until int64) error {
+// kickVal, either is woken, a signal comes, or timeout passes (measured on
+// CLOCK_MONOTONIC: setting the wall clock does not stretch it).  It
+// returns nil, EAGAIN (a word had moved), ETIMEDOUT, EINTR, or the error
+// of a system without it (ENOSYS, or what a seccomp filter says).
+func futexWaitv(peer *uint32, peerVal uint32, kick *uint32, kickVal uint32, timeout time.Duration) error {
 	w := [2]futexWaiter{
 		{val: uint64(peerVal), uaddr: uint64(uintptr(unsafe.Pointer(peer))), flags: futex32},
 		{val: uint64(kickVal), uaddr: uint64(uintptr(unsafe.Pointer(kick))), flags: futex32 | futexPrivate},
 	}
-	ts := unix.NsecToTimespec(until)
+	end := monoBase + int64(time.Since(timeBase)+timeout)
+	ts := kernelTimespec{sec: end / 1e9, nsec: end % 1e9}
 	_, _, e := unix.Syscall6(unix.SYS_FUTEX_WAITV, uintptr(unsafe.Pointer(&w[0])), 2, 0,
-		uintptr(unsafe.Pointer(&ts)), unix.CLOCK_REALTIME, 0)
+		uintptr(unsafe.Pointer(&ts)), unix.CLOCK_MONOTONIC, 0)
 	runtime.KeepAlive(kick)
 	if e != 0 {
 		return e

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"time"
 )
 
 // rpal needs Linux: memfd arenas mapped at fixed addresses, OFD locks,
@@ -31,15 +32,15 @@ var errUnsupported error = unsupportedError{}
 // checkOS returns errUnsupported: rpal runs on Linux only.
 func checkOS() error { return errUnsupported }
 
-func (p *process) setup() error                                  { return errUnsupported }
-func (p *process) unmapPeer(slot uint32, addr, size uint64)      {}
-func (d *Dialer) dial(context.Context, string) (*Conn, error)    { return nil, errUnsupported }
-func (lc *ListenConfig) listen(string) (*Listener, error)        { return nil, errUnsupported }
-func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error) { return nil, errUnsupported }
-func ringSocket(fd int)                                          {}
-func drainBell(fd int, buf []byte) bool                          { return false }
-func wakeFutex(addr *uint32)                                     {}
-func wakeFutexPrivate(addr *uint32)                              {}
-func futexWaitv(*uint32, uint32, *uint32, uint32, int64) error   { return errUnsupported }
-func osYield()                                                   {}
-func closeFd(fd int)                                             {}
+func (p *process) setup() error                                        { return errUnsupported }
+func (p *process) unmapPeer(slot uint32, addr, size uint64)            {}
+func (d *Dialer) dial(context.Context, string) (*Conn, error)          { return nil, errUnsupported }
+func (lc *ListenConfig) listen(string) (*Listener, error)              { return nil, errUnsupported }
+func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error)       { return nil, errUnsupported }
+func ringSocket(fd int)                                                {}
+func drainBell(fd int, buf []byte) bool                                { return false }
+func wakeFutex(addr *uint32)                                           {}
+func wakeFutexPrivate(addr *uint32)                                    {}
+func futexWaitv(*uint32, uint32, *uint32, uint32, time.Duration) error { return errUnsupported }
+func osYield()                                                         {}
+func closeFd(fd int)                                                   {}

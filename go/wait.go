@@ -181,7 +181,8 @@ var (
 	// futexSleepers counts this process's waiters asleep in sleepFutex.
 	futexSleepers atomic.Int32
 	// noFutexWaitv is set once futex_waitv has failed for want of the
-	// system call (or of permission): sleep on the doorbell from then on.
+	// system call, or of permission (a seccomp filter): sleep on the
+	// doorbell from then on.
 	noFutexWaitv atomic.Bool
 )
 
@@ -211,22 +212,27 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 	}
 	waiting := c.u64(c.me, bWaiting)
 	word, kick, asleep := c.u32(c.pb, bWakeSeq), &c.futexKick[dir], &c.futexAsleep[dir]
-	limit := int64(futexSleepMax)
+	limit := futexSleepMax
 	if l := futexSleepLimit.Load(); l != 0 {
-		limit = l
+		limit = time.Duration(l)
 	}
-	until := nowNano() + limit
+	start := time.Now()
 	for spurious := 0; ; {
 		// Asleep before the kick word is sampled: see kickFutex.
 		asleep.Store(true)
 		kseq := atomic.LoadUint32(kick)
-		wake := until
+		wait := limit - time.Since(start)
+		if wait <= 0 {
+			asleep.Store(false)
+			return false, nil
+		}
 		if d := deadline.Load(); d != 0 {
-			if nowNano() >= d {
+			left := time.Duration(d - nowNano())
+			if left <= 0 {
 				asleep.Store(false)
 				return true, os.ErrDeadlineExceeded
 			}
-			wake = min(wake, d)
+			wait = min(wait, left)
 		}
 		// The peer's word before the advertisement: a ring that comes
 		// after it changes the word, and the wait returns at once.
@@ -238,7 +244,7 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 			asleep.Store(false)
 			return true, nil
 		}
-		err := futexWaitv(word, seq, kick, kseq, wake)
+		err := futexWaitv(word, seq, kick, kseq, wait)
 		atomic.AndUint64(waiting, ^flags)
 		asleep.Store(false)
 		c.sleeps.Add(1)
@@ -256,13 +262,12 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 					return false, nil
 				}
 			}
-		case syscall.EINTR:
-		case syscall.ETIMEDOUT:
-			if nowNano() >= until {
-				return false, nil
-			}
-		default:
+		case syscall.EINTR, syscall.ETIMEDOUT:
+			// The loop's top looks at the bound and the deadline.
+		case syscall.ENOSYS, syscall.EPERM:
 			noFutexWaitv.Store(true)
+			return false, nil
+		default:
 			return false, nil
 		}
 	}
