@@ -6,6 +6,7 @@ package rpal
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"sync/atomic"
@@ -68,24 +69,52 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// recvAsync starts b.Recv in a goroutine with the sleep-at-once policy and
-// waits until it sleeps on the peer's futex word.
-func recvAsync(t *testing.T, b *Conn) chan error {
+// blockAsync starts b.Recv (or, with tx, b.Send until the ring is full) in
+// a goroutine with the sleep-at-once policy, and waits until b advertises
+// the sleep flags want (and, for a futex sleep, sleeps on the futex).
+func blockAsync(t *testing.T, b *Conn, tx bool, want uint64) chan error {
 	t.Helper()
-	b.rxMu.Lock()
-	b.rxSpin.init(0, WaitSleep)
-	b.rxMu.Unlock()
+	sp, mu, dir := &b.rxSpin, &b.rxMu, 0
+	if tx {
+		sp, mu, dir = &b.txSpin, &b.txMu, 1
+	}
+	mu.Lock()
+	sp.init(0, WaitSleep)
+	mu.Unlock()
 	got := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 64)
-		_, err := b.Recv(buf)
-		got <- err
+		for {
+			var err error
+			if tx {
+				err = b.Send(buf[:1])
+			} else {
+				_, err = b.Recv(buf)
+			}
+			if err != nil || !tx {
+				got <- err
+				return
+			}
+		}
 	}()
-	until(t, "the receiver never slept on the futex", func() bool {
+	futex := want&(waitRXFutex|waitTXFutex) != 0
+	until(t, fmt.Sprintf("the waiter never advertised %#x", want), func() bool {
 		w := atomic.LoadUint64(b.u64(b.me, bWaiting))
-		return b.futexAsleep[0].Load() && w&(waitRX|waitRXFutex) == waitRX|waitRXFutex
+		return w&want == want && (!futex || b.futexAsleep[dir].Load())
 	})
 	return got
+}
+
+// recvAsync blocks b.Recv on the peer's futex word (blockAsync).
+func recvAsync(t *testing.T, b *Conn) chan error {
+	t.Helper()
+	return blockAsync(t, b, false, waitRX|waitRXFutex)
+}
+
+// sendAsync blocks b.Send on the peer's futex word, waiting for room.
+func sendAsync(t *testing.T, b *Conn) chan error {
+	t.Helper()
+	return blockAsync(t, b, true, waitTX|waitTXFutex)
 }
 
 // within waits up to 2 s for the receiver's result.
@@ -167,18 +196,7 @@ func TestFutexSleepersBounded(t *testing.T) {
 	a1, b1 := connPair(t)
 	a2, b2 := connPair(t)
 	got1 := recvAsync(t, b1)
-	b2.rxMu.Lock()
-	b2.rxSpin.init(0, WaitSleep)
-	b2.rxMu.Unlock()
-	got2 := make(chan error, 1)
-	go func() {
-		buf := make([]byte, 64)
-		_, err := b2.Recv(buf)
-		got2 <- err
-	}()
-	until(t, "the second receiver never advertised a doorbell sleep", func() bool {
-		return atomic.LoadUint64(a2.u64(a2.pb, bWaiting))&waitRXBell != 0
-	})
+	got2 := blockAsync(t, b2, false, waitRX|waitRXBell)
 	if b2.futexAsleep[0].Load() {
 		t.Fatal("with GOMAXPROCS 2, two waiters sleep on futexes")
 	}
@@ -202,9 +220,19 @@ func TestFutexSleepMovesToDoorbell(t *testing.T) {
 	futexSleepLimit.Store(int64(20 * time.Millisecond))
 	a, b := connPair(t)
 	got := recvAsync(t, b)
-	until(t, "the sleeper never moved to the doorbell", func() bool {
+	wakesOnDoorbell(t, a, got, nil)
+}
+
+// wakesOnDoorbell waits until a's peer receiver advertises a doorbell
+// sleep, then calls stop (if any), sends, and checks the receiver wakes.
+func wakesOnDoorbell(t *testing.T, a *Conn, got chan error, stop func()) {
+	t.Helper()
+	until(t, "the receiver never moved to the doorbell", func() bool {
 		return atomic.LoadUint64(a.u64(a.pb, bWaiting))&waitRXBell != 0
 	})
+	if stop != nil {
+		stop()
+	}
 	if err := a.Send([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -238,40 +266,7 @@ func TestFutexSleepSpuriousPeer(t *testing.T) {
 			}
 		}
 	}()
-	until(t, "the receiver stayed on the futex word of a peer that keeps moving it", func() bool {
-		return atomic.LoadUint64(a.u64(a.pb, bWaiting))&waitRXBell != 0
-	})
-	close(stop)
-	<-done
-	if err := a.Send([]byte("x")); err != nil {
-		t.Fatal(err)
-	}
-	if err := within(t, got, "the message"); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// sendAsync makes b.Send block for room with the sleep-at-once policy, and
-// waits until it sleeps on the futex.
-func sendAsync(t *testing.T, b *Conn) chan error {
-	t.Helper()
-	b.txMu.Lock()
-	b.txSpin.init(0, WaitSleep)
-	b.txMu.Unlock()
-	got := make(chan error, 1)
-	go func() {
-		for {
-			if err := b.Send([]byte("y")); err != nil {
-				got <- err
-				return
-			}
-		}
-	}()
-	until(t, "the sender never slept on the futex", func() bool {
-		w := atomic.LoadUint64(b.u64(b.me, bWaiting))
-		return b.futexAsleep[1].Load() && w&(waitTX|waitTXFutex) == waitTX|waitTXFutex
-	})
-	return got
+	wakesOnDoorbell(t, a, got, func() { close(stop); <-done })
 }
 
 // The same kicks end a sender's futex sleep while it waits for room.
