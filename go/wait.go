@@ -43,10 +43,11 @@ func (c *Conn) spinBudget(bit uint64, sp *spinner) time.Duration {
 	return b
 }
 
-// wait spins up to the adaptive budget, then advertises sleep in our
-// waiting word and parks the goroutine in the netpoller on our doorbell
-// (no OS thread is blocked).  Returns nil when ready() holds, or the
-// deadline / close error.
+// wait spins up to the adaptive budget, then sleeps: on the peer's futex
+// word where it can (sleepFutex), else, or after that, with a doorbell
+// sleep advertised in our waiting word and the goroutine parked in the
+// netpoller on our doorbell (no OS thread is blocked).  Returns nil when
+// ready() holds, or the deadline / close error.
 func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic.Int64, raw syscall.RawConn) error {
 	if ready() {
 		return nil
