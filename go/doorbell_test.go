@@ -22,7 +22,7 @@ import (
 // call waits out its 5 s deadline.
 func TestSharedDoorbellNoLostWakeup(t *testing.T) { bothSleeps(t, testSharedDoorbellNoLostWakeup) }
 
-func testSharedDoorbellNoLostWakeup(t *testing.T, _ bool) {
+func testSharedDoorbellNoLostWakeup(t *testing.T) {
 	name, l := newService(t)
 	a, err := DialConn(name)
 	if err != nil {

@@ -46,7 +46,7 @@ func sleepKind(t *testing.T, futex bool) {
 }
 
 // bothSleeps runs f once with each kind of sleep (see sleepKind).
-func bothSleeps(t *testing.T, f func(t *testing.T, futex bool)) {
+func bothSleeps(t *testing.T, f func(t *testing.T)) {
 	for _, futex := range []bool{true, false} {
 		name := "doorbell"
 		if futex {
@@ -54,7 +54,7 @@ func bothSleeps(t *testing.T, f func(t *testing.T, futex bool)) {
 		}
 		t.Run(name, func(t *testing.T) {
 			sleepKind(t, futex)
-			f(t, futex)
+			f(t)
 		})
 	}
 }

@@ -81,7 +81,7 @@ func uniqueName(prefix string) string {
 // Go client, C server: message API and byte stream.
 func TestInteropGoClientCServer(t *testing.T) { bothSleeps(t, testInteropGoClientCServer) }
 
-func testInteropGoClientCServer(t *testing.T, _ bool) {
+func testInteropGoClientCServer(t *testing.T) {
 	bin := interopBin(t, "echo_server")
 	name := uniqueName("cserver")
 	startReady(t, exec.Command(bin, name))
@@ -125,7 +125,7 @@ func testInteropGoClientCServer(t *testing.T, _ bool) {
 // C client, Go server.
 func TestInteropCClientGoServer(t *testing.T) { bothSleeps(t, testInteropCClientGoServer) }
 
-func testInteropCClientGoServer(t *testing.T, _ bool) {
+func testInteropCClientGoServer(t *testing.T) {
 	bin := interopBin(t, "echo_client")
 	name, l := newService(t)
 	done := make(chan error, 1)
@@ -151,7 +151,7 @@ func testInteropCClientGoServer(t *testing.T, _ bool) {
 // second, reclaims its buffers and serves the next connection.
 func TestInteropKillCPeer(t *testing.T) { bothSleeps(t, testInteropKillCPeer) }
 
-func testInteropKillCPeer(t *testing.T, _ bool) {
+func testInteropKillCPeer(t *testing.T) {
 	bin := interopBin(t, "echo_client")
 	name, l := newService(t)
 	cmd := exec.Command(bin, name, "hang")

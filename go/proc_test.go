@@ -34,7 +34,7 @@ func TestCrossProcessEcho(t *testing.T) {
 // A Go peer killed with SIGKILL.
 func TestCrossProcessKill(t *testing.T) { bothSleeps(t, testCrossProcessKill) }
 
-func testCrossProcessKill(t *testing.T, _ bool) {
+func testCrossProcessKill(t *testing.T) {
 	name, l := newService(t)
 	cmd := helperCmd("hang", name)
 	startReady(t, cmd)

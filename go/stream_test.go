@@ -55,13 +55,13 @@ func streamPair(t testing.TB) (c1, c2 net.Conn, stop func(), err error) {
 // close semantics.
 func TestStreamNetConn(t *testing.T) { bothSleeps(t, testStreamNetConn) }
 
-func testStreamNetConn(t *testing.T, _ bool) {
+func testStreamNetConn(t *testing.T) {
 	nettest.TestConn(t, func() (net.Conn, net.Conn, func(), error) { return streamPair(t) })
 }
 
 func TestStreamDeadlineAndClose(t *testing.T) { bothSleeps(t, testStreamDeadlineAndClose) }
 
-func testStreamDeadlineAndClose(t *testing.T, _ bool) {
+func testStreamDeadlineAndClose(t *testing.T) {
 	c1, c2, stop, err := streamPair(t)
 	if err != nil {
 		t.Fatal(err)

@@ -218,19 +218,19 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 		limit = time.Duration(l)
 	}
 	start := time.Now()
+	// Asleep before the kick word is first sampled (see kickFutex), and
+	// until we leave: a kick meanwhile costs a needless FUTEX_WAKE at most.
+	asleep.Store(true)
+	defer asleep.Store(false)
 	for spurious := 0; ; {
-		// Asleep before the kick word is sampled: see kickFutex.
-		asleep.Store(true)
 		kseq := atomic.LoadUint32(kick)
 		wait := limit - time.Since(start)
 		if wait <= 0 {
-			asleep.Store(false)
 			return false, nil
 		}
 		if d := deadline.Load(); d != 0 {
 			left := time.Duration(d - nowNano())
 			if left <= 0 {
-				asleep.Store(false)
 				return true, os.ErrDeadlineExceeded
 			}
 			wait = min(wait, left)
@@ -242,12 +242,10 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 		atomic.OrUint64(waiting, flags)
 		if ready() {
 			atomic.AndUint64(waiting, ^flags)
-			asleep.Store(false)
 			return true, nil
 		}
 		err := futexWaitv(word, seq, kick, kseq, wait)
 		atomic.AndUint64(waiting, ^flags)
-		asleep.Store(false)
 		c.sleeps.Add(1)
 		if ready() {
 			return true, nil

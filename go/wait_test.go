@@ -342,7 +342,7 @@ func TestRingBellKinds(t *testing.T) {
 // stay asleep until its deadline.
 func TestEarlyRingEndsTheSleep(t *testing.T) { bothSleeps(t, testEarlyRingEndsTheSleep) }
 
-func testEarlyRingEndsTheSleep(t *testing.T, _ bool) {
+func testEarlyRingEndsTheSleep(t *testing.T) {
 	a, b := connPair(t)
 	b.rxMu.Lock()
 	b.rxSpin.init(0, WaitSleep)
@@ -426,7 +426,7 @@ func TestDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
 	bothSleeps(t, testDeathWakesDespiteSabotagedDoorbell)
 }
 
-func testDeathWakesDespiteSabotagedDoorbell(t *testing.T, _ bool) {
+func testDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
 	for _, sabotage := range []string{"shut down", "filled"} {
 		c1, c2, stop, err := streamPair(t)
 		if err != nil {
