@@ -408,7 +408,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 			n = k ? k : scan(ep, events, max);
 		}
 		if (n) {
-			spin_caught(&ep->spin);   /* no clock read */
+			spin_caught(&ep->spin, t0);
 			return n;
 		}
 		if (yield || !(i & 63)) {

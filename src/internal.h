@@ -57,18 +57,28 @@ struct rpal_peer {
 
 
 /* --------------------------------------------------------- adaptive spin */
+#define RPAL_SPIN_BUCKETS 10
 struct rpal_spin {
 	uint32_t max_ns;    /* ceiling: spin_us */
 	uint8_t policy;     /* RPAL_WAIT_POLICY_* */
-	uint8_t hist;       /* adaptive: the last 8 waits, 1 = ended within a sleep's cost */
-	uint16_t probe_gap; /* adaptive, while not spinning: spin once per probe_gap waits */
+	/* Adaptive (spin.c): */
+	bool probing;       /* this wait spins up to a sleep's cost */
+	uint16_t probe_gap; /* one wait in probe_gap probes */
 	uint16_t probe_left;
+	uint16_t since_choice;
+	uint32_t budget_ns; /* the spin of waits that do not probe; UINT32_MAX: the cap */
+	uint32_t this_ns;   /* this wait's budget */
+	uint16_t caught_share; /* of waits that spun the whole cap, those it caught (/65536) */
+	uint16_t untimed;   /* waits counted but not timed while the cap pays */
+	/* Of recent waits, per bucket of length: those that reached it, ended in it. */
+	uint16_t reached[RPAL_SPIN_BUCKETS], ended[RPAL_SPIN_BUCKETS];
 };
 void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
 /* This wait's spin budget, ns (0: sleep at once). */
 uint64_t spin_budget(struct rpal_spin *s);
-/* After a wait: caught while spinning, or ended after waited_ns. */
-void spin_caught(struct rpal_spin *s);
+/* After a wait that began at t0 (now_ns()) and a spin caught; or one that
+ * ended after waited_ns, caught or not. */
+void spin_caught(struct rpal_spin *s, uint64_t t0);
 void spin_update(struct rpal_spin *s, uint64_t waited_ns);
 /* Samples of what sleeping costs this process: a sleeper's CPU time, a
  * waker's FUTEX_WAKE or doorbell write. */

@@ -271,8 +271,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	/* The clock only to time a spin, or a sleep the adaptive policy
 	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
-	/* The spin is counted in TSC cycles: a read costs half of now_ns(),
-	 * and the one after a catch delays the message it caught. */
+	/* The statistics count the spin in TSC cycles: a read costs half
+	 * of now_ns(). */
 	tsc0 = budget ? __builtin_ia32_rdtsc() : 0;
 	for (i = 1; budget; i++) {
 		if (yield)
@@ -280,8 +280,8 @@ int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		else
 			cpu_relax();
 		if (wait_done(c, what)) {
-			spin_caught(spin);
 			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
+			spin_caught(spin, t0);
 			return 0;
 		}
 		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {

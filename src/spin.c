@@ -2,24 +2,46 @@
 /*
  * spin.c - how long a waiter spins before it sleeps (rpal_config.wait_policy).
  *
- * Adaptive waiting is the ski-rental rule: spin for as long as a sleep
- * would cost, then sleep.  A sleep costs the sleeper's futex wait and
- * reschedule and the waker's FUTEX_WAKE, CPU time this process measures on
- * a sample of its sleeps and wake-ups (a few µs on a VM).  If the event
- * comes within that time, spinning was cheaper than sleeping in CPU and far
- * faster in latency; if not, the spin at most doubled the cost of the
- * sleep.  Where recent waits (the last eight) mostly outlasted that cost, a
- * waiter does not spin at all, so an idle or slow connection burns nothing
- * but a probe: one spin every probe_gap waits, the gap doubling with each
- * miss up to 256, to notice when messages start coming quickly again.  A
- * sleep's own length cannot show that: it includes the wake-up latency,
- * tens of µs across cores on small VMs.
+ * A sleep costs the sleeper's futex wait and reschedule and the waker's
+ * FUTEX_WAKE: CPU time this process measures on a sample of its sleeps and
+ * wake-ups (C, a few µs to a few tens on a VM).  Adaptive waiting spins up
+ * to C while most waits end within it (the ski-rental rule: a spin that
+ * catches the event was cheaper than sleeping in CPU and far faster in
+ * latency; one that does not at most doubled the sleep's cost).  Where
+ * many waits outlast C, as on a server whose requests come either in a
+ * queue or after a pause, it spins only as long as pays on the recent
+ * waits: the expected cost of a spin of b is the integral of the survival
+ * S(t) (the share of waits still going at t) from 0 to b, plus S(b) * C,
+ * and b = 0 costs C.  With waits that end within 2 µs or last a
+ * millisecond it spins about 2 µs, not the whole C; with waits all longer
+ * than C, not at all.  Closed loops keep the whole C: the model counts a
+ * sleep's CPU but not its wake-up latency, which a wait just beyond a
+ * tight budget would add to every reply behind it.
+ *
+ * S is kept per bucket of doubling width (250 ns to 64 µs) as the waits
+ * that reached the bucket and the waits that ended in it, halved as they
+ * grow so that recent waits count most.  A wait that slept after a spin
+ * of b says only that it outlasted b: the buckets beyond b learn nothing
+ * from it.  Probes fill them: one wait in probe_gap spins up to C (never
+ * more than spin_us), the gap doubling up to 256 while probes find nothing
+ * the chosen budget would miss, so an idle connection burns one short
+ * spin in 256 waits; a probe that catches what the budget would not
+ * halves it (down to 8), and on a connection that was not spinning at
+ * all sets it to 1, so one that turns busy spins again within a few
+ * waits.  A sleep's own length says nothing more: it includes the wake-up
+ * latency, tens of µs across cores on small VMs.
  */
+#include <string.h>
 #include <time.h>
 
 #include "internal.h"
 
 #define PROBE_GAP_MAX 256
+/* Keep about this many recent waits per bucket. */
+#define SPIN_MEMORY 64
+/* Spin the whole cap while this share of the waits that spun it (out of
+ * 65536) ended within it. */
+#define CATCH_KEEP_CAP 58982   /* 90 % */
 
 /* Until measured: a futex sleep and its wake-up on a VM. */
 #define SLEEP_COST_DEFAULT_NS 3000
@@ -50,59 +72,173 @@ uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-/* What one sleep and its wake-up cost, capped at the ceiling. */
-static uint64_t sleep_cost(const struct rpal_spin *s)
+/* What one sleep and its wake-up cost. */
+static uint64_t sleep_cost(void)
 {
-	uint64_t c = (uint64_t)load_relaxed(&sleep_cost_ns) + load_relaxed(&wake_cost_ns);
+	return (uint64_t)load_relaxed(&sleep_cost_ns) + load_relaxed(&wake_cost_ns);
+}
+
+/* The longest spin: a sleep's cost, never more than the ceiling. */
+static uint64_t spin_cap(const struct rpal_spin *s)
+{
+	uint64_t c = sleep_cost();
 
 	return c < s->max_ns ? c : s->max_ns;
+}
+
+/* Where bucket i begins: 0, then 250 ns doubling to 64 µs (the last one
+ * has no end). */
+static uint32_t edge(unsigned i)
+{
+	return i ? 125u << i : 0;
+}
+
+static unsigned bucket(uint64_t ns)
+{
+	unsigned i = 0;
+
+	while (i + 1 < RPAL_SPIN_BUCKETS && ns >= edge(i + 1))
+		i++;
+	return i;
 }
 
 void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 {
 	uint64_t ns = (uint64_t)max_us * 1000;
 
+	memset(s, 0, sizeof(*s));
 	s->max_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 	s->policy = (uint8_t)policy;
-	s->hist = 0xff;         /* spin at first: a new connection is usually busy */
+	/* Spin at first: a new connection is usually busy. */
+	s->budget_ns = UINT32_MAX;
+	s->caught_share = UINT16_MAX;
 	s->probe_gap = s->probe_left = 1;
 }
 
 uint64_t spin_budget(struct rpal_spin *s)
 {
+	uint64_t cap, b;
+
 	if (s->policy == RPAL_WAIT_POLICY_SLEEP)
 		return 0;
 	if (s->policy == RPAL_WAIT_POLICY_SPIN)
 		return s->max_ns;
-	if (__builtin_popcount(s->hist) >= 4)
-		return sleep_cost(s);
-	if (--s->probe_left == 0) {
+	cap = spin_cap(s);
+	s->probing = --s->probe_left == 0;
+	if (s->probing) {
 		s->probe_left = s->probe_gap;
-		return sleep_cost(s);
+		b = cap;
+	} else {
+		b = s->budget_ns < cap ? s->budget_ns : cap;
 	}
-	return 0;
+	s->this_ns = (uint32_t)b;
+	return b;
 }
 
-static void note(struct rpal_spin *s, bool hit)
+/* The budget that costs least on the recent waits (see above): a bucket's
+ * end, or the cap within its bucket (its waits taken as spread evenly). */
+static void choose(struct rpal_spin *s)
 {
-	s->hist = (uint8_t)(s->hist << 1 | hit);
-	if (hit) {
-		s->probe_gap = s->probe_left = 1;
-	} else if (s->probe_gap < PROBE_GAP_MAX) {
-		s->probe_gap *= 2;
+	double c = (double)sleep_cost(), surv = 1, spent = 0, best = c;
+	uint64_t cap = spin_cap(s);
+	double pick_surv = 1;
+	uint32_t pick = 0;
+
+	if (s->caught_share >= CATCH_KEEP_CAP) {
+		s->budget_ns = UINT32_MAX;      /* the cap, whatever it is then */
+		return;
+	}
+	for (unsigned i = 0; edge(i) < cap && s->reached[i]; i++) {
+		uint64_t end = i + 1 < RPAL_SPIN_BUCKETS && edge(i + 1) < cap ? edge(i + 1) : cap;
+		double part = i + 1 < RPAL_SPIN_BUCKETS ? (double)(end - edge(i)) / (edge(i + 1) - edge(i)) : 1;
+		double left = surv * (1 - part * s->ended[i] / s->reached[i]);
+
+		spent += (double)(end - edge(i)) * (surv + left) / 2;
+		surv = left;
+		if (spent + surv * c < best) {
+			best = spent + surv * c;
+			pick = (uint32_t)end;
+			pick_surv = surv;
+		}
+	}
+	if (pick && pick_surv * 65536 <= UINT16_MAX - CATCH_KEEP_CAP) {
+		/* Nearly every wait ends within the spin that pays: a closed
+		 * loop, where the few beyond it would each add a wake-up to a
+		 * reply.  Back to the whole cap. */
+		s->budget_ns = UINT32_MAX;
+		s->caught_share = UINT16_MAX;
+		return;
+	}
+	s->budget_ns = pick;
+}
+
+/* A wait that lasted waited_ns, caught by its spin or not. */
+static void learn(struct rpal_spin *s, uint64_t waited_ns, bool caught)
+{
+	unsigned i, last;
+
+	if (caught) {
+		last = bucket(waited_ns);
+		s->ended[last]++;
+		for (i = 0; i <= last; i++)
+			s->reached[i]++;
+	} else {
+		/* It outlasted its spin: it went through every bucket the
+		 * spin covered whole. */
+		for (i = 0; i + 1 < RPAL_SPIN_BUCKETS && edge(i + 1) <= s->this_ns; i++)
+			s->reached[i]++;
+	}
+	if (s->reached[0] >= 2 * SPIN_MEMORY) {
+		for (i = 0; i < RPAL_SPIN_BUCKETS; i++) {
+			s->reached[i] /= 2;
+			s->ended[i] /= 2;
+		}
+	}
+	if (s->probing) {
+		/* Did it find what the chosen budget would have missed? */
+		if (caught && waited_ns > s->budget_ns)
+			s->probe_gap = !s->budget_ns ? 1 : s->probe_gap > 16 ? s->probe_gap / 2 : 8;
+		else if (s->probe_gap < PROBE_GAP_MAX)
+			s->probe_gap *= 2;
 		if (s->probe_left > s->probe_gap)
 			s->probe_left = s->probe_gap;
 	}
+	if (s->probing || ++s->since_choice >= 8) {
+		s->since_choice = 0;
+		choose(s);
+	}
 }
 
-void spin_caught(struct rpal_spin *s)
+/*
+ * Count a wait in the share of those a whole cap caught: slowly while
+ * every wait spins it, so that a closed loop's rare long wait does not cut
+ * its spin, quickly on the probes of a shorter one.  Then say whether the
+ * wait can go unlearnt: while the whole cap pays, one wait in 16 is timed
+ * and learnt from, so that a round trip of a µs pays no clock read.
+ */
+static bool counted_only(struct rpal_spin *s, bool caught)
 {
-	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE)
-		note(s, true);
+	bool whole = s->budget_ns == UINT32_MAX;
+
+	if (s->this_ns >= spin_cap(s)) {
+		int32_t share = s->caught_share;
+
+		share += ((caught ? UINT16_MAX : 0) - share) / (whole ? 256 : 16);
+		s->caught_share = (uint16_t)share;
+	}
+	return whole && !s->probing && s->caught_share >= CATCH_KEEP_CAP && (++s->untimed & 15);
+}
+
+void spin_caught(struct rpal_spin *s, uint64_t t0)
+{
+	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
+		learn(s, now_ns() - t0, true);
 }
 
 void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 {
-	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE)
-		note(s, waited_ns <= sleep_cost(s));
+	bool caught = waited_ns <= s->this_ns;
+
+	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, caught))
+		learn(s, waited_ns, caught);
 }

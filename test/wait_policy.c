@@ -4,9 +4,11 @@
  * RPAL_WAIT names a policy or makes rpal_init() fail; an out-of-range
  * wait_policy is refused.  SLEEP never spins and SPIN always spins
  * spin_us.  ADAPTIVE spins at most what a sleep costs (and never more than
- * spin_us) while recent waits ended within that, stops spinning after a
- * run of long waits but for probes that grow rarer (at most one wait in
- * 256 once idle), and spins again after a few waits that a spin caught.
+ * spin_us), stops spinning after a run of long waits but for probes that
+ * grow rarer (at most one wait in 256 once idle), spins again after a few
+ * waits that a spin caught, and on waits of known lengths costs about what
+ * the better of never spinning and spinning a sleep's cost would: short
+ * where waits end quickly or not at all.
  */
 #include <stdlib.h>
 
@@ -48,7 +50,7 @@ static void check_fixed(void)
 	spin_init(&s, 50, RPAL_WAIT_POLICY_SLEEP);
 	for (int i = 0; i < 100; i++) {
 		t_check(spin_budget(&s) == 0, "sleep policy spins");
-		spin_caught(&s);
+		spin_caught(&s, now_ns() - 100);
 	}
 	spin_init(&s, 50, RPAL_WAIT_POLICY_SPIN);
 	for (int i = 0; i < 100; i++) {
@@ -71,12 +73,16 @@ static void check_adaptive(void)
 	spin_init(&s, 1, RPAL_WAIT_POLICY_ADAPTIVE);
 	t_check(spin_budget(&s) <= 1000, "budget over spin_us");
 
-	/* Idle: every wait lasts 10 ms. */
+	/* Idle: every wait lasts 10 ms.  A new connection spins for a few
+	 * dozen waits before it gives up on the cap. */
 	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
-	for (int i = 0; i < 8; i++) {
-		spin_budget(&s);
+	int start = 0;
+	for (int i = 0; i < 64; i++) {
+		if (spin_budget(&s))
+			start++;
 		spin_update(&s, 10000000);
 	}
+	t_check(start <= 40, "a new idle connection spun %d of its first 64 waits", start);
 	for (int i = 0; i < n; i++) {
 		if (spin_budget(&s))
 			probes++;
@@ -92,7 +98,7 @@ static void check_adaptive(void)
 		uint64_t b = spin_budget(&s);
 		waits++;
 		if (b) {
-			spin_caught(&s);
+			spin_caught(&s, now_ns() - 1000);
 			spinning++;
 		} else {
 			spinning = 0;
@@ -104,11 +110,91 @@ static void check_adaptive(void)
 	       (unsigned long long)cost, probes, n, waits - 16);
 }
 
+/*
+ * What a run of waits costs under a policy: the spin (up to the wait's
+ * length) plus the sleep's cost where the spin did not catch it.  The
+ * lengths come from next(i); a sleep is reported 60 µs longer, its wake-up.
+ */
+static double run_cost(struct rpal_spin *s, uint64_t (*next)(int), int n, uint64_t cost)
+{
+	double sum = 0;
+
+	for (int i = 0; i < n; i++) {
+		uint64_t w = next(i), b = spin_budget(s);
+
+		if (w <= b) {
+			sum += (double)w;
+			/* As a spin that caught it: timed now and then. */
+			spin_update(s, w);
+		} else {
+			sum += (double)(b + cost);
+			spin_update(s, w + 60000);
+		}
+	}
+	return sum / n;
+}
+
+/* Half end after 1 µs, half last 10 ms: a server's queue at moderate load. */
+static uint64_t bimodal(int i) { return (i * 7919u) % 2 ? 1000 : 10000000; }
+/* All end after 3 µs, within a sleep's cost. */
+static uint64_t quick(int i) { (void)i; return 3000; }
+/* Most end within 1 µs, a few after 4 µs: a closed loop of calls. */
+static uint64_t tail(int i) { return i % 50 ? 900 : 4000; }
+/* All end after 40 µs, beyond a sleep's cost. */
+static uint64_t slow(int i) { (void)i; return 40000; }
+
+static void check_costs(void)
+{
+	static const struct { const char *what; uint64_t (*next)(int); } runs[] = {
+		{ "bimodal 1 us / 10 ms", bimodal }, { "all 3 us", quick },
+		{ "0.9 us, 2% 4 us", tail }, { "all 40 us", slow },
+	};
+	struct rpal_spin s;
+	uint64_t cost;
+	const int n = 20000;
+
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	cost = spin_budget(&s);         /* a new connection spins a sleep's cost */
+	for (unsigned r = 0; r < sizeof(runs) / sizeof(runs[0]); r++) {
+		double adaptive, sleep, full;
+
+		spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+		adaptive = run_cost(&s, runs[r].next, n, cost);
+		spin_init(&s, 0, RPAL_WAIT_POLICY_SLEEP);
+		sleep = run_cost(&s, runs[r].next, n, cost);
+		/* Spinning up to a sleep's cost every time. */
+		spin_init(&s, 0, RPAL_WAIT_POLICY_SPIN);
+		s.max_ns = (uint32_t)cost;
+		full = run_cost(&s, runs[r].next, n, cost);
+		printf("  %-20s adaptive %5.0f ns a wait; never spinning %5.0f; always spinning %llu ns %5.0f\n",
+		       runs[r].what, adaptive, sleep, (unsigned long long)cost, full);
+		t_check(adaptive <= 1.1 * (sleep < full ? sleep : full), "%s: adaptive costs %.0f ns a wait",
+			runs[r].what, adaptive);
+	}
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	run_cost(&s, bimodal, n, cost);
+	t_check(s.budget_ns >= 1000 && s.budget_ns < cost, "bimodal waits: budget %u ns, want 1 us..%llu",
+		s.budget_ns, (unsigned long long)cost);
+	printf("adaptive: on bimodal waits it spins %u ns, not the %llu a sleep costs\n", s.budget_ns,
+	       (unsigned long long)cost);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	run_cost(&s, tail, n, cost);
+	t_check(s.budget_ns >= 4000, "a closed loop's waits: budget %u ns leaves its tail asleep", s.budget_ns);
+	/* From a closed loop to a queue that often runs dry, and back. */
+	run_cost(&s, bimodal, 2000, cost);
+	t_check(s.budget_ns < cost, "bimodal after a closed loop: still spinning %u ns", s.budget_ns);
+	run_cost(&s, tail, 2000, cost);
+	t_check(s.budget_ns >= cost, "a closed loop after bimodal waits: budget %u ns", s.budget_ns);
+	printf("adaptive: a closed loop spins the whole %llu ns, and turns to and from the short spin within 2000 waits\n",
+	       (unsigned long long)cost);
+}
+
 int main(void)
 {
 	check_env();
 	check_fixed();
 	check_adaptive();
+	check_costs();
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }
