@@ -102,6 +102,13 @@ static unsigned bucket(uint64_t ns)
 	return i;
 }
 
+/* Spin the whole cap from now on, and count its catches afresh. */
+static void whole_cap(struct rpal_spin *s)
+{
+	s->budget_ns = UINT32_MAX;
+	s->caught_share = UINT16_MAX;
+}
+
 void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 {
 	uint64_t ns = (uint64_t)max_us * 1000;
@@ -109,9 +116,7 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 	memset(s, 0, sizeof(*s));
 	s->max_ns = ns > UINT32_MAX ? UINT32_MAX : (uint32_t)ns;
 	s->policy = (uint8_t)policy;
-	/* Spin at first: a new connection is usually busy. */
-	s->budget_ns = UINT32_MAX;
-	s->caught_share = UINT16_MAX;
+	whole_cap(s);   /* spin at first: a new connection is usually busy */
 	s->probe_gap = s->probe_left = 1;
 }
 
@@ -161,12 +166,11 @@ static void choose(struct rpal_spin *s)
 			pick_surv = surv;
 		}
 	}
-	if (pick && pick_surv * 65536 <= UINT16_MAX - CATCH_KEEP_CAP) {
+	if (pick && pick_surv <= 1 - CATCH_KEEP_CAP / 65536.0) {
 		/* Nearly every wait ends within the spin that pays: a closed
 		 * loop, where the few beyond it would each add a wake-up to a
 		 * reply.  Back to the whole cap. */
-		s->budget_ns = UINT32_MAX;
-		s->caught_share = UINT16_MAX;
+		whole_cap(s);
 		return;
 	}
 	s->budget_ns = pick;
