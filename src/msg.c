@@ -112,7 +112,7 @@ static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int fl
  * another CPU; one we never told spins for us even on our own CPU, until
  * the scheduler's tick.  0, or <0 if a hosted receiver failed in the call.
  */
-static int sent(struct rpal_conn *c, int flags)
+static inline __attribute__((always_inline)) int sent(struct rpal_conn *c, int flags)
 {
 	int ret = flags & RPAL_MORE ? 0 : notify_peer_rx(c);
 
