@@ -196,7 +196,7 @@ static void print_prometheus(const struct snap *s)
 	H(calls_in, "calls_in", "RPAL calls into the hosted program")
 	H(calls_out, "calls_out", "RPAL calls the hosted program's threads made")
 	H(handoffs, "handoffs", "System calls made inside calls, handed to the program's own threads")
-	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads")
+	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads (estimated from one call in 16)")
 #undef H
 	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch")
 #undef P

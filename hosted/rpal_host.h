@@ -36,7 +36,7 @@
 #include <sys/syscall.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   5u
+#define RPAL_HOST_VERSION   6u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
@@ -120,10 +120,12 @@ struct rpal_host_rcv {
 	/* kick_fd as a descriptor of each program, -1 until that program first kicks. */
 	_Atomic int32_t kick_fds[RPAL_HOST_MAX_PROGS];
 	uint32_t writes_pkru;         /* its program uses protection keys (protect_peers) */
-	uint32_t reserved;
+	/* Set by the sender before it switches in: this call is timed, so
+	 * the receiver stamps run_tsc as it resumes (call.c's do_call). */
+	uint32_t timed;
 	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
-	/* TSC when it last resumed from a park, on whichever thread: a call's
-	 * time runs from here to the sender's return (call.c's do_call). */
+	/* TSC when it last resumed from a park for a timed call, on whichever
+	 * thread: the call's time runs from here to the sender's return. */
 	uint64_t run_tsc;
 	/* Set by the sender before it switches in: the receiver's cookie of the
 	 * connection the call delivers on (rpal_block.hosted_cookie), 0 when
@@ -132,7 +134,8 @@ struct rpal_host_rcv {
 	/* Accounting, written only by whoever holds the receiver (so with
 	 * plain stores, before it gives the receiver up) and read by anyone. */
 	_Atomic uint64_t calls;       /* RPAL calls into it */
-	_Atomic uint64_t call_tsc;    /* TSC cycles it ran on other programs' threads */
+	_Atomic uint64_t call_tsc;    /* TSC cycles it ran on other programs' threads (estimated
+	                                 from one call in 16: call.c's call_timed) */
 	struct rpal_host_rcv *next;   /* in its program's rcvs list; set before it is linked */
 };
 

@@ -359,7 +359,7 @@ void rpal_peer_window_close(long cookie);
 struct rpal_prog_stat {
 	char name[64];              /* the program's path */
 	uint64_t calls;             /* RPAL calls into it */
-	uint64_t call_cycles;       /* TSC cycles it ran on other programs' threads */
+	uint64_t call_cycles;       /* TSC cycles it ran on other programs' threads (estimated) */
 	uint64_t handoffs;          /* syscalls in calls, handed to its own thread */
 	int failed_signal;          /* a fault inside a call marked it failed; 0 none */
 	int self;                   /* 1 for the calling program */

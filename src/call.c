@@ -342,6 +342,20 @@ void call_signal_allow_syscalls(void)
 		s->selector = SUD_ALLOW;
 }
 
+/*
+ * Is the n-th call into a receiver timed?  A clock read each side of the
+ * switch costs a tenth of a call, so one call in CALL_TIME_EVERY is timed
+ * and counts for that many.  Which ones follow a golden-ratio sequence on
+ * n: spread evenly, and never in step with a caller whose calls alternate
+ * in a short period (every 16th call of a client that alternates two
+ * requests would always time the same one).
+ */
+#define CALL_TIME_EVERY 16u
+static inline bool call_timed(uint64_t n)
+{
+	return (n * 0x9e3779b97f4a7c15ull) >> 60 == 0;
+}
+
 /* Run r on this thread until it parks, traps or faults; then give it back.
  * cookie: which of its connections the call is for (a hint, 0 none). */
 static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie)
@@ -356,12 +370,13 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	/* We hold r: nobody else writes its counters.  Each store below is
 	 * absolute, so a CAS that fails and stores again counts once. */
 	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
-	uint64_t ran = 0;       /* TSC cycles r ran here, over every rescan */
+	uint64_t ran = 0;       /* TSC cycles r ran here, over every rescan, if timed */
 	uint32_t st, want;
-	bool wake = false;
+	bool wake = false, timed = call_timed(calls);
 
 	s->cur = r;
 	r->cookie = cookie;
+	r->timed = timed;
 	store_relaxed(&s->calls, load_relaxed(&s->calls) + 1);
 	for (;;) {
 		r->sender = s;
@@ -372,7 +387,8 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 		s->selector = SUD_ALLOW;
 		/* r stamped run_tsc as it resumed (epoll.c's park): the
 		 * clock read on the message's way in is the receiver's. */
-		ran += __rdtsc() - r->run_tsc;
+		if (timed)
+			ran += (__rdtsc() - r->run_tsc) * CALL_TIME_EVERY;
 		if (unlikely(r->fault_sig | r->trapped))
 			break;
 		/* It parked: publish that, unless a message or its own thread
@@ -696,6 +712,7 @@ int call_park_own(struct rpal_host_rcv *r)
 	host_stat_refresh(&host->progs[host_prog]);     /* its own thread parks: calls since */
 	r->ctx.fs = rdfsbase();         /* what a borrower loads: our TCB */
 	hosted_switch((hosted_ctx *)&r->ctx, (hosted_ctx *)&r->idle);
-	r->run_tsc = __rdtsc();         /* maybe a borrower's call: see do_call */
+	if (r->timed)
+		r->run_tsc = __rdtsc(); /* maybe a borrower's call: see do_call */
 	return r->reason;
 }

@@ -46,10 +46,11 @@ static inline int park(struct rpal_host_rcv *r, uint64_t deadline)
 	if (!s)
 		return call_park_own(r);
 	hosted_switch_wrfs((hosted_ctx *)&r->ctx, (hosted_ctx *)&s->ctx);
-	/* A call starts here: its time is counted from this read, which
-	 * costs less here than before the sender's switch, where wrfsbase
-	 * follows it (about 10 cycles of the one-way path). */
-	r->run_tsc = __rdtsc();
+	/* A timed call starts here: its time is counted from this read,
+	 * which costs less here than before the sender's switch, where
+	 * wrfsbase follows it. */
+	if (r->timed)
+		r->run_tsc = __rdtsc();
 	return r->reason;
 }
 
