@@ -121,7 +121,7 @@ struct rpal_host_rcv {
 	_Atomic int32_t kick_fds[RPAL_HOST_MAX_PROGS];
 	uint32_t writes_pkru;         /* its program uses protection keys (protect_peers) */
 	/* Set by the sender before it switches in: this call is timed, so
-	 * the receiver stamps run_tsc as it resumes (call.c's do_call). */
+	 * the receiver stamps run_tsc as it resumes (call.c's call_end). */
 	uint32_t timed;
 	uint64_t deadline_ns;         /* CLOCK_MONOTONIC; UINT64_MAX none */
 	/* TSC when it last resumed from a park for a timed call, on whichever

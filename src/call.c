@@ -9,7 +9,7 @@
  * treats a peer whose pid is another program of the block as local: its arena
  * is already mapped, and messages to it may be delivered by switching into it.
  *
- * Sender (notify_peer_rx -> call_deliver): after publishing in the ring as in
+ * Sender (notify_peer_rx -> call_deliver in local.h): after publishing in the ring as in
  * connected mode, claim the peer's parked receiver with one CAS and switch
  * into it; the ring stays the source of truth, so a receiver that cannot be
  * claimed just gets RCV_PENDING and rescans before it parks again.
@@ -356,86 +356,63 @@ static inline bool call_timed(uint64_t n)
 	return (n * 0x9e3779b97f4a7c15ull) >> 60 == 0;
 }
 
-/* Run r on this thread until it parks, traps or faults; then give it back.
- * cookie: which of its connections the call is for (a hint, 0 none). */
-static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie)
+/* The next pass of a call: r runs on this thread from the switch that
+ * call_deliver() (local.h) makes after this returns, until it parks, traps
+ * or faults; then call_end(). */
+static int call_pass(struct call_step *k)
 {
-	struct rpal_host_prog *prog = &host->progs[r->prog];
+	struct rpal_host_rcv *r = k->r;
+	struct rpal_host_sender *s = k->s;
+
+	r->sender = s;
+	r->reason = RESUME_CALL;
+	if (s->sud)
+		s->selector = SUD_BLOCK;
+	k->from = (struct hosted_ctx *)&s->ctx;
+	k->to = (struct hosted_ctx *)&r->ctx;
+	return CALL_SWITCH;
+}
+
+/* We hold r: run it here.  cookie: which of its connections the call is
+ * for (a hint, 0 none). */
+static int call_enter(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_host_sender *s, uint64_t cookie,
+		      struct call_step *k)
+{
+	k->c = c;
+	k->r = r;
+	k->s = s;
 	/* PKRU must come back as it was.  A receiver that opens protection-key
 	 * windows of its own program (protect_peers) may leave them open, and
 	 * one that trapped or faulted comes back through a signal handler,
 	 * which the kernel runs with its default PKRU.  The check after a
 	 * clean park is for the first case only: a tenth of a call. */
-	uint32_t pkru = host->pku ? pkru_read() : 0;
-	/* We hold r: nobody else writes its counters.  Each store below is
-	 * absolute, so a CAS that fails and stores again counts once. */
-	uint64_t calls = load_relaxed(&r->calls) + 1, tsc0 = load_relaxed(&r->call_tsc);
-	uint64_t ran = 0;       /* TSC cycles r ran here, over every rescan, if timed */
-	uint32_t st, want;
-	bool wake = false, timed = call_timed(calls);
-
+	k->pkru = host->pku ? pkru_read() : 0;
+	/* Nobody else writes r's counters while we hold it.  Each store in
+	 * call_end is absolute, so a CAS that fails and stores again counts
+	 * once. */
+	k->calls = load_relaxed(&r->calls) + 1;
+	k->tsc0 = load_relaxed(&r->call_tsc);
+	k->ran = 0;
+	k->timed = call_timed(k->calls);
 	s->cur = r;
 	r->cookie = cookie;
-	r->timed = timed;
+	r->timed = k->timed;
 	store_relaxed(&s->calls, load_relaxed(&s->calls) + 1);
-	for (;;) {
-		r->sender = s;
-		r->reason = RESUME_CALL;
-		if (s->sud)
-			s->selector = SUD_BLOCK;
-		hosted_switch_wrfs((hosted_ctx *)&s->ctx, (hosted_ctx *)&r->ctx);
-		s->selector = SUD_ALLOW;
-		/* r stamped run_tsc as it resumed (epoll.c's park): the
-		 * clock read on the message's way in is the receiver's. */
-		if (timed)
-			ran += (__rdtsc() - r->run_tsc) * CALL_TIME_EVERY;
-		if (unlikely(r->fault_sig | r->trapped))
-			break;
-		/* It parked: publish that, unless a message or its own thread
-		 * is waiting for it.  A rescan looks at every connection. */
-		r->sender = NULL;
-		r->cookie = 0;
-		st = load_relaxed(&r->state);
-		do {
-			if ((st & RCV_MASK) == RCV_DEAD)
-				want = RCV_DEAD;        /* its process ended meanwhile */
-			else if (st & RCV_WANT)
-				want = RCV_OWNER | (st & RCV_PENDING);
-			else if (st & RCV_PENDING)
-				want = RCV_BORROWED;
-			else
-				want = RCV_PARKED;
-			if (want != RCV_BORROWED) {
-				/* Count while we still hold it: whoever claims
-				 * it next sees the sums (the CAS releases). */
-				store_relaxed(&r->calls, calls);
-				store_relaxed(&r->call_tsc, tsc0 + ran);
-			}
-		} while (!atomic_compare_exchange_weak(&r->state, &st, want));
-		if (want == RCV_BORROWED)
-			continue;               /* rescan on this thread */
-		/* Its own thread sleeps with the deadline of an earlier wait:
-		 * let it read this one. */
-		wake = want != RCV_PARKED || r->deadline_ns != UINT64_MAX;
-		break;
-	}
-	s->cur = NULL;
-	if (likely(!(r->fault_sig | r->trapped))) {
-		if (r->writes_pkru && pkru_read() != pkru)
-			pkru_write(pkru);
-		if (wake)
-			kick(r);
-		if (unlikely(!(calls & 63)))
-			host_stat_refresh(prog);
-		if (unlikely(!(load_relaxed(&s->calls) & 63)))
-			host_stat_refresh(&host->progs[host_prog]);
-		return 1;
-	}
-	/* It faulted or trapped: we still hold it. */
-	if (host->pku && pkru_read() != pkru)
-		pkru_write(pkru);
-	store_relaxed(&r->calls, calls);
-	store_relaxed(&r->call_tsc, tsc0 + ran);
+	return call_pass(k);
+}
+
+/* The receiver faulted or trapped in a call: we still hold it. */
+static int call_failed(struct call_step *k)
+{
+	struct rpal_host_rcv *r = k->r;
+	struct rpal_host_prog *prog = &host->progs[r->prog];
+	uint32_t st;
+
+	k->s->cur = NULL;
+	if (host->pku && pkru_read() != k->pkru)
+		pkru_write(k->pkru);
+	store_relaxed(&r->calls, k->calls);
+	store_relaxed(&r->call_tsc, k->tsc0 + k->ran);
 	r->sender = NULL;
 	r->cookie = 0;
 	if (unlikely(r->fault_sig)) {
@@ -443,7 +420,7 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 
 		atomic_store(&r->state, RCV_DEAD);
 		kick(r);
-		conn_mark_dead(c, false);
+		conn_mark_dead(k->c, false);
 		return rpal_fail(ECONNRESET, "the receiving program (%s) faulted with signal %d in an RPAL call; "
 				 "it is marked failed", prog->name, sig);
 	}
@@ -457,12 +434,68 @@ static int do_call(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_hos
 	return 1;
 }
 
+/* After a switch back from the receiver: it parked, trapped or faulted.
+ * Give it back, or CALL_SWITCH to run it again for what came meanwhile. */
+int call_end(struct call_step *k)
+{
+	struct rpal_host_rcv *r = k->r;
+	struct rpal_host_sender *s = k->s;
+	struct rpal_host_prog *prog = &host->progs[r->prog];
+	uint32_t st, want;
+	bool wake;
+
+	s->selector = SUD_ALLOW;
+	/* r stamped run_tsc as it resumed (epoll.c's park): the clock read on
+	 * the message's way in is the receiver's. */
+	if (k->timed)
+		k->ran += (__rdtsc() - r->run_tsc) * CALL_TIME_EVERY;
+	if (unlikely(r->fault_sig | r->trapped))
+		return call_failed(k);
+	/* It parked: publish that, unless a message or its own thread is
+	 * waiting for it.  A rescan looks at every connection. */
+	r->sender = NULL;
+	r->cookie = 0;
+	st = load_relaxed(&r->state);
+	do {
+		if ((st & RCV_MASK) == RCV_DEAD)
+			want = RCV_DEAD;        /* its process ended meanwhile */
+		else if (st & RCV_WANT)
+			want = RCV_OWNER | (st & RCV_PENDING);
+		else if (st & RCV_PENDING)
+			want = RCV_BORROWED;
+		else
+			want = RCV_PARKED;
+		if (want != RCV_BORROWED) {
+			/* Count while we still hold it: whoever claims it
+			 * next sees the sums (the CAS releases). */
+			store_relaxed(&r->calls, k->calls);
+			store_relaxed(&r->call_tsc, k->tsc0 + k->ran);
+		}
+	} while (!atomic_compare_exchange_weak(&r->state, &st, want));
+	if (want == RCV_BORROWED)
+		return call_pass(k);    /* rescan on this thread */
+	/* Its own thread sleeps with the deadline of an earlier wait: let it
+	 * read this one. */
+	wake = want != RCV_PARKED || r->deadline_ns != UINT64_MAX;
+	s->cur = NULL;
+	if (r->writes_pkru && pkru_read() != k->pkru)
+		pkru_write(k->pkru);
+	if (wake)
+		kick(r);
+	if (unlikely(!(k->calls & 63)))
+		host_stat_refresh(prog);
+	if (unlikely(!(load_relaxed(&s->calls) & 63)))
+		host_stat_refresh(&host->progs[host_prog]);
+	return 1;
+}
+
 /*
- * After publishing to a local peer.  1: the receiver ran (or will rescan
- * without a wake-up); 0: use the connected-mode wake-up check too; <0: the
- * receiving program failed.
+ * After publishing to a local peer.  CALL_SWITCH: we hold the receiver,
+ * switch from k->from to k->to, then call_end(); 1: the receiver will
+ * rescan without a wake-up; 0: use the connected-mode wake-up check too;
+ * <0: the receiving program failed.
  */
-int call_deliver(struct rpal_conn *c, bool may_call)
+int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k)
 {
 	struct rpal_host_rcv *r = (struct rpal_host_rcv *)(uintptr_t)load_acquire(&c->pb->hosted_rcv);
 	uint64_t cookie = load_relaxed(&c->pb->hosted_cookie);
@@ -492,7 +525,7 @@ int call_deliver(struct rpal_conn *c, bool may_call)
 			if (!nested && !(st & RCV_PENDING)) {
 				if (!atomic_compare_exchange_weak(&r->state, &st, RCV_BORROWED))
 					continue;
-				return do_call(c, r, s, cookie);
+				return call_enter(c, r, s, cookie, k);
 			}
 			if (st & RCV_PENDING)
 				return 0;
@@ -713,6 +746,6 @@ int call_park_own(struct rpal_host_rcv *r)
 	r->ctx.fs = rdfsbase();         /* what a borrower loads: our TCB */
 	hosted_switch((hosted_ctx *)&r->ctx, (hosted_ctx *)&r->idle);
 	if (r->timed)
-		r->run_tsc = __rdtsc(); /* maybe a borrower's call: see do_call */
+		r->run_tsc = __rdtsc(); /* maybe a borrower's call: see call_end */
 	return r->reason;
 }

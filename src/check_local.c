@@ -15,7 +15,9 @@ void host_slot_claimed(unsigned slot) { (void)slot; }
 void host_stat_attach(void) {}
 int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }
 bool host_prog_failed(int prog) { (void)prog; return false; }
-int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (void)may_call; return 0; }
+int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k) { (void)c; (void)may_call; (void)k; return 0; }
+int call_end(struct call_step *k) { (void)k; return 1; }
+void hosted_switch_wrfs(struct hosted_ctx *from, struct hosted_ctx *to) { (void)from; (void)to; }
 struct rpal_host_rcv *call_rcv_create(int top) { (void)top; return NULL; }
 void call_rcv_retire(struct rpal_host_rcv *r) { (void)r; }
 bool call_from_producer(const struct rpal_conn *c) { (void)c; return false; }

@@ -660,7 +660,7 @@ static inline void mpk_all_sync(void)
  * of the call (the switch leaves the other stack's return addresses in the
  * CPU's return stack buffer).
  */
-static inline int notify_rx(struct rpal_conn *c, bool may_call)
+static inline __attribute__((always_inline)) int notify_rx(struct rpal_conn *c, bool may_call)
 {
 	bool parker = false;
 	uint64_t w;
@@ -690,7 +690,7 @@ static inline int notify_rx(struct rpal_conn *c, bool may_call)
 	return 0;
 }
 
-static inline int notify_peer_rx(struct rpal_conn *c)
+static inline __attribute__((always_inline)) int notify_peer_rx(struct rpal_conn *c)
 {
 	return notify_rx(c, true);
 }

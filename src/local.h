@@ -14,6 +14,7 @@
 #define RPAL_LOCAL_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <unistd.h>
 
 #ifndef RPAL_HOSTED
@@ -37,7 +38,47 @@ void host_slot_claimed(unsigned slot);
 void host_stat_attach(void);                    /* our statistics page takes our call counters */
 int host_prog_of_slot(unsigned slot);           /* the program owning slot, or -1 */
 bool host_prog_failed(int prog);
-int call_deliver(struct rpal_conn *c, bool may_call);   /* run a parked local receiver */
+
+/*
+ * An RPAL call in steps, so that the switch runs in the frame of the
+ * public function that sent (rpal_send, through the inline notify_rx):
+ * every frame between that function and the switch costs a mispredicted
+ * return on each side of the call, as the switch leaves the other stack's
+ * return addresses in the CPU's return stack buffer.  call_begin() claims
+ * the receiver, the caller switches, call_end() gives it back or asks for
+ * another pass.  The fields are call.c's.
+ */
+struct hosted_ctx;
+struct rpal_host_sender;
+struct call_step {
+	struct hosted_ctx *from, *to; /* the switch: sender's context, receiver's */
+	struct rpal_conn *c;
+	struct rpal_host_rcv *r;
+	struct rpal_host_sender *s;
+	uint64_t calls, tsc0, ran;
+	uint32_t pkru;
+	bool timed;
+};
+#define CALL_SWITCH 2
+int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k);
+int call_end(struct call_step *k);
+void hosted_switch_wrfs(struct hosted_ctx *from, struct hosted_ctx *to);
+
+/* Run a parked local receiver after publishing to it.  1: it ran (or will
+ * rescan without a wake-up); 0: use the connected-mode wake-up check too;
+ * <0: the receiving program failed. */
+static inline __attribute__((always_inline)) int call_deliver(struct rpal_conn *c, bool may_call)
+{
+	struct call_step k;
+	int ret = call_begin(c, may_call, &k);
+
+	while (ret == CALL_SWITCH) {
+		hosted_switch_wrfs(k.from, k.to);
+		ret = call_end(&k);
+	}
+	return ret;
+}
+
 struct rpal_host_rcv *call_rcv_create(int top);         /* where a set's waiter parks */
 void call_rcv_retire(struct rpal_host_rcv *r);
 bool call_from_producer(const struct rpal_conn *c);
