@@ -7,10 +7,10 @@
  * of batches of 1000 back-to-back round trips (no fences inside: throughput, not latency).
  *   (d) the floor of `rpal bench`'s one-way figure for rpal-hosted: its method (a client rdtscp
  *       stamp in a 32-byte message, the server's rdtscp once it has copied it) around a bare
- *       wrfsbase switch, with the sender two calls deep and the receiver parked two calls deep, as
- *       librpal's are (so the receiver's first returns are mispredicted, as there); then the same
- *       plus the two things an RPAL call cannot drop: the claim's compare-and-swap and the clock
- *       read that times the callee.  Median and mean of N one-way samples, nothing subtracted.
+ *       wrfsbase switch, with the sender and the parked receiver each one call deep, as librpal's
+ *       are (so the receiver's first return is mispredicted, as there); then the same plus what
+ *       an RPAL call cannot drop: the claim's compare-and-swap and its release.  Median and mean
+ *       of N one-way samples, nothing subtracted.
  *   hosted_bench_switch [N] [CPU]      (default 1000000 round trips; pinned to CPU if given) */
 #include "hosted.h"
 
@@ -88,22 +88,21 @@ static void bench(const char *name, void (*fn)(hosted_ctx *, hosted_ctx *), uint
            (unsigned long long)s[nb / 2], s[nb / 2] / cpn);
 }
 
-/* (d): a message, a receiver coroutine two frames deep, a sender two frames deep. */
+/* (d): a message, a receiver coroutine and a sender each one frame deep, as librpal's
+ * (rpal_epoll_wait and rpal_send switch in their own frames). */
 static volatile uint64_t floor_msg[4];
 static uint64_t *floor_out;
 static long floor_n, floor_i;
-static int floor_claim;                 /* 1: add the CAS and the callee clock read */
+static int floor_claim;                 /* 1: add the claim's CAS and its release */
 static _Atomic unsigned floor_state;
-static uint64_t floor_run_tsc;
 
 static inline uint64_t stamp(void) {
     unsigned aux;
     return __rdtscp(&aux);
 }
 
-__attribute__((noinline)) static void floor_park(void) {
+static inline __attribute__((always_inline)) void floor_park(void) {
     sw(&co_ctx, &main_ctx);
-    if (floor_claim) floor_run_tsc = __rdtsc();
 }
 
 __attribute__((noinline)) static const uint64_t *floor_wait(uint64_t *copy) {
@@ -122,16 +121,14 @@ static void floor_receiver(void *arg) {
     }
 }
 
-__attribute__((noinline)) static void floor_deliver(void) {
+static inline __attribute__((always_inline)) void floor_deliver(void) {
     unsigned parked = 0;
     if (floor_claim && !__atomic_compare_exchange_n(&floor_state, &parked, 1, 0, __ATOMIC_ACQ_REL,
                                                     __ATOMIC_RELAXED))
         abort();
     sw(&main_ctx, &co_ctx);
-    if (floor_claim) {
-        floor_run_tsc = __rdtsc() - floor_run_tsc; /* what the accounting adds up */
+    if (floor_claim)
         __atomic_store_n(&floor_state, 0, __ATOMIC_RELEASE);
-    }
 }
 
 __attribute__((noinline)) static void floor_send(const uint64_t *b) {
@@ -194,7 +191,7 @@ int main(int argc, char **argv) {
           n / 10, cpn);
     if (hosted_have_fsgsbase()) {
         bench_floor("(d) one-way floor, bare switch", 0, s, n, cpn);
-        bench_floor("    plus the claim CAS and the callee clock", 1, s, n, cpn);
+        bench_floor("    plus the claim's CAS and release", 1, s, n, cpn);
     }
     free(s);
     return 0;
