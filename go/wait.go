@@ -25,22 +25,30 @@ const yieldEvery = 25 * time.Microsecond
 // before a ring fails (EAGAIN: no new edge, a lost wake-up).
 const bellDrainEvery = 16
 
-// spinBudget is how long a waiter in direction bit may spin: the adaptive
-// budget, or nothing when the peer's thread we wait for runs on the one CPU
-// this process is pinned to (spinning there only keeps it off the CPU).
-func (c *Conn) spinBudget(bit uint64, sp *spinner) time.Duration {
+// spinBudget is how long a waiter in direction bit may spin (the adaptive
+// budget), and whether it should yield its CPU between looks instead: when
+// the peer's thread we wait for runs on the one CPU this process is pinned
+// to, a spin only keeps it off the CPU, while sched_yield hands the CPU to
+// it without the sleep and wake-up a futex would cost, as librpal does.
+// Only where a short wait is expected: each yield that finds the message
+// still to come can run another thread of either process (the Go
+// runtime's own among them), which at a low rate costs more than the sleep.
+func (c *Conn) spinBudget(bit uint64, sp *spinner) (time.Duration, bool) {
 	b := sp.budget()
 	if b == 0 || c.cpu == noCPU {
-		return b
+		return b, false
 	}
 	hint := bTxCPU // an RX waiter waits for the peer's sender
 	if bit == waitTX {
 		hint = bRxCPU
 	}
-	if atomic.LoadUint32(c.u32(c.pb, uintptr(hint))) == c.cpu {
-		return 0
+	if atomic.LoadUint32(c.u32(c.pb, uintptr(hint))) != c.cpu {
+		return b, false
 	}
-	return b
+	if sp.policy == WaitAdaptive && !sp.expectShort() {
+		return 0, false
+	}
+	return b, true
 }
 
 // wait spins up to the adaptive budget, then sleeps: on the peer's futex
@@ -56,7 +64,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		return os.ErrDeadlineExceeded
 	}
 	t0 := time.Now()
-	budget := c.spinBudget(bit, sp)
+	budget, yield := c.spinBudget(bit, sp)
 	if budget > 0 && bit == waitRX && c.wokeIdlePeer(sp, t0) {
 		budget = 0
 	}
@@ -67,7 +75,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 				c.waited(sp, t0, true)
 				return nil
 			}
-			if i&63 == 0 {
+			if yield || i&63 == 0 {
 				now := time.Now()
 				spun := now.Sub(t0)
 				if spun > budget {
@@ -79,8 +87,9 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 				// Let this process's other goroutines run on our P and,
 				// every yieldEvery, other threads on our CPU: a spinner
 				// that keeps the thread the peer (or our own next step)
-				// needs off the CPU only makes the wait longer.
-				if spun-yielded >= yieldEvery {
+				// needs off the CPU only makes the wait longer.  The
+				// peer's thread on our CPU gets it at every look.
+				if yield || spun-yielded >= yieldEvery {
 					yielded = spun
 					osYield()
 				} else {

@@ -200,8 +200,8 @@ func connPair(t *testing.T) (a, b *Conn) {
 	return c1.(*Stream).Conn(), c2.(*Stream).Conn()
 }
 
-// A process pinned to one CPU publishes it as its hints, and a waiter does
-// not spin for a peer thread on its own CPU.
+// A process pinned to one CPU publishes it as its hints, and a waiter
+// yields its CPU, rather than spin, for a peer thread on its own CPU.
 func TestPinnedCPUHint(t *testing.T) {
 	a, b := connPair(t)
 	if cpu := pinnedCPU(); a.cpu != cpu {
@@ -210,16 +210,25 @@ func TestPinnedCPUHint(t *testing.T) {
 	if got := atomic.LoadUint32((*uint32)(unsafe.Add(a.me, bTxCPU))); got != a.cpu {
 		t.Fatalf("published tx_cpu %d, want %d", got, a.cpu)
 	}
-	// Pretend both sides are pinned to CPU 3: no spinning.
+	// Pretend both sides are pinned to CPU 3: yield between looks.
 	a.cpu = 3
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 3)
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bRxCPU)), 3)
-	if d := a.spinBudget(waitRX, &a.rxSpin); d != 0 {
-		t.Fatalf("budget %v for a peer on our CPU", d)
+	if d, yield := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.cur || !yield {
+		t.Fatalf("budget %v, yield %v for a peer on our CPU; want %v and a yield", d, yield, a.rxSpin.cur)
 	}
+	// Waits that keep outlasting the ceiling: a peer on our CPU is not
+	// yielded to (each yield would only run other threads), we sleep.
+	for i := 0; i < 4; i++ {
+		a.rxSpin.slept(10 * a.rxSpin.max)
+	}
+	if d, yield := a.spinBudget(waitRX, &a.rxSpin); d != 0 || yield {
+		t.Fatalf("budget %v, yield %v for a peer on our CPU after long waits; want a sleep", d, yield)
+	}
+	a.rxSpin.init(a.rxSpin.max, a.rxSpin.policy)
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 2)
-	if d, want := a.spinBudget(waitRX, &a.rxSpin), a.rxSpin.cur; d != want || d == 0 {
-		t.Fatalf("budget %v for a peer on another CPU, want %v", d, want)
+	if d, yield := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.cur || d == 0 || yield {
+		t.Fatalf("budget %v, yield %v for a peer on another CPU; want %v and a spin", d, yield, a.rxSpin.cur)
 	}
 	a.cpu = noCPU
 }
