@@ -30,9 +30,11 @@ const bellDrainEvery = 16
 // the peer's thread we wait for runs on the one CPU this process is pinned
 // to, a spin only keeps it off the CPU, while sched_yield hands the CPU to
 // it without the sleep and wake-up a futex would cost, as librpal does.
-// Only where a short wait is expected: each yield that finds the message
-// still to come can run another thread of either process (the Go
-// runtime's own among them), which at a low rate costs more than the sleep.
+// Only where a short wait is expected, and for a sixteenth of the budget:
+// the peer's thread answers within the yield that hands it the CPU, while
+// each yield that finds the message still to come can run another thread
+// of either process (the Go runtime's own among them), which at a low
+// rate costs more than the sleep.
 func (c *Conn) spinBudget(bit uint64, sp *spinner) (time.Duration, bool) {
 	b := sp.budget()
 	if b == 0 || c.cpu == noCPU {
@@ -48,7 +50,7 @@ func (c *Conn) spinBudget(bit uint64, sp *spinner) (time.Duration, bool) {
 	if sp.policy == WaitAdaptive && !sp.expectShort() {
 		return 0, false
 	}
-	return b, true
+	return min(b, sp.max/16), true
 }
 
 // wait spins up to the adaptive budget, then sleeps: on the peer's futex

@@ -214,8 +214,8 @@ func TestPinnedCPUHint(t *testing.T) {
 	a.cpu = 3
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 3)
 	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bRxCPU)), 3)
-	if d, yield := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.cur || !yield {
-		t.Fatalf("budget %v, yield %v for a peer on our CPU; want %v and a yield", d, yield, a.rxSpin.cur)
+	if d, yield := a.spinBudget(waitRX, &a.rxSpin); d != a.rxSpin.max/16 || !yield {
+		t.Fatalf("budget %v, yield %v for a peer on our CPU; want %v and a yield", d, yield, a.rxSpin.max/16)
 	}
 	// Waits that keep outlasting the ceiling: a peer on our CPU is not
 	// yielded to (each yield would only run other threads), we sleep.
