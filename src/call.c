@@ -393,10 +393,9 @@ static int call_enter(struct rpal_conn *c, struct rpal_host_rcv *r, struct rpal_
 	k->calls = load_relaxed(&r->calls) + 1;
 	k->tsc0 = load_relaxed(&r->call_tsc);
 	k->ran = 0;
-	k->timed = call_timed(k->calls);
 	s->cur = r;
 	r->cookie = cookie;
-	r->timed = k->timed;
+	r->timed = call_timed(k->calls);
 	store_relaxed(&s->calls, load_relaxed(&s->calls) + 1);
 	return call_pass(k);
 }
@@ -447,7 +446,7 @@ int call_end(struct call_step *k)
 	s->selector = SUD_ALLOW;
 	/* r stamped run_tsc as it resumed (epoll.c's park): the clock read on
 	 * the message's way in is the receiver's. */
-	if (k->timed)
+	if (r->timed)
 		k->ran += (__rdtsc() - r->run_tsc) * CALL_TIME_EVERY;
 	if (unlikely(r->fault_sig | r->trapped))
 		return call_failed(k);

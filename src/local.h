@@ -57,7 +57,6 @@ struct call_step {
 	struct rpal_host_sender *s;
 	uint64_t calls, tsc0, ran;
 	uint32_t pkru;
-	bool timed;
 };
 #define CALL_SWITCH 2
 int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k);
