@@ -88,6 +88,7 @@ type Conn struct {
 	rxChecked uint64
 	rxSpin    spinner
 	rxReadyFn func() bool // c.rxReady, made once: a method value allocates
+	accepted  bool        // a Listener's: its reader waits for requests (see NewStream)
 
 	ackMu   sync.Mutex
 	ackTail uint64

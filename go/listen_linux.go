@@ -106,6 +106,7 @@ func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
 		return nil, fmt.Errorf("client pid %d went away during the handshake: %w", cred.Pid, err)
 	}
 	_ = uc.SetDeadline(time.Time{})
+	c.accepted = true
 	c.watch()
 	return c, nil
 }

@@ -48,10 +48,11 @@ func (w WaitPolicy) String() string {
 // sends around it) and long ones between calls.  The average then sits
 // above the ceiling while every short wait caught restores it, so every
 // long wait would first spin the whole ceiling.  The spinner therefore also
-// learns, for each pattern of the last two waits (short: within the
-// ceiling), whether the next one is usually short, and spins no more than
-// the floor where it is not.  A long wait it expected does not cut the
-// budget: the next short one may spin it whole.
+// learns, for each pattern of the last two waits (short: within longAt,
+// the ceiling unless a server's Stream sets less), whether the next one
+// is usually short, and spins no more than the floor where it is not.  A
+// long wait it expected does not cut the budget: the next short one may
+// spin it whole.
 //
 // librpal's adaptive policy (src/spin.c) spins no longer than a sleep
 // costs.  In Go that rule, with the cost a process measures for its own
@@ -61,9 +62,10 @@ func (w WaitPolicy) String() string {
 // on both sides would give.  Hence the ceiling here.
 type spinner struct {
 	max, cur, avg time.Duration
+	longAt        time.Duration // a wait beyond it is long in hist and follows
 	policy        WaitPolicy
 
-	// The last two waits, a bit each (1: it ended within the ceiling),
+	// The last two waits, a bit each (1: it ended within longAt),
 	// and for each such pattern whether the next wait is usually short:
 	// a counter, -1..1, where >= 0 says yes (one short wait is enough to
 	// spin again, two long ones in a row to stop).
@@ -71,18 +73,22 @@ type spinner struct {
 	follows [4]int8
 
 	// When the last wait ended, and the connection's doorbell rings by
-	// then (see Conn.wokeIdlePeer).
-	end   time.Time
-	rings uint64
+	// then; a wait that began longer than pauseAt after it, for an answer
+	// from a peer we rang meanwhile, sleeps at once (see
+	// Conn.wokeIdlePeer).  pauseAt is the ceiling, or a Conn's ceiling
+	// for a Stream, whose longer one is for the frames within a call.
+	end     time.Time
+	rings   uint64
+	pauseAt time.Duration
 }
 
 func (s *spinner) init(d time.Duration, policy WaitPolicy) {
 	// A new connection is usually busy: every pattern starts as one
 	// that short waits follow, and two long ones are needed to stop.
-	*s = spinner{max: d, cur: d, policy: policy, hist: 3, follows: [4]int8{1, 1, 1, 1}}
+	*s = spinner{max: d, cur: d, longAt: d, pauseAt: d, policy: policy, hist: 3, follows: [4]int8{1, 1, 1, 1}}
 }
 
-// expectShort says whether the next wait is likely within the ceiling.
+// expectShort says whether the next wait is likely short.
 func (s *spinner) expectShort() bool { return s.follows[s.hist] >= 0 }
 
 // budget is how long this wait may spin.
@@ -105,7 +111,7 @@ func (s *spinner) budget() time.Duration {
 func (s *spinner) note(waited time.Duration) {
 	s.avg += (min(waited, 2*s.max) - s.avg) / 8
 	var short uint8
-	if waited <= s.max {
+	if waited <= s.longAt {
 		short = 1
 	}
 	f := &s.follows[s.hist]

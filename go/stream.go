@@ -25,6 +25,19 @@ import (
 // Under the default WaitAdaptive the budget adapts: on a stream whose
 // waits are longer than the ceiling (idle, or a slow peer) it falls to a
 // sixteenth of it.
+//
+// A server's Stream (from Listener.Accept) waits mostly for the next
+// request, which nothing on its side is computing.  Its reader counts a
+// wait beyond requestGap as long, where a client's counts only those
+// beyond the ceiling: when such gaps are what usually comes next, it
+// spins the floor and then sleeps.  A sleep adds a wake-up to the
+// request's latency, 30-60 µs across cores on small VMs: spinning through
+// a longer gap would spend more than twice that in CPU to save it.  Short
+// waits (a closed loop, a request in several frames) still spin the
+// ceiling.  Either side's reader that rang its peer awake after a pause
+// longer than Config.Spin sleeps at once for the answer, which comes no
+// sooner than the peer's wake-up (Config.Spin, not the Stream's longer
+// ceiling: that one is for the frames within a call).
 type Stream struct {
 	c *Conn
 
@@ -37,6 +50,10 @@ type Stream struct {
 	wmu sync.Mutex
 }
 
+// requestGap is the longest wait a server's Stream reader still counts as
+// short (see Stream).
+const requestGap = 80 * time.Microsecond
+
 // A Stream is what net.Conn users (net/http, gRPC) take.
 var _ net.Conn = (*Stream)(nil)
 
@@ -46,6 +63,10 @@ var _ net.Conn = (*Stream)(nil)
 func NewStream(c *Conn) *Stream {
 	c.rxMu.Lock()
 	c.rxSpin.init(c.p.cfg.StreamSpin, c.p.cfg.Wait)
+	c.rxSpin.pauseAt = min(c.p.cfg.Spin, c.rxSpin.max)
+	if c.accepted {
+		c.rxSpin.longAt = min(requestGap, c.rxSpin.max)
+	}
 	c.rxMu.Unlock()
 	return &Stream{c: c}
 }

@@ -120,6 +120,60 @@ func TestSpinnerAdapts(t *testing.T) {
 	}
 }
 
+// A server's Stream reader counts the gaps between requests beyond
+// requestGap as long, where a client's counts only those beyond its
+// ceiling; both judge the pause before a woken peer's answer by a Conn's
+// ceiling.
+func TestServerStreamGaps(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	client, server := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	cfg := client.p.cfg
+	if !server.accepted || client.accepted {
+		t.Fatalf("accepted: server %v, client %v", server.accepted, client.accepted)
+	}
+	if got, want := server.rxSpin.longAt, min(requestGap, cfg.StreamSpin); got != want {
+		t.Fatalf("server stream: long beyond %v, want %v", got, want)
+	}
+	if got := client.rxSpin.longAt; got != cfg.StreamSpin {
+		t.Fatalf("client stream: long beyond %v, want its ceiling %v", got, cfg.StreamSpin)
+	}
+	for _, c := range []*Conn{client, server} {
+		if got, want := c.rxSpin.pauseAt, min(cfg.Spin, cfg.StreamSpin); got != want {
+			t.Fatalf("stream pause %v, want %v", got, want)
+		}
+	}
+
+	// Gaps of 100 µs under a 200 µs ceiling: a client's reader keeps the
+	// ceiling, a server's spins only the floor before a gap like the last.
+	const ceiling, gap = 200 * time.Microsecond, 100 * time.Microsecond
+	var s spinner
+	s.init(ceiling, WaitAdaptive)
+	for i := 0; i < 4; i++ {
+		s.slept(gap)
+	}
+	if b := s.budget(); b != ceiling {
+		t.Fatalf("client: after %v gaps the budget is %v, want %v", gap, b, ceiling)
+	}
+	s.init(ceiling, WaitAdaptive)
+	s.longAt = 80 * time.Microsecond
+	for i := 0; i < 4; i++ {
+		s.slept(gap)
+	}
+	if b := s.budget(); b != ceiling/16 {
+		t.Fatalf("server: after %v gaps the budget is %v, want %v", gap, b, ceiling/16)
+	}
+	// A closed loop's short waits spin the whole ceiling again.
+	s.hit(10 * time.Microsecond)
+	s.hit(10 * time.Microsecond)
+	if b := s.budget(); b != ceiling {
+		t.Fatalf("server: after short waits the budget is %v, want %v", b, ceiling)
+	}
+}
+
 // A reader spinning with a long budget still honours a deadline and Close
 // at once.
 func TestLongSpinDeadlineAndClose(t *testing.T) {
