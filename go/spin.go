@@ -52,7 +52,9 @@ func (w WaitPolicy) String() string {
 // the ceiling unless a server's Stream sets less), whether the next one
 // is usually short, and spins no more than the floor where it is not.  A
 // long wait it expected does not cut the budget: the next short one may
-// spin it whole.
+// spin it whole.  A server's Stream whose waits mostly defeat that
+// prediction spins what would have paid on its recent waits instead
+// (chooseBudget).
 //
 // librpal's adaptive policy (src/spin.c) spins no longer than a sleep
 // costs.  In Go that rule, with the cost a process measures for its own
@@ -80,6 +82,51 @@ type spinner struct {
 	end     time.Time
 	rings   uint64
 	pauseAt time.Duration
+
+	// A server Stream's (mixed): how often the pattern mispredicts (a
+	// moving average, of 65536), the last waits, and the budget that
+	// would have cost least on them (see chooseBudget).
+	mixed   bool
+	misses  uint16
+	recent  [64]time.Duration
+	nrecent int
+	chosen  time.Duration
+}
+
+// costBudgets are the budgets chooseBudget picks from (never more than
+// the ceiling).
+var costBudgets = [...]time.Duration{0, 5 * time.Microsecond, 10 * time.Microsecond,
+	20 * time.Microsecond, 40 * time.Microsecond, 80 * time.Microsecond, 160 * time.Microsecond}
+
+// sleepLatency is what chooseBudget counts for a sleep: about a cross-core
+// wake-up on small VMs, the latency it adds to the message that ends it.
+const sleepLatency = 40 * time.Microsecond
+
+// missesMixed: where more of the waits than this (of 65536) go against
+// the pattern's prediction, a server Stream spins what pays on its recent
+// waits instead.
+const missesMixed = 65536 / 4
+
+// chooseBudget sets chosen to the budget that would have cost least on
+// the recent waits: a wait within it costs its length, any other the
+// budget and a sleep.
+func (s *spinner) chooseBudget() {
+	waits := s.recent[:min(s.nrecent, len(s.recent))]
+	best := time.Duration(1<<63 - 1)
+	for _, b := range costBudgets {
+		b = min(b, s.max)
+		var cost time.Duration
+		for _, w := range waits {
+			if w <= b {
+				cost += w
+			} else {
+				cost += b + sleepLatency
+			}
+		}
+		if cost < best {
+			best, s.chosen = cost, b
+		}
+	}
 }
 
 func (s *spinner) init(d time.Duration, policy WaitPolicy) {
@@ -99,6 +146,9 @@ func (s *spinner) budget() time.Duration {
 	case WaitSpin:
 		return s.max
 	}
+	if s.mixed && s.misses > missesMixed {
+		return s.chosen
+	}
 	if !s.expectShort() {
 		return min(s.cur, s.max/16)
 	}
@@ -113,6 +163,17 @@ func (s *spinner) note(waited time.Duration) {
 	var short uint8
 	if waited <= s.longAt {
 		short = 1
+	}
+	if s.mixed {
+		miss := int32(0)
+		if (short == 1) != s.expectShort() {
+			miss = 65535
+		}
+		s.misses = uint16(int32(s.misses) + (miss-int32(s.misses))/16)
+		s.recent[s.nrecent%len(s.recent)] = waited
+		if s.nrecent++; s.nrecent%16 == 0 {
+			s.chooseBudget()
+		}
 	}
 	f := &s.follows[s.hist]
 	if short == 1 && *f < 1 {

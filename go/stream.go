@@ -34,7 +34,11 @@ import (
 // request's latency, 30-60 µs across cores on small VMs: spinning through
 // a longer gap would spend more than twice that in CPU to save it.  Short
 // waits (a closed loop, a request in several frames) still spin the
-// ceiling.  Either side's reader that rang its peer awake after a pause
+// ceiling.  Where the gaps are too mixed for the pattern of the last two
+// waits to predict (more than a quarter go against it, as at a moderate
+// rate whose gaps spread from a few to over 100 µs), it spins instead the
+// budget that would have cost least on its last 64 waits, counting a
+// sleep as 40 µs.  Either side's reader that rang its peer awake after a pause
 // longer than Config.Spin sleeps at once for the answer, which comes no
 // sooner than the peer's wake-up (Config.Spin, not the Stream's longer
 // ceiling: that one is for the frames within a call).
@@ -66,6 +70,7 @@ func NewStream(c *Conn) *Stream {
 	c.rxSpin.pauseAt = min(c.p.cfg.Spin, c.rxSpin.max)
 	if c.accepted {
 		c.rxSpin.longAt = min(requestGap, c.rxSpin.max)
+		c.rxSpin.mixed, c.rxSpin.chosen = true, c.rxSpin.max
 	}
 	c.rxMu.Unlock()
 	return &Stream{c: c}

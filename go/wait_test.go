@@ -172,6 +172,62 @@ func TestServerStreamGaps(t *testing.T) {
 	if b := s.budget(); b != ceiling {
 		t.Fatalf("server: after short waits the budget is %v, want %v", b, ceiling)
 	}
+	if !server.rxSpin.mixed || client.rxSpin.mixed {
+		t.Fatalf("mixed: server %v, client %v", server.rxSpin.mixed, client.rxSpin.mixed)
+	}
+
+	// Short and long gaps in an order the last two waits do not predict:
+	// a server's reader spins what pays on them (5 µs for gaps of 5 and
+	// 150 µs in equal numbers: half the waits caught at 5 µs each, half
+	// slept at 5 µs and a sleep), where a client's keeps guessing between
+	// the ceiling and the floor.
+	mixed := func(s *spinner) []time.Duration {
+		var seen []time.Duration
+		x := uint32(12345)
+		for i := 0; i < 256; i++ {
+			x ^= x << 13
+			x ^= x >> 17
+			x ^= x << 5
+			if i >= 192 {
+				seen = append(seen, s.budget())
+			}
+			if x&1 == 0 {
+				s.hit(5 * time.Microsecond)
+			} else {
+				s.slept(150 * time.Microsecond)
+			}
+		}
+		return seen
+	}
+	s.init(ceiling, WaitAdaptive)
+	s.longAt, s.mixed, s.chosen = 80*time.Microsecond, true, ceiling
+	for _, b := range mixed(&s) {
+		if b != 5*time.Microsecond {
+			t.Fatalf("server, mixed gaps: budget %v, want 5µs", b)
+		}
+	}
+	s.init(ceiling, WaitAdaptive)
+	for _, b := range mixed(&s) {
+		if b != ceiling && b != ceiling/16 {
+			t.Fatalf("client, mixed gaps: budget %v, want the ceiling or the floor", b)
+		}
+	}
+	// Gaps that alternate are what the pattern predicts: the server's
+	// reader follows it, the ceiling before a short one, the floor
+	// before a long one.
+	s.init(ceiling, WaitAdaptive)
+	s.longAt, s.mixed, s.chosen = 80*time.Microsecond, true, ceiling
+	for i := 0; i < 64; i++ {
+		s.hit(5 * time.Microsecond)
+		s.slept(150 * time.Microsecond)
+	}
+	if b := s.budget(); b != ceiling {
+		t.Fatalf("server, alternating gaps: before a short one the budget is %v, want %v", b, ceiling)
+	}
+	s.hit(5 * time.Microsecond)
+	if b := s.budget(); b != ceiling/16 {
+		t.Fatalf("server, alternating gaps: before a long one the budget is %v, want %v", b, ceiling/16)
+	}
 }
 
 // A reader spinning with a long budget still honours a deadline and Close
