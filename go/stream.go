@@ -38,10 +38,12 @@ import (
 // waits to predict (more than a quarter go against it, as at a moderate
 // rate whose gaps spread from a few to over 100 µs), it spins instead the
 // budget that would have cost least on its last 64 waits, counting a
-// sleep as 40 µs.  Either side's reader that rang its peer awake after a pause
-// longer than Config.Spin sleeps at once for the answer, which comes no
-// sooner than the peer's wake-up (Config.Spin, not the Stream's longer
-// ceiling: that one is for the frames within a call).
+// sleep as 40 µs.
+//
+// Either side's reader that rang its peer awake after a pause longer than
+// Config.Spin sleeps at once for the answer, which comes no sooner than
+// the peer's wake-up (Config.Spin, not the Stream's longer ceiling: that
+// one is for the frames within a call).
 type Stream struct {
 	c *Conn
 

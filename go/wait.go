@@ -298,12 +298,11 @@ func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) {
 // wokeIdlePeer says whether the message this receiver waits for has to
 // come from a peer we woke after a pause: we rang its doorbell since our
 // last wait ended (it was asleep), and that was longer ago than pauseAt
-// (neither side was busy).
-// Its answer then comes no sooner than its wake-up, tens of µs on small
-// VMs: spinning for it costs about what our own sleep does, and holds a
-// CPU the peer's wake-up may need, so the adaptive policy sleeps at once.
-// Under load the peer is awake (no ring) or the last wait ended just now,
-// and the spin goes on as before.
+// (neither side was busy).  Its answer then comes no sooner than its
+// wake-up, tens of µs on small VMs: spinning for it costs about what our
+// own sleep does, and holds a CPU the peer's wake-up may need, so the
+// adaptive policy sleeps at once.  Under load the peer is awake (no ring)
+// or the last wait ended just now, and the spin goes on.
 func (c *Conn) wokeIdlePeer(sp *spinner, now time.Time) bool {
 	return sp.policy == WaitAdaptive && c.wakeups.Load() != sp.rings && now.Sub(sp.end) > sp.pauseAt
 }
