@@ -93,6 +93,7 @@ static void print_json(const struct snap *s)
 			printf(", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu",
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
+		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u", p->sleep_cost_ns, p->wake_cost_ns);
 		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"connections\": [",
 		       p->nr_open, p->overflow);
 		for (j = 0; j < p->nconns; j++) {
@@ -198,13 +199,34 @@ static void print_prometheus(const struct snap *s)
 	H(handoffs, "handoffs", "System calls made inside calls, handed to the program's own threads")
 	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads (estimated from one call in 16)")
 #undef H
+#define C(f, name, help)							\
+	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n");	\
+	for (i = 0; i < s->nprocs; i++)						\
+		if (s->procs[i].f) {						\
+			printf("rpal_" name);					\
+			prom_labels(&s->procs[i], NULL);			\
+			printf(" %u\n", s->procs[i].f);				\
+		}
+	C(sleep_cost_ns, "wait_sleep_cost_ns", "CPU nanoseconds the adaptive wait counts for one of its sleeps (a moving average of samples)")
+	C(wake_cost_ns, "wait_wake_cost_ns", "Nanoseconds the adaptive wait counts for the system call that wakes a peer (a moving average of samples)")
+#undef C
 	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch")
 #undef P
+}
+
+/* A cost in µs, or "-" where none was sampled. */
+static const char *cost_us(uint32_t ns, char buf[16])
+{
+	if (!ns)
+		return "-";
+	snprintf(buf, 16, "%.1f", ns / 1e3);
+	return buf;
 }
 
 static void print_table(const struct snap *s)
 {
 	time_t now = time(NULL);
+	char cost[2][16];
 	unsigned i, j;
 
 	if (!s->nprocs)
@@ -221,6 +243,9 @@ static void print_table(const struct snap *s)
 			printf("  rpal calls in %llu, out %llu; handoffs %llu; its code on callers' threads %.3f ms\n",
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (double)p->callee_ns / 1e6);
+		if (p->sleep_cost_ns || p->wake_cost_ns)
+			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait spins at most their sum)\n",
+			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
 		if (!p->nconns)
 			continue;
 		printf("  %4s %4s %7s %-16s %-9s %10s %10s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID", "FD", "PEER",

@@ -294,6 +294,7 @@ struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id);
 void stat_conn_close(struct rpal_stat_conn *e);
 void stat_conn_forget(struct rpal_stat_conn *e);
 uint64_t stat_spin_ns(uint64_t cycles);
+void stat_note_cost(bool wake, uint32_t ns);
 
 /* Inline: a quota check runs on every buffer send. */
 /* Unallocated bytes of our arena's heap. */

@@ -51,18 +51,21 @@ static _Atomic uint32_t sleep_cost_ns = SLEEP_COST_DEFAULT_NS;
 static _Atomic uint32_t wake_cost_ns = WAKE_COST_DEFAULT_NS;
 
 /* A moving average (weight 1/8) that threads may update at once: a lost
- * update only delays it. */
-static void average_in(_Atomic uint32_t *avg, uint64_t x)
+ * update only delays it.  Returns the new average. */
+static uint32_t average_in(_Atomic uint32_t *avg, uint64_t x)
 {
 	int64_t a = load_relaxed(avg);
+	uint32_t now;
 
 	if (x > 1000000)
 		x = 1000000;    /* a preempted sample says nothing of the cost */
-	store_relaxed(avg, (uint32_t)(a + ((int64_t)x - a) / 8));
+	now = (uint32_t)(a + ((int64_t)x - a) / 8);
+	store_relaxed(avg, now);
+	return now;
 }
 
-void spin_note_sleep_cpu(uint64_t ns) { average_in(&sleep_cost_ns, ns); }
-void spin_note_wake(uint64_t ns) { average_in(&wake_cost_ns, ns); }
+void spin_note_sleep_cpu(uint64_t ns) { stat_note_cost(false, average_in(&sleep_cost_ns, ns)); }
+void spin_note_wake(uint64_t ns) { stat_note_cost(true, average_in(&wake_cost_ns, ns)); }
 
 uint64_t thread_cpu_ns(void)
 {

@@ -235,6 +235,15 @@ void stat_conn_forget(struct rpal_stat_conn *e)
 		free(e);
 }
 
+/* The adaptive wait's cost of a sleep, or of a wake-up, for observers. */
+void stat_note_cost(bool wake, uint32_t ns)
+{
+	struct rpal_stat_hdr *h = rpal_g.stat;
+
+	if (h)
+		store_relaxed(wake ? &h->wake_cost_ns : &h->sleep_cost_ns, ns ? ns : 1);
+}
+
 /* Spin cycles of a counter to ns, for rpal_conn_stats(). */
 uint64_t stat_spin_ns(uint64_t cycles)
 {

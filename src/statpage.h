@@ -56,7 +56,12 @@ struct rpal_stat_hdr {
 	_Atomic uint64_t calls_out;  /* RPAL calls its threads made */
 	_Atomic uint64_t handoffs;   /* system calls in calls, handed to its own threads */
 	_Atomic uint64_t callee_tsc; /* TSC cycles its code ran on callers' threads */
-	uint8_t reserved2[96];
+	/* What the adaptive wait counts for a sleep: the sleeper's CPU time
+	 * and the waker's system call, moving averages of sampled sleeps and
+	 * wake-ups; 0 until the first sample. */
+	_Atomic uint32_t sleep_cost_ns;
+	_Atomic uint32_t wake_cost_ns;
+	uint8_t reserved2[88];
 };
 _Static_assert(sizeof(struct rpal_stat_hdr) == 256, "stat header layout");
 #define RPAL_STAT_HOSTED 0x1u        /* a program under `rpal run` */

@@ -3,7 +3,9 @@
  * Description: `rpal stat` and `rpal top --batch` against live processes
  * and forged pages.
  *   stat RPAL: a process that sent N messages of S bytes shows exactly
- *     those counts (--json, by pid and by service); a busy pair's counters
+ *     those counts (--json, by pid and by service), and no wait costs; one
+ *     whose receiver slept for a message shows the costs of a sleep and a
+ *     wake-up (--json and the table); a busy pair's counters
  *     grow between two calls a second apart; --prometheus has a HELP and
  *     TYPE line before every metric's samples, and the process's open
  *     connections and start time; a process that died without
@@ -66,10 +68,19 @@ static void self_pair(const char *name, int *a, int *b)
 	rpal_close(lfd);
 }
 
+/* A receiver that blocks for one message (it sleeps: nothing comes for a while). */
+static void *recv_one(void *fd)
+{
+	static char buf[64];
+
+	return (void *)(intptr_t)rpal_recv(*(int *)fd, buf, sizeof(buf), 0);
+}
+
 /*
  * A child with one self-connection: it sends n messages of size bytes (0:
- * until its parent goes, or secs seconds pass), writes its pid to the
- * pipe once the n are through, and stays until the parent closes it.
+ * until its parent goes, or secs seconds pass; -1: one message, 50 ms
+ * after a thread began to wait for it), writes its pid to the pipe once
+ * the n are through, and stays until the parent closes it.
  */
 static pid_t child(const char *service, long n, size_t size, double secs, int *ctl)
 {
@@ -100,6 +111,15 @@ static pid_t child(const char *service, long n, size_t size, double secs, int *c
 	long i;
 
 	self_pair(service, &a, &b);
+	if (n < 0) {
+		pthread_t t;
+		void *r;
+
+		pthread_create(&t, NULL, recv_one, &b);
+		usleep(50000);
+		if (rpal_send(a, buf, 32, 0) != 32 || pthread_join(t, &r) || (intptr_t)r != 32)
+			_exit(1);
+	}
 	for (i = 0; i < n; i++) {
 		if (rpal_send(a, buf, size, 0) != (ssize_t)size || rpal_recv(b, buf, sizeof(buf), 0) != (ssize_t)size)
 			_exit(1);
@@ -221,7 +241,44 @@ static void exact(const char *rpal)
 			      "%.0f wake-ups and %.0f avoided for %d sends", num(a, "wakeups_sent"),
 			      num(a, "wakeups_avoided"), N);
 		}
+		CHECK(num(p, "sleep_cost_ns") == 0 && num(p, "wake_cost_ns") == 0,
+		      "wait costs %.0f and %.0f ns, where nothing slept", num(p, "sleep_cost_ns"),
+		      num(p, "wake_cost_ns"));
 		json_free(doc);
+		out_free(&o);
+	}
+	child_end(pid, ctl);
+}
+
+/* A sleep and a wake-up are sampled, and their costs shown. */
+static void costs(const char *rpal)
+{
+	char service[64], pidarg[16];
+	struct out o;
+	struct jval *doc;
+	const struct jval *p;
+	double sleep_ns, wake_ns;
+	int ctl;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-costs-%d", (int)getpid());
+	pid = child(service, -1, 0, 0, &ctl);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	doc = stat_json(rpal, pidarg, &o);
+	p = doc ? proc_of(doc, pid) : NULL;
+	sleep_ns = p ? num(p, "sleep_cost_ns") : -1;
+	wake_ns = p ? num(p, "wake_cost_ns") : -1;
+	printf("stat: a receiver that slept for a message: a sleep costs %.0f ns, a wake-up %.0f ns\n", sleep_ns,
+	       wake_ns);
+	CHECK(sleep_ns > 0 && sleep_ns < 1e6 && wake_ns > 0 && wake_ns < 1e6,
+	      "sleep_cost_ns %.0f and wake_cost_ns %.0f, want both in (0, 1 ms)\n%s", sleep_ns, wake_ns, o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	{
+		char *argv[] = { (char *)rpal, "stat", pidarg, NULL };
+
+		CHECK(!runcmd(argv, &o) && o.status == 0 && strstr(o.buf[0], "a sleep costs ") &&
+		      strstr(o.buf[0], " us of CPU, a wake-up "), "the table does not show the costs:\n%s", o.buf[0]);
 		out_free(&o);
 	}
 	child_end(pid, ctl);
@@ -512,6 +569,7 @@ int main(int argc, char **argv)
 		top_batch(argv[1]);
 	else {
 		exact(argv[1]);
+		costs(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
 	}
