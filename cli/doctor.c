@@ -14,9 +14,15 @@
 #endif
 #include <errno.h>
 #include <gnu/libc-version.h>
+#include <linux/futex.h>
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -47,10 +53,137 @@
 #define SYS_pidfd_open 434
 #endif
 
+/* ok: 1 ok, 0 no, -1 a measurement (neither). */
 static void line(int ok, const char *what, const char *detail, const char *enables)
 {
-	printf("%-4s %-28s %s\n", ok ? "ok" : "no", what, detail);
+	printf("%-4s %-28s %s\n", ok < 0 ? "--" : ok ? "ok" : "no", what, detail);
 	printf("     %-28s %s\n", "", enables);
+}
+
+/* ------------------------------------------------------ wake-up cost */
+
+#define WAKE_TRIES 41
+
+struct wake_probe {
+	_Atomic uint32_t word;        /* the sleeper waits while it is even */
+	_Atomic int asleep;           /* the sleeper is about to wait */
+	int cpu;
+	uint64_t woke_ns[WAKE_TRIES];
+};
+
+static uint64_t mono_now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *wake_sleeper(void *arg)
+{
+	struct wake_probe *p = arg;
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(p->cpu, &set);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	for (int i = 0; i < WAKE_TRIES; i++) {
+		uint32_t w = (uint32_t)(2 * i);
+
+		atomic_store(&p->asleep, 1);
+		while (atomic_load(&p->word) == w)
+			syscall(SYS_futex, &p->word, FUTEX_WAIT, w, NULL, NULL, 0);
+		p->woke_ns[i] = mono_now();
+		atomic_store(&p->word, w + 2);
+	}
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * What a wake-up of a thread whose CPU went idle costs: the waker's
+ * FUTEX_WAKE, and the time until the sleeper runs (medians of 41, each
+ * after 2 ms of idleness).  0 where the process may use one CPU only.
+ */
+static int wake_cost(uint64_t *call_ns, uint64_t *latency_ns)
+{
+	static struct wake_probe p;
+	uint64_t call[WAKE_TRIES], lat[WAKE_TRIES];
+	cpu_set_t set, mine;
+	pthread_t t;
+	int other = -1, me = sched_getcpu();
+
+	if (sched_getaffinity(0, sizeof(set), &set) || me < 0)
+		return -1;
+	for (int c = 0; c < CPU_SETSIZE && other < 0; c++)
+		if (c != me && CPU_ISSET(c, &set))
+			other = c;
+	if (other < 0)
+		return -1;
+	CPU_ZERO(&mine);
+	CPU_SET(me, &mine);
+	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
+	memset(&p, 0, sizeof(p));
+	p.cpu = other;
+	if (pthread_create(&t, NULL, wake_sleeper, &p))
+		return -1;
+	for (int i = 0; i < WAKE_TRIES; i++) {
+		uint64_t t0, t1;
+
+		while (!atomic_load(&p.asleep))
+			usleep(100);
+		atomic_store(&p.asleep, 0);
+		usleep(2000);           /* its CPU goes idle */
+		t0 = mono_now();
+		atomic_store(&p.word, (uint32_t)(2 * i + 1));
+		syscall(SYS_futex, &p.word, FUTEX_WAKE, 1, NULL, NULL, 0);
+		t1 = mono_now();
+		while (atomic_load(&p.word) != (uint32_t)(2 * i + 2))
+			usleep(50);
+		call[i] = t1 - t0;
+		lat[i] = p.woke_ns[i] - t0;
+	}
+	pthread_join(t, NULL);
+	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+	qsort(call, WAKE_TRIES, sizeof(call[0]), cmp_u64);
+	qsort(lat, WAKE_TRIES, sizeof(lat[0]), cmp_u64);
+	*call_ns = call[WAKE_TRIES / 2];
+	*latency_ns = lat[WAKE_TRIES / 2];
+	return 0;
+}
+
+/* A KVM guest's halt polling, where its cpuidle driver offers it: ""
+ * where it does not, else what it is set to. */
+static void halt_polling(char *buf, size_t len)
+{
+	char drv[32] = "";
+	long ns = -1;
+	FILE *f = fopen("/sys/devices/system/cpu/cpuidle/current_driver", "r");
+
+	buf[0] = '\0';
+	if (f) {
+		if (!fgets(drv, sizeof(drv), f))
+			drv[0] = '\0';
+		fclose(f);
+	}
+	if (strncmp(drv, "haltpoll", 8))
+		return;
+	f = fopen("/sys/module/haltpoll/parameters/guest_halt_poll_ns", "r");
+	if (f) {
+		if (fscanf(f, "%ld", &ns) != 1)
+			ns = -1;
+		fclose(f);
+	}
+	if (ns == 0)
+		snprintf(buf, len, "; halt polling off (haltpoll.guest_halt_poll_ns=0)");
+	else if (ns > 0)
+		snprintf(buf, len, "; halt polling up to %ld us", ns / 1000);
 }
 
 static void *accept_one(void *lfd)
@@ -188,6 +321,20 @@ int cmd_doctor(int argc, char **argv)
 	snprintf(detail, sizeof(detail), "glibc %s: %d namespaces (DL_NNS)", gnu_get_libc_version(), HOSTED_NNS);
 	line(1, "linker namespaces", detail,
 	     "hosted mode: 15 programs per host in its life (rpal run and rpal host raise glibc.rtld.nns)");
+
+	{
+		uint64_t call_ns, latency_ns;
+		char poll[96];
+
+		halt_polling(poll, sizeof(poll));
+		if (wake_cost(&call_ns, &latency_ns) == 0)
+			snprintf(detail, sizeof(detail), "%.1f us in FUTEX_WAKE, %.1f us until the sleeper runs%s",
+				 call_ns / 1e3, latency_ns / 1e3, poll);
+		else
+			snprintf(detail, sizeof(detail), "not measured: this process may use one CPU only%s", poll);
+		line(-1, "wake-up of an idle CPU", detail,
+		     "what a sleep costs: rpal's adaptive wait spins where that is dearer (rpal stat shows each process's)");
+	}
 
 	r = syscall(SYS_pkey_alloc, 0, 0);
 	ok = r >= 0;

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # doctor.sh PATH/TO/rpal - `rpal doctor`: here connected mode works (exit 0,
-# every probe reported with ok or no and what it enables); with rpal_init
+# every probe reported with ok or no and what it enables, the wake-up of an
+# idle CPU measured, or said to be unmeasurable on one CPU); with rpal_init
 # made to fail, it says why and exits 1.
 set -u
 RPAL=$1
@@ -13,6 +14,15 @@ for what in "connected mode" "runtime directory" "futex_waitv" "pidfd_open" "SO_
 	"FSGSBASE" "Syscall User Dispatch" "memory protection keys"; do
 	echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
 done
+# The wake-up is measured where two CPUs are allowed, and not on one.
+if [ "$(nproc)" -ge 2 ]; then
+	echo "$out" | grep -Eq "^-- +wake-up of an idle CPU +[0-9]+\.[0-9] us in FUTEX_WAKE, [0-9]+\.[0-9] us until the sleeper runs" ||
+		{ echo "FAIL: no measured wake-up line"; fail=1; }
+	echo "$out" | grep -Eq "^-- +wake-up of an idle CPU +0\.0 us in" && { echo "FAIL: a wake-up of 0.0 us"; fail=1; }
+fi
+one=$(taskset -c 0 "$RPAL" doctor 2>&1)
+echo "$one" | grep -Eq "^-- +wake-up of an idle CPU +not measured: this process may use one CPU only" ||
+	{ echo "$one" | grep wake-up; echo "FAIL: pinned to one CPU, the wake-up line does not say so"; fail=1; }
 echo "$out" | grep -q "^ok   connected mode" || { echo "FAIL: connected mode not ok"; fail=1; }
 out=$(RPAL_ARENA_SIZE=12x "$RPAL" doctor 2>&1)
 rc=$?
