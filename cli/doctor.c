@@ -20,9 +20,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -35,6 +33,8 @@
 
 #include "bench.h"
 #include "hosted.h"
+#include "stats.h"
+#include "tsc.h"
 
 #ifndef HWCAP2_FSGSBASE
 #define HWCAP2_FSGSBASE (1 << 1)
@@ -71,14 +71,6 @@ struct wake_probe {
 	uint64_t woke_ns[WAKE_TRIES];
 };
 
-static uint64_t mono_now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static void *wake_sleeper(void *arg)
 {
 	struct wake_probe *p = arg;
@@ -93,23 +85,16 @@ static void *wake_sleeper(void *arg)
 		atomic_store(&p->asleep, 1);
 		while (atomic_load(&p->word) == w)
 			syscall(SYS_futex, &p->word, FUTEX_WAIT, w, NULL, NULL, 0);
-		p->woke_ns[i] = mono_now();
+		p->woke_ns[i] = mono_ns();
 		atomic_store(&p->word, w + 2);
 	}
 	return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
 /*
  * What a wake-up of a thread whose CPU went idle costs: the waker's
  * FUTEX_WAKE, and the time until the sleeper runs (medians of 41, each
- * after 2 ms of idleness).  0 where the process may use one CPU only.
+ * after 2 ms of idleness).  -1 where the process may use one CPU only.
  */
 static int wake_cost(uint64_t *call_ns, uint64_t *latency_ns)
 {
@@ -131,8 +116,10 @@ static int wake_cost(uint64_t *call_ns, uint64_t *latency_ns)
 	pthread_setaffinity_np(pthread_self(), sizeof(mine), &mine);
 	memset(&p, 0, sizeof(p));
 	p.cpu = other;
-	if (pthread_create(&t, NULL, wake_sleeper, &p))
+	if (pthread_create(&t, NULL, wake_sleeper, &p)) {
+		pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
 		return -1;
+	}
 	for (int i = 0; i < WAKE_TRIES; i++) {
 		uint64_t t0, t1;
 
@@ -140,10 +127,10 @@ static int wake_cost(uint64_t *call_ns, uint64_t *latency_ns)
 			usleep(100);
 		atomic_store(&p.asleep, 0);
 		usleep(2000);           /* its CPU goes idle */
-		t0 = mono_now();
+		t0 = mono_ns();
 		atomic_store(&p.word, (uint32_t)(2 * i + 1));
 		syscall(SYS_futex, &p.word, FUTEX_WAKE, 1, NULL, NULL, 0);
-		t1 = mono_now();
+		t1 = mono_ns();
 		while (atomic_load(&p.word) != (uint32_t)(2 * i + 2))
 			usleep(50);
 		call[i] = t1 - t0;
@@ -151,8 +138,8 @@ static int wake_cost(uint64_t *call_ns, uint64_t *latency_ns)
 	}
 	pthread_join(t, NULL);
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
-	qsort(call, WAKE_TRIES, sizeof(call[0]), cmp_u64);
-	qsort(lat, WAKE_TRIES, sizeof(lat[0]), cmp_u64);
+	stats_sort(call, WAKE_TRIES);
+	stats_sort(lat, WAKE_TRIES);
 	*call_ns = call[WAKE_TRIES / 2];
 	*latency_ns = lat[WAKE_TRIES / 2];
 	return 0;
