@@ -18,7 +18,7 @@ const (
 	DefaultArenaSize        = 64 << 20       // RPAL_ARENA_SIZE
 	DefaultRingEntries      = 256            // RPAL_RING_ENTRIES
 	DefaultSpin             = 50 * time.Microsecond
-	DefaultStreamSpin       = 200 * time.Microsecond // Go only: RPAL_STREAM_SPIN_US
+	DefaultStreamSpin       = 50 * time.Microsecond // Go only: RPAL_STREAM_SPIN_US
 	DefaultHandshakeTimeout = 1000 * time.Millisecond
 )
 

@@ -17,33 +17,34 @@ import (
 // wake and fail with an error wrapping os.ErrDeadlineExceeded; after Close
 // they fail with net.ErrClosed.
 //
-// A Stream's reader spins up to Config.StreamSpin (default 200 µs) before
-// it sleeps, longer than a Conn's: what a stream user waits for is usually
-// a reply, a whole round trip through the peer's code (for gRPC several
-// goroutine hand-offs), and a reply the reader sleeps through costs a
-// wake-up on each side, which makes the next round trip longer still.
+// A Stream's reader spins up to Config.StreamSpin (default 50 µs, as a
+// Conn's) before it sleeps.  A longer ceiling catches more replies in a
+// closed loop, but at a moderate rate both readers would spin through the
+// gaps between calls as well (60-100 µs at 10,000 calls/s), which costs
+// more CPU than the wake-ups it saves; where a spare core is cheaper than
+// a wake-up's latency, raise it (docs/GO.md gives both sides' figures).
 // Under the default WaitAdaptive the budget adapts: on a stream whose
 // waits are longer than the ceiling (idle, or a slow peer) it falls to a
 // sixteenth of it.
 //
 // A server's Stream (from Listener.Accept) waits mostly for the next
-// request, which nothing on its side is computing.  Its reader counts a
-// wait beyond requestGap as long, where a client's counts only those
-// beyond the ceiling: when such gaps are what usually comes next, it
-// spins the floor and then sleeps.  A sleep adds a wake-up to the
-// request's latency, 30-60 µs across cores on small VMs: spinning through
-// a longer gap would spend more than twice that in CPU to save it.  Short
-// waits (a closed loop, a request in several frames) still spin the
-// ceiling.  Where the gaps are too mixed for the pattern of the last two
-// waits to predict (more than a quarter go against it, as at a moderate
-// rate whose gaps spread from a few to over 100 µs), it spins instead the
-// budget that would have cost least on its last 64 waits, counting a
-// sleep as 40 µs.
+// request, which nothing on its side is computing.  Under a ceiling raised
+// beyond requestGap its reader still counts a wait beyond requestGap as
+// long, where a client's counts only those beyond the ceiling: when such
+// gaps are what usually comes next, it spins the floor and then sleeps.
+// A sleep adds a wake-up to the request's latency, 30-60 µs across cores
+// on small VMs: spinning through a longer gap would spend more than twice
+// that in CPU to save it.  Short waits (a closed loop, a request in
+// several frames) still spin the ceiling.  Where the gaps are too mixed
+// for the pattern of the last two waits to predict (more than a quarter
+// go against it, as at a moderate rate whose gaps spread from a few to
+// over 100 µs), it spins instead the budget that would have cost least on
+// its last 64 waits, counting a sleep as 40 µs.
 //
 // Either side's reader that rang its peer awake after a pause longer than
 // Config.Spin sleeps at once for the answer, which comes no sooner than
-// the peer's wake-up (Config.Spin, not the Stream's longer ceiling: that
-// one is for the frames within a call).
+// the peer's wake-up (Config.Spin, not a raised Stream ceiling: that one
+// is for the frames within a call).
 type Stream struct {
 	c *Conn
 

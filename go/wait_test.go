@@ -120,6 +120,23 @@ func TestSpinnerAdapts(t *testing.T) {
 	}
 }
 
+// Under the default ceiling a Stream's reader sleeps through the gaps
+// between calls at 10,000 calls/s (60-100 µs) instead of spinning through
+// them, on the client's side as on the server's.
+func TestDefaultStreamSleepsThroughGaps(t *testing.T) {
+	for _, longAt := range []time.Duration{DefaultStreamSpin, min(requestGap, DefaultStreamSpin)} {
+		var s spinner
+		s.init(DefaultStreamSpin, WaitAdaptive)
+		s.longAt = longAt
+		for _, gap := range []time.Duration{60, 100, 80, 90} {
+			s.slept(gap * time.Microsecond)
+		}
+		if b := s.budget(); b >= 60*time.Microsecond {
+			t.Fatalf("long beyond %v: after gaps of 60-100 µs the budget is %v, want less than the gaps", longAt, b)
+		}
+	}
+}
+
 // A server's Stream reader counts the gaps between requests beyond
 // requestGap as long, where a client's counts only those beyond its
 // ceiling; both judge the pause before a woken peer's answer by a Conn's
