@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <stdbool.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -178,14 +179,16 @@ static void print_prometheus(const struct snap *s)
 	G(bufs_held, "buffers_held", "The peer's zero-copy buffers received and not released")
 	G(since, "connection_start_time_seconds", "When the connection was made, in seconds since the epoch")
 #undef G
-#define P(f, name, help)							\
+/* A gauge of each process, or of those where only is true. */
+#define P(f, name, help, only)							\
 	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n");	\
-	for (i = 0; i < s->nprocs; i++) {					\
-		printf("rpal_" name);						\
-		prom_labels(&s->procs[i], NULL);				\
-		printf(" %lld\n", (long long)s->procs[i].f);			\
-	}
-	P(nr_open, "open_connections", "Open rpal connections of the process")
+	for (i = 0; i < s->nprocs; i++)						\
+		if (only) {							\
+			printf("rpal_" name);					\
+			prom_labels(&s->procs[i], NULL);			\
+			printf(" %lld\n", (long long)s->procs[i].f);		\
+		}
+	P(nr_open, "open_connections", "Open rpal connections of the process", true)
 #define H(f, name, help)							\
 	printf("# HELP rpal_hosted_" name "_total " help ".\n# TYPE rpal_hosted_" name "_total counter\n"); \
 	for (i = 0; i < s->nprocs; i++)						\
@@ -199,18 +202,11 @@ static void print_prometheus(const struct snap *s)
 	H(handoffs, "handoffs", "System calls made inside calls, handed to the program's own threads")
 	H(callee_ns, "callee_cpu_ns", "Nanoseconds the program's code ran on its callers' threads (estimated from one call in 16)")
 #undef H
-#define C(f, name, help)							\
-	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n");	\
-	for (i = 0; i < s->nprocs; i++)						\
-		if (s->procs[i].f) {						\
-			printf("rpal_" name);					\
-			prom_labels(&s->procs[i], NULL);			\
-			printf(" %u\n", s->procs[i].f);				\
-		}
-	C(sleep_cost_ns, "wait_sleep_cost_ns", "CPU nanoseconds the adaptive wait counts for one of its sleeps (a moving average of samples)")
-	C(wake_cost_ns, "wait_wake_cost_ns", "Nanoseconds the adaptive wait counts for the system call that wakes a peer (a moving average of samples)")
-#undef C
-	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch")
+	P(sleep_cost_ns, "wait_sleep_cost_ns", "CPU nanoseconds the adaptive wait counts for one of its sleeps (a moving average of samples)",
+	  s->procs[i].sleep_cost_ns)
+	P(wake_cost_ns, "wait_wake_cost_ns", "Nanoseconds the adaptive wait counts for the system call that wakes a peer (a moving average of samples)",
+	  s->procs[i].wake_cost_ns)
+	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch", true)
 #undef P
 }
 

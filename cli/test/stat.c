@@ -5,7 +5,7 @@
  *   stat RPAL: a process that sent N messages of S bytes shows exactly
  *     those counts (--json, by pid and by service), and no wait costs; one
  *     whose receiver slept for a message shows the costs of a sleep and a
- *     wake-up (--json and the table); a busy pair's counters
+ *     wake-up (--json, the table and --prometheus); a busy pair's counters
  *     grow between two calls a second apart; --prometheus has a HELP and
  *     TYPE line before every metric's samples, and the process's open
  *     connections and start time; a process that died without
@@ -282,6 +282,24 @@ static void costs(const char *rpal)
 
 		CHECK(!runcmd(argv, &o) && o.status == 0 && strstr(o.buf[0], "a sleep costs ") &&
 		      strstr(o.buf[0], " us of CPU, a wake-up "), "the table does not show the costs:\n%s", o.buf[0]);
+		out_free(&o);
+	}
+	{
+		char *argv[] = { (char *)rpal, "stat", "--prometheus", NULL };
+		const char *gauges[] = { "rpal_wait_sleep_cost_ns", "rpal_wait_wake_cost_ns" };
+
+		CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --prometheus failed");
+		for (unsigned i = 0; i < 2; i++) {
+			char want[96];
+			const char *at, *end;
+			double v = 0;
+
+			snprintf(want, sizeof(want), "%s{pid=\"%d\"", gauges[i], (int)pid);
+			at = o.buf[0] ? strstr(o.buf[0], want) : NULL;
+			end = at ? strchr(at, '}') : NULL;
+			CHECK(end && sscanf(end + 1, "%lf", &v) == 1 && v > 0 && v < 1e6,
+			      "--prometheus: %s of pid %d is %.0f, want it in (0, 1 ms)", gauges[i], (int)pid, v);
+		}
 		out_free(&o);
 	}
 	child_end(pid, ctl);
