@@ -117,6 +117,10 @@ struct run_shared {
 	atomic_uint rpc_server_done;		/* rpc: the server has the end marker */
 	uint64_t rpc_done;			/* rpc: measured requests answered */
 	uint64_t rpc_unsent;			/* rpc: scheduled but not sent by the deadline */
+	/* rpc: per measured request, the CPU the client sent it from and the
+	 * one the server received it on, plus 1 (0: not recorded).  NULL in
+	 * rpal-hosted's programs, where the server runs on the client's thread. */
+	uint16_t *rpc_cpu[2];			/* [role] */
 	unsigned nextra;			/* latency metrics beyond oneway and rtt: */
 	struct {
 		int metric;			/* enum metric */
@@ -210,6 +214,7 @@ struct result {
 	uint64_t skew;
 	int has_counts;			/* wake-ups and sleeps per message, both sides */
 	double wakeups_per_msg, sleeps_per_msg;
+	double same_cpu_share;		/* rpc: requests sent and received on one CPU; < 0: unknown */
 	uint64_t cdf[CDF_POINTS];	/* oneway: cycles at quantile i/(N-1), tail-weighted */
 	unsigned rounds;		/* runs behind it: it is the median one by round_key */
 	double round_key[MAX_ROUNDS];	/* each run's p50 (throughput, CPU: mean) */

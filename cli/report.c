@@ -285,6 +285,42 @@ static void counts_note(const struct report *r, FILE *f, int pl, int su, int m)
 	}
 }
 
+/*
+ * Unpinned, where the two processes ran decides much of what a request
+ * costs (on one CPU a wake-up needs no interrupt to another): per rate,
+ * each transport's share of requests sent and received on one CPU.
+ */
+static void same_cpu_note(const struct report *r, FILE *f, int pl)
+{
+	char lab[64], rt[32];
+
+	if (pl != PL_UNPINNED)
+		return;
+	for (unsigned i = 0; i < r->nres; i++) {
+		const struct result *x = &r->res[i];
+		int first = 1;
+
+		if ((int)x->placement != pl || x->metric != M_RPC || x->same_cpu_share < 0)
+			continue;
+		/* The first row of its rate prints the rate's line. */
+		for (unsigned k = 0; k < i && first; k++)
+			first = !((int)r->res[k].placement == pl && r->res[k].metric == M_RPC &&
+				  r->res[k].same_cpu_share >= 0 && r->res[k].rate == x->rate);
+		if (!first)
+			continue;
+		fprintf(f, "  sent and received on one CPU at %s%s:", fmt_rate(rt, x->rate),
+			x->rate > 0 ? "/s" : "");
+		for (unsigned k = i, n = 0; k < r->nres; k++) {
+			const struct result *y = &r->res[k];
+
+			if ((int)y->placement == pl && y->metric == M_RPC && y->same_cpu_share >= 0 &&
+			    y->rate == x->rate)
+				fprintf(f, "%s %s %.0f%%", n++ ? "," : "", label(y, lab), 100 * y->same_cpu_share);
+		}
+		fputs(" of requests\n", f);
+	}
+}
+
 /* Each rpal row against its baseline, round by round (see by_round). */
 static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m)
 {
@@ -382,6 +418,7 @@ void report_table(const struct report *r, FILE *f)
 		by_round_note(r, f, pl, SU_CPU, M_CPU);
 		rpc_section(r, f, pl);
 		counts_note(r, f, pl, SU_RPC, M_RPC);
+		same_cpu_note(r, f, pl);
 		by_round_note(r, f, pl, SU_RPC, M_RPC);
 	}
 	if (o->suites & ~(1u << SU_RPC))	/* the rpc block has no such column */
@@ -527,6 +564,8 @@ int report_json(const struct report *r, FILE *f)
 			jnum(f, "wakeups_per_msg", x->wakeups_per_msg);
 			jnum(f, "sleeps_per_msg", x->sleeps_per_msg);
 		}
+		if (x->metric == M_RPC && x->same_cpu_share >= 0)
+			jnum(f, "same_cpu_share", x->same_cpu_share);
 		fprintf(f, ", \"suite\": \"%s\", \"size\": %zu, \"copy\": \"%s\", \"placement_detail\": ",
 			suite_name[x->suite], x->size, x->zerocopy ? "zero-copy" : "one-copy");
 		jstr(f, placement_desc(r, x, pd));

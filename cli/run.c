@@ -327,6 +327,8 @@ int rpc_serve(const struct transport *t, struct bt_ctx *c)
 			t->release(c);
 			break;
 		}
+		if (sh->rpc_cpu[ROLE_SERVER] && i >= s->warmup && i - s->warmup < s->count)
+			sh->rpc_cpu[ROLE_SERVER][i - s->warmup] = (uint16_t)(sched_getcpu() + 1);
 		if (work) {
 			/* The service's own work: keeps the CPU, as a handler does. */
 			uint64_t t0 = tsc_now();
@@ -392,6 +394,8 @@ int rpc_drive(const struct transport *t, struct bt_ctx *c)
 			}
 			if (period_cyc && slot > now)
 				break;
+			if (sh->rpc_cpu[ROLE_CLIENT])
+				sh->rpc_cpu[ROLE_CLIENT][sent] = (uint16_t)(sched_getcpu() + 1);
 			if ((ret = rpc_send(t, c, (uint32_t)(w + sent), &at)) < 0)
 				return ret;
 			due[sent % n] = period_cyc ? slot : at;
@@ -607,6 +611,23 @@ static void counts(const struct run_spec *s, const struct run_shared *sh, struct
 	r->sleeps_per_msg = (double)(sh->sleeps[0] + sh->sleeps[1]) / n;
 }
 
+/* Of the measured requests whose CPUs both sides recorded, the share sent
+ * and received on one CPU; -1 where none was recorded (the Go transports). */
+static double same_cpu_share(const struct run_shared *sh)
+{
+	uint64_t both = 0, same = 0;
+
+	for (uint64_t j = 0; j < sh->rpc_done; j++) {
+		uint16_t a = sh->rpc_cpu[ROLE_SERVER][j], b = sh->rpc_cpu[ROLE_CLIENT][j];
+
+		if (a && b) {
+			both++;
+			same += a == b;
+		}
+	}
+	return both ? (double)same / (double)both : -1;
+}
+
 static void collect(const struct run_spec *s, struct run_shared *sh, double hz, struct run_out *out)
 {
 	uint64_t n = measured(s);
@@ -649,6 +670,7 @@ static void collect(const struct run_spec *s, struct run_shared *sh, double hz, 
 		r->achieved_rate = wall > 0 ? (double)sh->rpc_done / wall : 0;
 		r->cpu_per_req_ns = sh->rpc_done ? (double)ns / (double)sh->rpc_done : 0;
 		r->cpu_cores = wall > 0 ? (double)ns / 1e9 / wall : 0;
+		r->same_cpu_share = same_cpu_share(sh);
 		counts(s, sh, r);
 		out->nres = 1;
 		return;
@@ -695,8 +717,9 @@ void run_one(const struct bench_opts *o, const struct run_spec *s, double hz, st
 	const struct transport *t = transports[s->transport];
 	uint64_t n = measured(s);
 	size_t head = (sizeof(struct run_shared) + 4095) & ~(size_t)4095;
-	/* rpc keeps only the client's latencies: no one-way samples. */
-	size_t len = head + (s->suite == SU_RPC ? 1 : 2) * n * sizeof(uint64_t);
+	/* rpc keeps only the client's latencies, and both sides' CPUs. */
+	size_t len = head + (s->suite == SU_RPC ? n * (sizeof(uint64_t) + 2 * sizeof(uint16_t))
+						: 2 * n * sizeof(uint64_t));
 	struct run_shared *sh;
 	struct bt_ctx c = { .spec = s };
 	pid_t pid[2] = { 0, 0 };
@@ -712,6 +735,10 @@ void run_one(const struct bench_opts *o, const struct run_spec *s, double hz, st
 	}
 	sh->oneway = (uint64_t *)((char *)sh + head);
 	sh->rtt = s->suite == SU_RPC ? sh->oneway : sh->oneway + n;
+	if (s->suite == SU_RPC) {
+		sh->rpc_cpu[ROLE_SERVER] = (uint16_t *)(sh->rtt + n);
+		sh->rpc_cpu[ROLE_CLIENT] = sh->rpc_cpu[ROLE_SERVER] + n;
+	}
 	sh->tsc_hz = hz;
 	atomic_store(&sh->rpc_total, UINT64_MAX);
 	c.sh = sh;

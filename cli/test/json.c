@@ -15,7 +15,9 @@
  *     the gRPC and Kitex transports at concurrency 2: a result per
  *     transport x wait x rate with every rpc field, the low rate achieved
  *     within 20 %, ordered percentiles, CPU > 0; rpal-hosted among them
- *     where the build can host; the table has the rpc block.
+ *     where the build can host; the table has the rpc block.  The C loops'
+ *     share of requests sent and received on one CPU: none split, all
+ *     with both on one CPU (a run of its own), none recorded by the others.
  * It checks shape and logic only: never how fast anything was.
  */
 #include <math.h>
@@ -410,6 +412,34 @@ static double num(const struct jval *o, const char *k)
 	return is(v, J_NUM) ? v->num : NAN;
 }
 
+/*
+ * Where the C loops of two processes ran the rpc suite, the share of
+ * requests sent and received on one CPU: all of them on one CPU, none
+ * split, any share unpinned.  The Go programs and rpal-hosted (its server
+ * runs on the client's thread) record none.
+ */
+static void check_same_cpu(const struct jval *r, size_t i)
+{
+	const char *t = str(r, "transport"), *pl = str(r, "placement");
+	const struct jval *v = json_get(r, "same_cpu_share");
+	int c_loops = t && strcmp(t, "rpal-hosted") && strcmp(t, "go-uds") && strcmp(t, "rpal-go") &&
+		      strncmp(t, "grpc-", 5) && strncmp(t, "kitex-", 6);
+
+	if (!c_loops) {
+		CHECK(!v, "rpc results[%zu] (%s) has a same_cpu_share", i, t ? t : "?");
+		return;
+	}
+	CHECK(is(v, J_NUM), "rpc results[%zu] (%s) has no same_cpu_share", i, t);
+	if (!is(v, J_NUM) || !pl)
+		return;
+	if (!strcmp(pl, "same-core"))
+		CHECK(v->num == 1, "rpc results[%zu] (%s): same_cpu_share %g on one CPU", i, t, v->num);
+	else if (!strcmp(pl, "split"))
+		CHECK(v->num == 0, "rpc results[%zu] (%s): same_cpu_share %g split", i, t, v->num);
+	else
+		CHECK(v->num >= 0 && v->num <= 1, "rpc results[%zu] (%s): same_cpu_share %g", i, t, v->num);
+}
+
 /* One rpc result: every field there, and sane for a run of rate (0: max). */
 static void check_rpc(const struct jval *r, size_t i, double seconds, unsigned conc)
 {
@@ -432,6 +462,7 @@ static void check_rpc(const struct jval *r, size_t i, double seconds, unsigned c
 	      "cpu_cores %g, not > 0", i, num(r, "cpu_per_req_ns"), num(r, "cpu_cores"));
 	CHECK(is(json_get(r, "round_p50s"), J_ARR) && json_get(r, "round_p50s")->n == 1,
 	      "rpc results[%zu] lacks round_p50s of its one run", i);
+	check_same_cpu(r, i);
 	if (rate > 0) {
 		/* Open loop: every scheduled request is sent, and on time at a low rate. */
 		CHECK(n == ceil(rate * seconds), "rpc results[%zu].count %g, want rate x seconds = %g", i, n,
@@ -458,12 +489,12 @@ static int count_rpc(const struct jval *d, const char *t, const char *w, double 
 }
 
 /* Run one rpc sweep (JSON to a file, the table to stdout) and check both. */
-static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
+static void rpc_run(char *rpal, char *transports, char *conc, char *placement, int want_table)
 {
 	char json[] = "/tmp/rpal-bench-rpc-XXXXXX", jarg[80], svg[80], rpc_svg[90], *text = NULL;
 	char *argv[] = { rpal, "bench", "--suite", "rpc", "--rates", "2000,max", "--seconds", "0.2",
 			 "--transport", transports, "--wait", "sleep", "--concurrency", conc, "--no-progress",
-			 jarg, "--plot", svg, NULL };
+			 jarg, "--plot", svg, placement ? "--placement" : NULL, placement, NULL };
 	static const char *const tr[] = { "uds-epoll", "futex", "rpal-connected", "go-uds", "rpal-go", "rpal-hosted",
 					  "grpc-uds", "grpc-rpal", "kitex-uds", "kitex-rpal" };
 	struct out o;
@@ -479,7 +510,8 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 	snprintf(svg, sizeof(svg), "%s.svg", json);
 	snprintf(rpc_svg, sizeof(rpc_svg), "%s-rpc.svg", json);
 	printf("json: %s bench --suite rpc --rates 2000,max --seconds 0.2 --transport %s --wait sleep "
-	       "--concurrency %s --json=FILE --plot FILE.svg\n", rpal, transports, conc);
+	       "--concurrency %s --json=FILE --plot FILE.svg%s%s\n", rpal, transports, conc,
+	       placement ? " --placement " : "", placement ? placement : "");
 	if (runcmd(argv, &o)) {
 		CHECK(0, "cannot run %s", rpal);
 		unlink(json);
@@ -549,10 +581,12 @@ static void rpc_run(char *rpal, char *transports, char *conc, int want_table)
 
 static int rpc(char *rpal)
 {
-	rpc_run(rpal, "uds-epoll,futex,rpal-connected,rpal-hosted", "1", 1);
-	rpc_run(rpal, "uds-epoll,futex", "4", 0);
-	rpc_run(rpal, "go-uds,rpal-go", "2", 0);
-	rpc_run(rpal, "grpc-uds,grpc-rpal,kitex-uds,kitex-rpal", "2", 0);
+	rpc_run(rpal, "uds-epoll,futex,rpal-connected,rpal-hosted", "1", NULL, 1);
+	rpc_run(rpal, "uds-epoll,futex", "4", NULL, 0);
+	/* Both on one CPU: every request sent and received there. */
+	rpc_run(rpal, "futex,rpal-connected", "1", "same-core", 0);
+	rpc_run(rpal, "go-uds,rpal-go", "2", NULL, 0);
+	rpc_run(rpal, "grpc-uds,grpc-rpal,kitex-uds,kitex-rpal", "2", NULL, 0);
 	printf("%s\n", fails ? "FAIL" : "PASS");
 	return fails ? 1 : 0;
 }
