@@ -104,8 +104,11 @@ type Conn struct {
 	peerPid, peerUID, peerGID int
 	cpu                       uint32 // the one CPU we are pinned to (our hint), or noCPU
 
-	txMsgs, rxMsgs, wakeups, sleeps atomic.Uint64
-	adverts                         atomic.Uint64 // sleeps advertised on our doorbell (see bellDrainEvery)
+	// The counters (see stat.go): an entry of the statistics page while
+	// the connection is open, then a private copy.
+	st      atomic.Pointer[statEntry]
+	statID  uint64        // st's id in the page
+	adverts atomic.Uint64 // sleeps advertised on our doorbell (see bellDrainEvery)
 
 	closeOnce sync.Once
 }
@@ -162,7 +165,10 @@ func (c *Conn) fail(what string, v uint64) error {
 	if c.violation.CompareAndSwap(nil, e) {
 		// Closed for I/O: tell the peer we neither read nor write.
 		atomic.OrUint32(c.u32(c.me, bState), stateShutWr|stateClosed)
+		c.statNote(statError, true)
 		c.wakeAll()
+	} else {
+		c.statNote(0, true)
 	}
 	return c.violation.Load()
 }
@@ -177,6 +183,7 @@ func (c *Conn) markDead(processExited bool) {
 	if c.dead.Swap(true) {
 		return
 	}
+	c.statNote(statPeerGone, false)
 	if c.txMu.TryLock() {
 		// Take every ack it published, then the rest back.
 		if !c.closed.Load() {
@@ -235,6 +242,7 @@ func (c *Conn) Close() error {
 			c.drainAcks()
 		}
 		closeFd(c.peerBell)
+		c.statClose()
 		c.p.conns.Add(-1)
 		c.ackMu.Unlock()
 		c.txMu.Unlock()
@@ -361,9 +369,11 @@ func (c *Conn) Info() ConnInfo {
 	}
 	out, outBytes := len(c.out), c.outBytes
 	c.txMu.Unlock()
+	st := c.st.Load()
 	return ConnInfo{
 		PeerPid: c.peerPid, PeerUID: c.peerUID, PeerGID: c.peerGID, PeerSlot: c.peer.slot,
-		PeerAlive: !c.dead.Load(), TxMsgs: c.txMsgs.Load(), RxMsgs: c.rxMsgs.Load(),
-		Wakeups: c.wakeups.Load(), Sleeps: c.sleeps.Load(), BufsOutstanding: out, BytesOutstanding: outBytes,
+		PeerAlive: !c.dead.Load(), TxMsgs: st.tx.msgs.Load(), RxMsgs: st.rx.msgs.Load(),
+		Wakeups: c.rings(), Sleeps: st.tx.sleeps.Load() + st.rx.sleeps.Load(),
+		BufsOutstanding: out, BytesOutstanding: outBytes,
 	}
 }

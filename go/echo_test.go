@@ -55,8 +55,9 @@ func echoServer(c *Conn) error {
 	}
 }
 
-func TestEchoInProcess(t *testing.T) {
-	name, l := newService(t)
+// serveEcho accepts one connection on l and echoes it (echoServer); the
+// channel gets the result.
+func serveEcho(l *Listener) <-chan error {
 	done := make(chan error, 1)
 	go func() {
 		c, err := l.AcceptConn()
@@ -66,6 +67,12 @@ func TestEchoInProcess(t *testing.T) {
 		}
 		done <- echoServer(c)
 	}()
+	return done
+}
+
+func TestEchoInProcess(t *testing.T) {
+	name, l := newService(t)
+	done := serveEcho(l)
 	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)

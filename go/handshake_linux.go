@@ -282,6 +282,11 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	c.txBell = os.NewFile(uintptr(dup), "rpal-doorbell")
 	c.rxRaw, _ = c.rxBell.SyscallConn()
 	c.txRaw, _ = c.txBell.SyscallConn()
+	sockFd := int32(-1)
+	if raw, err := uc.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { sockFd = int32(fd) })
+	}
+	c.statOpen(sockFd, typ == hsHello)
 	p.conns.Add(1)
 	return c, nil
 }

@@ -128,15 +128,7 @@ func TestInteropCClientGoServer(t *testing.T) { bothSleeps(t, testInteropCClient
 func testInteropCClientGoServer(t *testing.T) {
 	bin := interopBin(t, "echo_client")
 	name, l := newService(t)
-	done := make(chan error, 1)
-	go func() {
-		c, err := l.AcceptConn()
-		if err != nil {
-			done <- err
-			return
-		}
-		done <- echoServer(c)
-	}()
+	done := serveEcho(l)
 	out, err := exec.Command(bin, name, "echo", "20000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("C client: %v\n%s", err, out)
@@ -192,15 +184,7 @@ func testInteropKillCPeer(t *testing.T) {
 	c.Close()
 
 	// The next client is served.
-	done := make(chan error, 1)
-	go func() {
-		c, err := l.AcceptConn()
-		if err != nil {
-			done <- err
-			return
-		}
-		done <- echoServer(c)
-	}()
+	done := serveEcho(l)
 	out, err := exec.Command(interopBin(t, "echo_client"), name, "echo", "1000").CombinedOutput()
 	if err != nil {
 		t.Fatalf("second C client: %v\n%s", err, out)

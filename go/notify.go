@@ -26,7 +26,11 @@ func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64)
 	if w&futexBit == 0 || w&bellBit != 0 {
 		ringSocket(c.peerBell)
 	}
-	c.wakeups.Add(1)
+	if st := c.st.Load(); futexBit == waitRXFutex {
+		st.tx.wakeups.Add(1)
+	} else {
+		st.rx.wakeups.Add(1)
+	}
 }
 
 // notifyRX wakes the consumer if it advertised sleep; caller holds txMu.

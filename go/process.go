@@ -26,6 +26,8 @@ type process struct {
 	nonce      uint64
 	alloc      *allocator
 
+	stat *statPage // nil without a statistics page
+
 	mu    sync.Mutex // peers
 	peers map[uint32]*peerMap
 	conns atomic.Int32

@@ -64,10 +64,12 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	return true, nil
 }
 
-func (c *Conn) consume() {
+func (c *Conn) consume(n uint32) {
 	c.rxHead++
 	atomic.StoreUint64(c.u64(c.me, bRxHead), c.rxHead) // R1
-	c.rxMsgs.Add(1)
+	st := c.st.Load()
+	st.rx.msgs.Add(1)
+	st.rx.bytes.Add(uint64(n))
 }
 
 // readable reports whether the next slot holds anything but a legal
@@ -150,12 +152,12 @@ func (c *Conn) Recv(b []byte) (int, error) {
 	}
 	if s.flags == slotInline {
 		copy(b, s.data[:s.n])
-		c.consume()
+		c.consume(s.n)
 		c.notifyTX(false, c.rxHead)
 		return int(s.n), nil
 	}
 	copy(b, unsafe.Slice((*byte)(c.peerPtr(s.addr)), s.n))
-	c.consume()
+	c.consume(s.n)
 	if err := c.ackPush(s.addr); err != nil {
 		return 0, c.opErr("recv", err)
 	}
@@ -183,7 +185,7 @@ func (c *Conn) readMsg(peekOnly, block bool) (*Message, error) {
 		m.buf, m.addr = true, s.addr
 	}
 	if !peekOnly {
-		c.consume()
+		c.consume(s.n)
 		c.notifyTX(false, c.rxHead)
 	}
 	return m, nil

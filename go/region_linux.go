@@ -77,6 +77,9 @@ func (p *process) setup() error {
 	if err = p.claimSlot(); err == nil {
 		err = p.createArena()
 	}
+	if err == nil {
+		p.statSetup()
+	}
 	if err != nil {
 		if p.lockFile != nil {
 			p.lockFile.Close()

@@ -35,7 +35,9 @@ func (c *Conn) publish(data []byte, n uint32, addr uint64, flags uint32) {
 	atomic.StoreUint32(c.u32(s, sSeq), uint32(c.tail+1)) // R0: contents before seq
 	c.tail++
 	atomic.StoreUint64(c.u64(c.me, bTail), c.tail)
-	c.txMsgs.Add(1)
+	st := c.st.Load()
+	st.tx.msgs.Add(1)
+	st.tx.bytes.Add(uint64(n))
 }
 
 // sendError says why we cannot send (send_error()); caller holds txMu.
@@ -87,6 +89,7 @@ func (c *Conn) txReady(what int) bool {
 
 // prepare waits for a free slot (and quota) or fails; caller holds txMu.
 func (c *Conn) prepare(what int) error {
+	full := false
 	for {
 		if err := c.sendError(); err != nil {
 			return err
@@ -99,6 +102,10 @@ func (c *Conn) prepare(what int) error {
 			if len(c.out) < c.outLimit {
 				return nil
 			}
+		}
+		if !full {
+			full = true
+			c.st.Load().tx.ringFull.Add(1)
 		}
 		// The consumer may be waiting for messages we deferred.
 		if c.published != c.tail {

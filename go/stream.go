@@ -122,7 +122,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 				}
 				return 0, c.opErr("read", err)
 			}
-			c.consume()
+			c.consume(sc.n)
 			s.have, s.n, s.off = true, int(sc.n), 0
 			if sc.flags == slotInline {
 				s.addr = 0

@@ -121,22 +121,23 @@ func TestVectorBlock(t *testing.T) {
 		pnonce: h.BlockNonce, bufLo: peerBase + pageSize, bufHi: peerBase + 64<<20,
 		me: unsafe.Pointer(&make([]uint64, blockHdrSize/8)[0]),
 	}
+	c.st.Store(new(statEntry))
 	var s slotCopy
 	ok, err := c.peek(&s)
 	if !ok || err != nil || s.flags != slotInline || string(s.data[:s.n]) != "hello" {
 		t.Fatalf("slot 0: %v %v %+v", ok, err, s)
 	}
-	c.consume()
+	c.consume(s.n)
 	ok, err = c.peek(&s)
 	if !ok || err != nil || s.flags != slotBuf || s.n != 4096 || s.addr != peerBase+0x10000 {
 		t.Fatalf("slot 1: %v %v %+v", ok, err, s)
 	}
-	c.consume()
+	c.consume(s.n)
 	ok, err = c.peek(&s)
 	if !ok || err != nil || s.flags != slotInline || s.n != 40 || s.data[39] != 39 {
 		t.Fatalf("slot 2: %v %v %+v", ok, err, s)
 	}
-	c.consume()
+	c.consume(s.n)
 	if ok, err = c.peek(&s); ok || err != nil || c.readable() {
 		t.Fatalf("slot 3 should read as empty: %v %v", ok, err)
 	}

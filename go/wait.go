@@ -156,7 +156,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 			atomic.AndUint64(waiting, ^flags)
 		}
 		if parked {
-			c.sleeps.Add(1)
+			c.countSleep(bit)
 		}
 		if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && c.takeKick(dir) {
 			err = nil
@@ -257,7 +257,7 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 		}
 		err := futexWaitv(word, seq, kick, kseq, wait)
 		atomic.AndUint64(waiting, ^flags)
-		c.sleeps.Add(1)
+		c.countSleep(bit)
 		if ready() {
 			return true, nil
 		}
@@ -292,7 +292,7 @@ func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) {
 	} else {
 		sp.slept(now.Sub(t0))
 	}
-	sp.end, sp.rings = now, c.wakeups.Load()
+	sp.end, sp.rings = now, c.rings()
 }
 
 // wokeIdlePeer says whether the message this receiver waits for has to
@@ -304,5 +304,5 @@ func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) {
 // adaptive policy sleeps at once.  Under load the peer is awake (no ring)
 // or the last wait ended just now, and the spin goes on.
 func (c *Conn) wokeIdlePeer(sp *spinner, now time.Time) bool {
-	return sp.policy == WaitAdaptive && c.wakeups.Load() != sp.rings && now.Sub(sp.end) > sp.pauseAt
+	return sp.policy == WaitAdaptive && c.rings() != sp.rings && now.Sub(sp.end) > sp.pauseAt
 }

@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+
+package rpal
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// The statistics page (PROTOCOL.md section 9, as librpal's src/stat.c):
+// "<runtime dir>/stat.<slot>", mapped shared, one entry per open
+// connection, so that `rpal stat` and `rpal top` read a Go process's
+// counters as they read a C one's, without a word to it.  Counters are
+// bumped in place.  Without a page (the runtime directory refuses it, or
+// it holds statMaxConns entries) a connection keeps its counters in an
+// entry of its own: Info still reports them; observers do not see them.
+
+const (
+	statMagic        = 0x54535052 // "RPST"
+	statVersion      = 1
+	statHdrSize      = 256
+	statEntrySize    = 256
+	statMaxConns     = 16384
+	statFirstEntries = 15 // the first file: the header and 15 entries, one page
+	statOpen         = 1  // an entry's state; 0 is free
+	statAccepted     = 0x1
+	statPeerGone     = 0x1 // status: hang-up or exit seen
+	statError        = 0x2 // status: closed for I/O after a violation
+)
+
+// statHdr is the page's header.  Everything but nrEntries, nrOpen and
+// overflow is written before the file gets its name.
+type statHdr struct {
+	magic       uint32
+	version     uint16
+	hdrSize     uint16
+	entrySize   uint32
+	nrEntries   atomic.Uint32 // grows, stored after the file did
+	pid         uint32
+	uid         uint32
+	slot        uint32
+	flags       uint32
+	started     int64 // CLOCK_REALTIME seconds
+	nrOpen      atomic.Uint32
+	overflow    atomic.Uint32 // open connections without an entry
+	clockNs     uint64        // with clockTSC, converts spin cycles; Go counts none
+	clockTSC    uint64
+	name        [64]byte
+	_           [4]uint64 // the hosted programs' call counters
+	sleepCostNs atomic.Uint32
+	wakeCostNs  atomic.Uint32
+	_           [88]byte
+}
+
+// statTX is what the sending side writes (one cache line).
+type statTX struct {
+	msgs, bytes    atomic.Uint64
+	wakeups        atomic.Uint64 // rings for the peer's receiver
+	wakeupsAvoided atomic.Uint64
+	sleeps         atomic.Uint64 // sleeps waiting for room
+	ringFull       atomic.Uint64
+	spinTSC        atomic.Uint64
+	bufsOut        atomic.Uint64 // gauge: our buffers the peer holds
+}
+
+// statRX is what the receiving side writes (one cache line).
+type statRX struct {
+	msgs, bytes atomic.Uint64
+	wakeups     atomic.Uint64 // rings for the peer's sender
+	sleeps      atomic.Uint64 // sleeps waiting for messages
+	spinTSC     atomic.Uint64
+	bufsHeld    atomic.Uint64
+	violations  atomic.Uint64
+	_           uint64
+}
+
+// statEntry is one connection.  seq is odd while the identity (everything
+// before tx) is rewritten; state 0 is a free entry.
+type statEntry struct {
+	seq      atomic.Uint32
+	state    uint32
+	id       uint64
+	fd       int32
+	peerPid  uint32
+	peerUID  uint32
+	peerGID  uint32
+	peerSlot uint32
+	flags    uint32
+	since    int64
+	status   atomic.Uint32
+	_        uint32
+	service  [64]byte
+	_        [8]byte
+	tx       statTX
+	rx       statRX
+}
+
+// statID is what a new entry says of its connection.
+type statID struct {
+	fd                                  int32
+	peerPid, peerUID, peerGID, peerSlot uint32
+	flags                               uint32
+	since                               int64
+	service                             string
+}
+
+// statPage is this process's page.
+type statPage struct {
+	mu   sync.Mutex
+	hdr  *statHdr
+	grow func(entries uint32) bool // makes the file hold that many entries
+	free uint32                    // no free entry below this one
+	ids  uint64
+}
+
+func (sp *statPage) entry(i uint32) *statEntry {
+	return (*statEntry)(unsafe.Add(unsafe.Pointer(sp.hdr), statHdrSize+uintptr(i)*statEntrySize))
+}
+
+func (sp *statPage) holds(e *statEntry) bool {
+	p := uintptr(unsafe.Pointer(e))
+	return sp != nil && p >= uintptr(unsafe.Pointer(sp.entry(0))) && p < uintptr(unsafe.Pointer(sp.entry(statMaxConns)))
+}
+
+// find returns a free entry, growing the file if need be; nil when full.
+// Caller holds mu.
+func (sp *statPage) find() *statEntry {
+	n := sp.hdr.nrEntries.Load()
+	for i := sp.free; i < n; i++ {
+		if e := sp.entry(i); e.state != statOpen {
+			sp.free = i + 1
+			return e
+		}
+	}
+	if n >= statMaxConns {
+		return nil
+	}
+	more := min(2*n+1, statMaxConns)
+	if !sp.grow(more) {
+		return nil
+	}
+	// After the file grew: a reader that sees the count may read that far.
+	sp.hdr.nrEntries.Store(more)
+	sp.free = n + 1
+	return sp.entry(n)
+}
+
+// open returns an entry for a new connection, filled with id and zeroed
+// counters: one of the page's (sp may be nil), else one of its own.
+func (sp *statPage) open(id *statID) *statEntry {
+	var e *statEntry
+	if sp != nil {
+		sp.mu.Lock()
+		defer sp.mu.Unlock()
+		if e = sp.find(); e == nil {
+			sp.hdr.overflow.Add(1)
+		}
+	}
+	if e == nil {
+		return &statEntry{state: statOpen, id: 0, since: id.since}
+	}
+	// Odd while the identity changes (readers retry).  An atomic add
+	// keeps the stores below after it.
+	e.seq.Add(1)
+	sp.ids++
+	e.state = statOpen
+	e.id = sp.ids
+	e.fd = id.fd
+	e.peerPid, e.peerUID, e.peerGID, e.peerSlot = id.peerPid, id.peerUID, id.peerGID, id.peerSlot
+	e.flags = id.flags
+	e.since = id.since
+	e.status.Store(0)
+	e.service = [64]byte{}
+	copy(e.service[:len(e.service)-1], id.service)
+	e.tx = statTX{}
+	e.rx = statRX{}
+	e.seq.Add(1)
+	sp.hdr.nrOpen.Add(1)
+	return e
+}
+
+// close frees the entry of a closed connection.
+func (sp *statPage) close(e *statEntry) {
+	if sp == nil {
+		return
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if !sp.holds(e) {
+		sp.hdr.overflow.Add(^uint32(0))
+		return
+	}
+	e.seq.Add(1)
+	e.state = 0
+	e.seq.Add(1)
+	sp.hdr.nrOpen.Add(^uint32(0))
+	if i := uint32((uintptr(unsafe.Pointer(e)) - uintptr(unsafe.Pointer(sp.entry(0)))) / statEntrySize); i < sp.free {
+		sp.free = i
+	}
+}
+
+// statNote records a rare event in c's entry: status bits, a violation.
+// It may come after Close gave the entry back (a peer's death, seen by its
+// watcher): under the page's lock, and only while the entry is still c's.
+func (c *Conn) statNote(status uint32, violation bool) {
+	sp, e := c.p.stat, c.st.Load()
+	if sp.holds(e) {
+		sp.mu.Lock()
+		defer sp.mu.Unlock()
+		if e.state != statOpen || e.id != c.statID {
+			return
+		}
+	}
+	if violation {
+		e.rx.violations.Add(1)
+	}
+	e.status.Or(status)
+}
+
+// statClose gives the page's entry back at Close.  The counters go on in a
+// private copy, for Info.
+func (c *Conn) statClose() {
+	e := c.st.Load()
+	priv := &statEntry{state: statOpen, since: e.since}
+	priv.status.Store(e.status.Load())
+	for i := range e.counters() {
+		priv.counters()[i].Store(e.counters()[i].Load())
+	}
+	c.st.Store(priv)
+	c.p.stat.close(e)
+}
+
+// counters are the entry's tx and rx lines, one word each.
+func (e *statEntry) counters() *[16]atomic.Uint64 {
+	return (*[16]atomic.Uint64)(unsafe.Pointer(&e.tx))
+}
+
+// rings counts the wake-ups we made for the peer, both directions.
+func (c *Conn) rings() uint64 {
+	st := c.st.Load()
+	return st.tx.wakeups.Load() + st.rx.wakeups.Load()
+}
+
+// countSleep counts a sleep of the waiter in direction bit.
+func (c *Conn) countSleep(bit uint64) {
+	if st := c.st.Load(); bit == waitRX {
+		st.rx.sleeps.Add(1)
+	} else {
+		st.tx.sleeps.Add(1)
+	}
+}
+
+// statOpen gives a new connection its entry.
+func (c *Conn) statOpen(fd int32, accepted bool) {
+	id := statID{
+		fd: fd, peerPid: uint32(c.peerPid), peerUID: uint32(c.peerUID), peerGID: uint32(c.peerGID),
+		peerSlot: c.peer.slot, since: time.Now().Unix(),
+	}
+	if accepted {
+		id.flags = statAccepted
+	}
+	if c.service == "" || c.service[0] != '/' {
+		id.service = c.service
+	}
+	e := c.p.stat.open(&id)
+	c.statID = e.id
+	c.st.Store(e)
+}

@@ -1,0 +1,184 @@
+// SPDX-License-Identifier: MIT
+
+//go:build linux
+
+package rpal
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// The page's layout is PROTOCOL.md section 9's, offset by offset.
+func TestStatLayout(t *testing.T) {
+	var h statHdr
+	var e statEntry
+	for _, f := range []struct {
+		name      string
+		got, want uintptr
+	}{
+		{"header size", unsafe.Sizeof(h), statHdrSize},
+		{"nr_entries", unsafe.Offsetof(h.nrEntries), 12},
+		{"pid", unsafe.Offsetof(h.pid), 16},
+		{"started", unsafe.Offsetof(h.started), 32},
+		{"nr_open", unsafe.Offsetof(h.nrOpen), 40},
+		{"clock_ns", unsafe.Offsetof(h.clockNs), 48},
+		{"name", unsafe.Offsetof(h.name), 64},
+		{"sleep_cost_ns", unsafe.Offsetof(h.sleepCostNs), 160},
+		{"entry size", unsafe.Sizeof(e), statEntrySize},
+		{"id", unsafe.Offsetof(e.id), 8},
+		{"fd", unsafe.Offsetof(e.fd), 16},
+		{"peer_pid", unsafe.Offsetof(e.peerPid), 20},
+		{"flags", unsafe.Offsetof(e.flags), 36},
+		{"since", unsafe.Offsetof(e.since), 40},
+		{"status", unsafe.Offsetof(e.status), 48},
+		{"service", unsafe.Offsetof(e.service), 56},
+		{"tx", unsafe.Offsetof(e.tx), 128},
+		{"tx.bufs_out", unsafe.Offsetof(e.tx) + unsafe.Offsetof(e.tx.bufsOut), 184},
+		{"rx", unsafe.Offsetof(e.rx), 192},
+		{"rx.violations", unsafe.Offsetof(e.rx) + unsafe.Offsetof(e.rx.violations), 240},
+	} {
+		if f.got != f.want {
+			t.Errorf("%s at %d, the spec says %d", f.name, f.got, f.want)
+		}
+	}
+}
+
+// pageEntry is an entry as a reader decodes it from the file's bytes.
+type pageEntry struct {
+	state, flags, status, peerPid uint32
+	service                       string
+	tx, rx                        [8]uint64
+}
+
+// readPage decodes this process's page from the file, as `rpal stat` does:
+// header checks, then every open entry.
+func readPage(t *testing.T) (hdr []byte, open []pageEntry) {
+	t.Helper()
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("%s/stat.%d", p.rundir, p.slot)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("no statistics page: %v", err)
+	}
+	le := binary.LittleEndian
+	if len(b) < statHdrSize || le.Uint32(b) != statMagic || le.Uint16(b[4:]) != statVersion ||
+		le.Uint16(b[6:]) != statHdrSize || le.Uint32(b[8:]) != statEntrySize {
+		t.Fatalf("%s: bad header % x", path, b[:min(len(b), 16)])
+	}
+	n := min(int(le.Uint32(b[12:])), (len(b)-statHdrSize)/statEntrySize)
+	for i := 0; i < n; i++ {
+		e := b[statHdrSize+i*statEntrySize:][:statEntrySize]
+		if le.Uint32(e)&1 != 0 || le.Uint32(e[4:]) != statOpen {
+			continue
+		}
+		pe := pageEntry{state: le.Uint32(e[4:]), peerPid: le.Uint32(e[20:]), flags: le.Uint32(e[36:]),
+			status: le.Uint32(e[48:]), service: string(bytes.TrimRight(e[56:120], "\x00"))}
+		for k := range 8 {
+			pe.tx[k] = le.Uint64(e[128+8*k:])
+			pe.rx[k] = le.Uint64(e[192+8*k:])
+		}
+		open = append(open, pe)
+	}
+	return b[:statHdrSize], open
+}
+
+// A Go process publishes its connections' counters where `rpal stat` reads
+// them: the file is locked while the process lives, each open connection
+// has an entry with its peer, service and counts, and a closed one's entry
+// is free again.
+func TestStatPage(t *testing.T) {
+	name, l := newService(t)
+	done := serveEcho(l)
+	c, err := DialConn(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const small, big = 300, 20
+	payload := 0
+	for i := range small + big {
+		n := 32
+		if i >= small {
+			n = 4096
+		}
+		payload += n
+		if err := c.Send(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.ReadMsg()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Ack(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hdr, open := readPage(t)
+	le := binary.LittleEndian
+	if pid := le.Uint32(hdr[16:]); pid != uint32(os.Getpid()) {
+		t.Errorf("header pid %d, want %d", pid, os.Getpid())
+	}
+	if prog := string(bytes.TrimRight(hdr[64:128], "\x00")); !strings.HasPrefix(prog, "rpal") {
+		t.Errorf("header name %q, want the test binary's", prog)
+	}
+	var dialed, accepted *pageEntry
+	for i := range open {
+		if open[i].service != name {
+			continue
+		}
+		if open[i].flags&statAccepted != 0 {
+			accepted = &open[i]
+		} else {
+			dialed = &open[i]
+		}
+	}
+	if dialed == nil || accepted == nil {
+		t.Fatalf("entries for %s: dialed %v, accepted %v, of %d open", name, dialed, accepted, len(open))
+	}
+	want := uint64(small + big)
+	for _, e := range []*pageEntry{dialed, accepted} {
+		if e.peerPid != uint32(os.Getpid()) {
+			t.Errorf("peer pid %d, want ours", e.peerPid)
+		}
+		if e.tx[0] != want || e.rx[0] != want || e.tx[1] != uint64(payload) || e.rx[1] != uint64(payload) {
+			t.Errorf("msgs %d/%d bytes %d/%d sent/received, want %d and %d", e.tx[0], e.rx[0], e.tx[1], e.rx[1], want, payload)
+		}
+	}
+	// Alive: our exclusive lock stays on the file.
+	p, _ := ensure()
+	f, err := os.Open(fmt.Sprintf("%s/stat.%d", p.rundir, p.slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err == nil {
+		t.Error("a reader could lock the page of a live process: it would read it as stale")
+	}
+	openBefore := le.Uint32(hdr[40:])
+	c.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	hdr, open = readPage(t)
+	for _, e := range open {
+		if e.service == name {
+			t.Errorf("an entry of %s is still open after both ends closed", name)
+		}
+	}
+	if n := le.Uint32(hdr[40:]); n != openBefore-2 {
+		t.Errorf("nr_open %d after closing both ends, was %d", n, openBefore)
+	}
+	if info := c.Info(); info.TxMsgs != want || info.RxMsgs != want {
+		t.Errorf("Info after Close: %d sent, %d received, want %d", info.TxMsgs, info.RxMsgs, want)
+	}
+}
