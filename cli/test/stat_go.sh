@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# stat_go.sh PATH/TO/rpal - `rpal stat` sees Go processes: while `rpal bench
+# -t rpal-go` runs, both of its Go processes are listed with their
+# connection, whose message counts grow between two snapshots, and the
+# Prometheus text names them.  Skipped where rpal-bench-go was not built
+# (no Go, or a sanitizer build).
+set -u
+RPAL=$1
+GO_BENCH=$(dirname "$RPAL")/rpal-bench-go
+[ -x "$GO_BENCH" ] || { echo "SKIP: no rpal-bench-go next to $RPAL (it is built where Go is)"; exit 77; }
+"$RPAL" bench -t rpal-go -w adaptive -S cpu --rate 2000 -T 6 --no-progress >/dev/null 2>&1 &
+bench=$!
+trap 'kill $bench 2>/dev/null; wait $bench 2>/dev/null' EXIT
+# The Go processes' sent-message counters: "pid count" lines.
+sent() {
+	"$RPAL" stat --prometheus 2>/dev/null |
+		sed -n 's/^rpal_messages_sent_total{pid="\([0-9]*\)",.*name="rpal-bench-go".*} \([0-9]*\)$/\1 \2/p' | sort
+}
+first=
+for _ in $(seq 50); do
+	first=$(sent)
+	[ "$(echo "$first" | grep -c .)" -eq 2 ] && break
+	sleep 0.1
+done
+fail=0
+echo "first snapshot (pid messages sent):"
+echo "$first"
+[ "$(echo "$first" | grep -c .)" -eq 2 ] || { echo "FAIL: not two rpal-bench-go connections in rpal stat"; fail=1; }
+sleep 1
+second=$(sent)
+echo "a second later:"
+echo "$second"
+while read -r pid n; do
+	m=$(echo "$second" | awk -v p="$pid" '$1 == p { print $2 }')
+	[ -n "$m" ] && [ "$m" -gt "$n" ] || { echo "FAIL: pid $pid sent $n, then ${m:-nothing}"; fail=1; }
+done <<< "$([ -n "$first" ] && echo "$first")"
+[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes and their counts grow"
+exit $fail
