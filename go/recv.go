@@ -68,8 +68,8 @@ func (c *Conn) consume(n uint32) {
 	c.rxHead++
 	atomic.StoreUint64(c.u64(c.me, bRxHead), c.rxHead) // R1
 	st := c.st.Load()
-	st.rx.msgs.Add(1)
-	st.rx.bytes.Add(uint64(n))
+	bump(&st.rx.msgs, 1)
+	bump(&st.rx.bytes, uint64(n))
 }
 
 // readable reports whether the next slot holds anything but a legal

@@ -36,8 +36,8 @@ func (c *Conn) publish(data []byte, n uint32, addr uint64, flags uint32) {
 	c.tail++
 	atomic.StoreUint64(c.u64(c.me, bTail), c.tail)
 	st := c.st.Load()
-	st.tx.msgs.Add(1)
-	st.tx.bytes.Add(uint64(n))
+	bump(&st.tx.msgs, 1)
+	bump(&st.tx.bytes, uint64(n))
 }
 
 // sendError says why we cannot send (send_error()); caller holds txMu.

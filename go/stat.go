@@ -237,6 +237,10 @@ func (e *statEntry) counters() *[16]atomic.Uint64 {
 	return (*[16]atomic.Uint64)(unsafe.Pointer(&e.tx))
 }
 
+// bump adds n to a counter with one writer (the direction's lock holder):
+// a load and a store, no locked instruction on the message path.
+func bump(a *atomic.Uint64, n uint64) { a.Store(a.Load() + n) }
+
 // rings counts the wake-ups we made for the peer, both directions.
 func (c *Conn) rings() uint64 {
 	st := c.st.Load()
