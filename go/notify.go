@@ -16,6 +16,9 @@ import (
 // (ringSocket); EAGAIN means unread bytes, hence a pending wake-up.
 func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
 	if last.Swap(w) == w {
+		if futexBit == waitRXFutex {
+			c.st.Load().tx.wakeupsAvoided.Add(1) // woken already
+		}
 		return
 	}
 	if w&futexBit != 0 {
@@ -45,6 +48,8 @@ func (c *Conn) wakeRX() {
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
 	if w&waitRX != 0 {
 		c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX)
+	} else {
+		bump(&c.st.Load().tx.wakeupsAvoided, 1) // awake
 	}
 }
 

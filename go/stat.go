@@ -256,6 +256,16 @@ func (c *Conn) countSleep(bit uint64) {
 	}
 }
 
+// countSpin counts a spin of the waiter in direction bit that began at
+// TSC tsc0; the waiter holds the direction's lock.
+func (c *Conn) countSpin(bit uint64, tsc0 uint64) {
+	if st := c.st.Load(); bit == waitRX {
+		bump(&st.rx.spinTSC, rdtsc()-tsc0)
+	} else {
+		bump(&st.tx.spinTSC, rdtsc()-tsc0)
+	}
+}
+
 // statOpen gives a new connection its entry.
 func (c *Conn) statOpen(fd int32, accepted bool) {
 	id := statID{

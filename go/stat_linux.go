@@ -58,7 +58,7 @@ func (p *process) statSetup() {
 	h.started = time.Now().Unix()
 	var ts unix.Timespec
 	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
-		h.clockNs = uint64(ts.Nano())
+		h.clockNs, h.clockTSC = uint64(ts.Nano()), rdtsc()
 	}
 	copy(h.name[:len(h.name)-1], filepath.Base(os.Args[0]))
 	h.nrEntries.Store(statFirstEntries)

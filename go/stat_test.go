@@ -153,6 +153,10 @@ func TestStatPage(t *testing.T) {
 		if e.tx[0] != want || e.rx[0] != want || e.tx[1] != uint64(payload) || e.rx[1] != uint64(payload) {
 			t.Errorf("msgs %d/%d bytes %d/%d sent/received, want %d and %d", e.tx[0], e.rx[0], e.tx[1], e.rx[1], want, payload)
 		}
+		// Each Send looks whether the receiver sleeps: a wake-up, or one avoided.
+		if e.tx[2]+e.tx[3] != want {
+			t.Errorf("%d wake-ups and %d avoided for %d sends", e.tx[2], e.tx[3], want)
+		}
 	}
 	// Alive: our exclusive lock stays on the file.
 	p, _ := ensure()

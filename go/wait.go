@@ -72,8 +72,10 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	}
 	if budget > 0 {
 		yielded := time.Duration(0)
+		tsc0 := rdtsc()
 		for i := 1; ; i++ {
 			if ready() {
+				c.countSpin(bit, tsc0)
 				c.waited(sp, t0, true)
 				return nil
 			}
@@ -81,9 +83,11 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 				now := time.Now()
 				spun := now.Sub(t0)
 				if spun > budget {
+					c.countSpin(bit, tsc0)
 					break
 				}
 				if d := deadline.Load(); d != 0 && now.UnixNano() >= d {
+					c.countSpin(bit, tsc0)
 					return os.ErrDeadlineExceeded
 				}
 				// Let this process's other goroutines run on our P and,

@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # stat_go.sh PATH/TO/rpal - `rpal stat` sees Go processes: while `rpal bench
-# -t rpal-go` runs, both of its Go processes are listed with their
+# -t rpal-go -w spin` runs, both of its Go processes are listed with their
 # connection, whose message counts grow between two snapshots, and the
-# Prometheus text names them.  Skipped where rpal-bench-go was not built
-# (no Go, or a sanitizer build).
+# server, which spins for every request, counts time spinning.  Skipped
+# where rpal-bench-go was not built (no Go).
 set -u
 RPAL=$1
 GO_BENCH=$(dirname "$RPAL")/rpal-bench-go
 [ -x "$GO_BENCH" ] || { echo "SKIP: no rpal-bench-go next to $RPAL (it is built where Go is)"; exit 77; }
-"$RPAL" bench -t rpal-go -w adaptive -S cpu --rate 2000 -T 6 --no-progress >/dev/null 2>&1 &
+"$RPAL" bench -t rpal-go -w spin -S cpu --rate 2000 -T 6 --no-progress >/dev/null 2>&1 &
 bench=$!
 trap 'kill $bench 2>/dev/null; wait $bench 2>/dev/null' EXIT
 # The Go processes' sent-message counters: "pid count" lines.
@@ -34,5 +34,9 @@ while read -r pid n; do
 	m=$(echo "$second" | awk -v p="$pid" '$1 == p { print $2 }')
 	[ -n "$m" ] && [ "$m" -gt "$n" ] || { echo "FAIL: pid $pid sent $n, then ${m:-nothing}"; fail=1; }
 done <<< "$([ -n "$first" ] && echo "$first")"
-[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes and their counts grow"
+spin=$("$RPAL" stat --prometheus 2>/dev/null |
+	sed -n 's/^rpal_rx_spin_ns_total{.*name="rpal-bench-go".*role="accepted"} \([0-9]*\)$/\1/p')
+echo "the server's time spinning for requests: ${spin:-none} ns"
+[ -n "$spin" ] && [ "$spin" -gt 0 ] || { echo "FAIL: the spinning Go server counts no spin time"; fail=1; }
+[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes, their counts grow, spins are counted"
 exit $fail
