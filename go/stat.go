@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -113,6 +114,11 @@ type statPage struct {
 	grow func(entries uint32) bool // makes the file hold that many entries
 	free uint32                    // no free entry below this one
 	ids  uint64
+	// The clock and the TSC when the page was made, and the TSC's cycles
+	// per ns (float64 bits) once measured from them (cycles).
+	made     time.Time
+	madeTSC  uint64
+	tscPerNs atomic.Uint64
 }
 
 func (sp *statPage) entry(i uint32) *statEntry {
@@ -256,14 +262,40 @@ func (c *Conn) countSleep(bit uint64) {
 	}
 }
 
-// countSpin counts a spin of the waiter in direction bit that began at
-// TSC tsc0; the waiter holds the direction's lock.
-func (c *Conn) countSpin(bit uint64, tsc0 uint64) {
-	if st := c.st.Load(); bit == waitRX {
-		bump(&st.rx.spinTSC, rdtsc()-tsc0)
-	} else {
-		bump(&st.tx.spinTSC, rdtsc()-tsc0)
+// countSpin counts a spin of d by the waiter in direction bit, who holds
+// the direction's lock.  Only the page's readers see spin times.
+func (c *Conn) countSpin(bit uint64, d time.Duration) {
+	sp := c.p.stat
+	if sp == nil {
+		return
 	}
+	cycles := sp.cycles(d)
+	if st := c.st.Load(); bit == waitRX {
+		bump(&st.rx.spinTSC, cycles)
+	} else {
+		bump(&st.tx.spinTSC, cycles)
+	}
+}
+
+// tscCalibration is how long after the page's making the TSC's rate is
+// taken, for good, from the TSC and the clock then and at the making: the
+// reads' own jitter, tens of ns, is lost in it.
+const tscCalibration = time.Millisecond
+
+// cycles converts a spin's length to TSC cycles, the page's unit, at the
+// rate measured once: the spin is timed with the clock the wait reads
+// anyway, and no TSC is read per spin.  0 until the rate is known.
+func (sp *statPage) cycles(d time.Duration) uint64 {
+	rate := math.Float64frombits(sp.tscPerNs.Load())
+	if rate == 0 {
+		age, tsc := time.Since(sp.made), rdtsc()
+		if age < tscCalibration || tsc <= sp.madeTSC {
+			return 0
+		}
+		rate = float64(tsc-sp.madeTSC) / float64(age)
+		sp.tscPerNs.Store(math.Float64bits(rate))
+	}
+	return uint64(float64(d) * rate)
 }
 
 // statOpen gives a new connection its entry.

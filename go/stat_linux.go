@@ -11,6 +11,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// monoNs reads CLOCK_MONOTONIC, the clock of the page's clock pair.
+func monoNs() uint64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return uint64(ts.Nano())
+}
+
 func statSize(entries uint32) int64 {
 	return statHdrSize + int64(entries)*statEntrySize
 }
@@ -56,10 +63,7 @@ func (p *process) statSetup() {
 	h.uid = uint32(os.Geteuid())
 	h.slot = p.slot
 	h.started = time.Now().Unix()
-	var ts unix.Timespec
-	if unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) == nil {
-		h.clockNs, h.clockTSC = uint64(ts.Nano()), rdtsc()
-	}
+	h.clockNs, h.clockTSC = monoNs(), rdtsc()
 	copy(h.name[:len(h.name)-1], filepath.Base(os.Args[0]))
 	h.nrEntries.Store(statFirstEntries)
 	h.magic = statMagic
@@ -70,6 +74,7 @@ func (p *process) statSetup() {
 	}
 	p.stat = &statPage{
 		hdr:  h,
+		made: time.Now(), madeTSC: rdtsc(),
 		grow: func(n uint32) bool { return unix.Ftruncate(fd, statSize(n)) == nil },
 	}
 }

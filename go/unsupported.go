@@ -38,6 +38,7 @@ func (d *Dialer) dial(context.Context, string) (*Conn, error)          { return 
 func (lc *ListenConfig) listen(string) (*Listener, error)              { return nil, errUnsupported }
 func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error)       { return nil, errUnsupported }
 func ringSocket(fd int)                                                {}
+func monoNs() uint64                                                   { return 0 }
 func drainBell(fd int, buf []byte) bool                                { return false }
 func wakeFutex(addr *uint32)                                           {}
 func wakeFutexPrivate(addr *uint32)                                    {}

@@ -72,22 +72,20 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 	}
 	if budget > 0 {
 		yielded := time.Duration(0)
-		tsc0 := rdtsc()
 		for i := 1; ; i++ {
 			if ready() {
-				c.countSpin(bit, tsc0)
-				c.waited(sp, t0, true)
+				c.countSpin(bit, c.waited(sp, t0, true))
 				return nil
 			}
 			if yield || i&63 == 0 {
 				now := time.Now()
 				spun := now.Sub(t0)
 				if spun > budget {
-					c.countSpin(bit, tsc0)
+					c.countSpin(bit, spun)
 					break
 				}
 				if d := deadline.Load(); d != 0 && now.UnixNano() >= d {
-					c.countSpin(bit, tsc0)
+					c.countSpin(bit, spun)
 					return os.ErrDeadlineExceeded
 				}
 				// Let this process's other goroutines run on our P and,
@@ -288,15 +286,17 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 }
 
 // waited records a wait that began at t0 and ended now, caught by the spin
-// (hit) or after a sleep.
-func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) {
+// (hit) or after a sleep, and returns how long it lasted.
+func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) time.Duration {
 	now := time.Now()
+	d := now.Sub(t0)
 	if hit {
-		sp.hit(now.Sub(t0))
+		sp.hit(d)
 	} else {
-		sp.slept(now.Sub(t0))
+		sp.slept(d)
 	}
 	sp.end, sp.rings = now, c.rings()
+	return d
 }
 
 // wokeIdlePeer says whether the message this receiver waits for has to
