@@ -153,10 +153,12 @@ func TestStatPage(t *testing.T) {
 		if e.tx[0] != want || e.rx[0] != want || e.tx[1] != uint64(payload) || e.rx[1] != uint64(payload) {
 			t.Errorf("msgs %d/%d bytes %d/%d sent/received, want %d and %d", e.tx[0], e.rx[0], e.tx[1], e.rx[1], want, payload)
 		}
-		// Each Send looks whether the receiver sleeps: a wake-up, or one avoided.
-		if e.tx[2]+e.tx[3] != want {
-			t.Errorf("%d wake-ups and %d avoided for %d sends", e.tx[2], e.tx[3], want)
-		}
+	}
+	// Each Send looks whether the receiver sleeps after it published: a
+	// wake-up, or one avoided.  The client's sends have all returned (the
+	// echo server's last look may still be under way).
+	if e := dialed; e.tx[2]+e.tx[3] != want {
+		t.Errorf("%d wake-ups and %d avoided for %d sends", e.tx[2], e.tx[3], want)
 	}
 	// Alive: our exclusive lock stays on the file.
 	p, _ := ensure()
@@ -179,7 +181,8 @@ func TestStatPage(t *testing.T) {
 			t.Errorf("an entry of %s is still open after both ends closed", name)
 		}
 	}
-	if n := le.Uint32(hdr[40:]); n != openBefore-2 {
+	// Other tests' connections may still be closing: at most two fewer.
+	if n := le.Uint32(hdr[40:]); n > openBefore-2 {
 		t.Errorf("nr_open %d after closing both ends, was %d", n, openBefore)
 	}
 	if info := c.Info(); info.TxMsgs != want || info.RxMsgs != want {
