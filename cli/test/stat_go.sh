@@ -2,8 +2,9 @@
 # stat_go.sh PATH/TO/rpal - `rpal stat` sees Go processes: while `rpal bench
 # -t rpal-go -w spin` runs, both of its Go processes are listed with their
 # connection, whose message counts grow between two snapshots, and the
-# server, which spins for every request, counts time spinning.  Skipped
-# where rpal-bench-go was not built (no Go).
+# server, which spins for every request, counts time spinning.  Once they
+# have exited, their pages read as stale.  Skipped where rpal-bench-go was
+# not built (no Go).
 set -u
 RPAL=$1
 GO_BENCH=$(dirname "$RPAL")/rpal-bench-go
@@ -38,5 +39,16 @@ spin=$("$RPAL" stat --prometheus 2>/dev/null |
 	sed -n 's/^rpal_rx_spin_ns_total{.*name="rpal-bench-go".*role="accepted"} \([0-9]*\)$/\1/p')
 echo "the server's time spinning for requests: ${spin:-none} ns"
 [ -n "$spin" ] && [ "$spin" -gt 0 ] || { echo "FAIL: the spinning Go server counts no spin time"; fail=1; }
-[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes, their counts grow, spins are counted"
+# A Go program leaves its page behind when it exits (it has no
+# rpal_fini()); unlocked, it reads as stale: not listed, and removed.
+wait $bench
+trap - EXIT
+after=$("$RPAL" stat --json 2>/dev/null)
+echo "after the bench: $after" | cut -c1-200
+echo "$after" | grep -q '"name": "rpal-bench-go"' && { echo "FAIL: exited Go processes still listed"; fail=1; }
+stale=$(echo "$after" | sed -n 's/.*"stale_pages": \([0-9]*\).*/\1/p')
+[ -n "$stale" ] && [ "$stale" -ge 2 ] || { echo "FAIL: ${stale:-no} stale pages counted for the two exited Go processes"; fail=1; }
+left=$(ls "${RPAL_RUNTIME_DIR:-/nonexistent}" 2>/dev/null | grep -c '^stat\.')
+echo "pages left in the runtime directory: $left"
+[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes, their counts grow, spins are counted; their pages go stale when they exit"
 exit $fail
