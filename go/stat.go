@@ -46,8 +46,8 @@ type statHdr struct {
 	started     int64 // CLOCK_REALTIME seconds
 	nrOpen      atomic.Uint32
 	overflow    atomic.Uint32 // open connections without an entry
-	clockNs     uint64        // with clockTSC, converts spin cycles; Go counts none
-	clockTSC    uint64
+	clockNs     uint64        // CLOCK_MONOTONIC and the TSC at one instant:
+	clockTSC    uint64        // readers convert spin cycles to ns with them
 	name        [64]byte
 	_           [4]uint64 // the hosted programs' call counters
 	sleepCostNs atomic.Uint32
@@ -114,10 +114,9 @@ type statPage struct {
 	grow func(entries uint32) bool // makes the file hold that many entries
 	free uint32                    // no free entry below this one
 	ids  uint64
-	// The clock and the TSC when the page was made, and the TSC's cycles
-	// per ns (float64 bits) once measured from them (cycles).
+	// Go's clock at the header's clock pair, and the TSC's cycles per ns
+	// (float64 bits) once measured from them (cycles).
 	made     time.Time
-	madeTSC  uint64
 	tscPerNs atomic.Uint64
 }
 
@@ -165,7 +164,7 @@ func (sp *statPage) open(id *statID) *statEntry {
 		}
 	}
 	if e == nil {
-		return &statEntry{state: statOpen, id: 0, since: id.since}
+		return &statEntry{state: statOpen, since: id.since}
 	}
 	// Odd while the identity changes (readers retry).  An atomic add
 	// keeps the stores below after it.
@@ -289,10 +288,10 @@ func (sp *statPage) cycles(d time.Duration) uint64 {
 	rate := math.Float64frombits(sp.tscPerNs.Load())
 	if rate == 0 {
 		age, tsc := time.Since(sp.made), rdtsc()
-		if age < tscCalibration || tsc <= sp.madeTSC {
+		if age < tscCalibration || tsc <= sp.hdr.clockTSC {
 			return 0
 		}
-		rate = float64(tsc-sp.madeTSC) / float64(age)
+		rate = float64(tsc-sp.hdr.clockTSC) / float64(age)
 		sp.tscPerNs.Store(math.Float64bits(rate))
 	}
 	return uint64(float64(d) * rate)

@@ -63,6 +63,7 @@ func (p *process) statSetup() {
 	h.uid = uint32(os.Geteuid())
 	h.slot = p.slot
 	h.started = time.Now().Unix()
+	made := time.Now()
 	h.clockNs, h.clockTSC = monoNs(), rdtsc()
 	copy(h.name[:len(h.name)-1], filepath.Base(os.Args[0]))
 	h.nrEntries.Store(statFirstEntries)
@@ -74,7 +75,7 @@ func (p *process) statSetup() {
 	}
 	p.stat = &statPage{
 		hdr:  h,
-		made: time.Now(), madeTSC: rdtsc(),
+		made: made,
 		grow: func(n uint32) bool { return unix.Ftruncate(fd, statSize(n)) == nil },
 	}
 }
