@@ -7,10 +7,13 @@ package rpal
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -187,5 +190,62 @@ func TestStatPage(t *testing.T) {
 	}
 	if info := c.Info(); info.TxMsgs != want || info.RxMsgs != want {
 		t.Errorf("Info after Close: %d sent, %d received, want %d", info.TxMsgs, info.RxMsgs, want)
+	}
+}
+
+// entryOf is the open entry of the connection accepted for service, or nil.
+func entryOf(t *testing.T, service string) *pageEntry {
+	_, open := readPage(t)
+	for i := range open {
+		if open[i].service == service && open[i].flags&statAccepted != 0 {
+			return &open[i]
+		}
+	}
+	return nil
+}
+
+// The failure paths show on the page: a peer that breaks the protocol
+// leaves the error status and a violation, one killed with SIGKILL the
+// peer-gone status; each entry is free once the connection is closed.
+func TestStatPageFailures(t *testing.T) {
+	name, l := newService(t)
+	cmd := helperCmd("bad-flags", name)
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.ReadMsg(); !errors.Is(err, syscall.EPROTO) {
+		t.Fatalf("want a protocol error, got %v", err)
+	}
+	if e := entryOf(t, name); e == nil || e.status&statError == 0 || e.rx[6] == 0 {
+		t.Errorf("after a violation: entry %+v, want the error status and a violation", e)
+	}
+	c.Close()
+	if e := entryOf(t, name); e != nil {
+		t.Errorf("entry still open after Close: %+v", e)
+	}
+	cmd.Wait()
+
+	cmd = helperCmd("hang", name)
+	startReady(t, cmd)
+	if c, err = l.AcceptConn(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.ReadMsg(); err != nil {
+		t.Fatal(err)
+	}
+	if e := entryOf(t, name); e == nil || e.status != 0 {
+		t.Fatalf("a live peer's entry: %+v, want status 0", e)
+	}
+	cmd.Process.Kill()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.ReadMsg(); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("want ECONNRESET, got %v", err)
+	}
+	if e := entryOf(t, name); e == nil || e.status&statPeerGone == 0 || e.status&statError != 0 {
+		t.Errorf("after the peer's death: entry %+v, want the peer-gone status alone", e)
 	}
 }
