@@ -123,7 +123,7 @@ func (c *Conn) ackPush(addr uint64) error {
 	atomic.StoreUint64(c.u64(c.me, bAckTail), c.ackTail)
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // W1 for the TX direction
 	if w&waitTX != 0 {
-		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX)
+		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX, &c.st.Load().rx.wakeups)
 	}
 	return nil
 }

@@ -14,12 +14,10 @@ import (
 // at once).  A peer that sleeps on its doorbell (no futex bit, or the
 // bell bit beside it: it has sleepers of both kinds) gets one byte
 // (ringSocket); EAGAIN means unread bytes, hence a pending wake-up.
-func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64) {
+// Reports whether it rang, counting the ring in rung.
+func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last, rung *atomic.Uint64) bool {
 	if last.Swap(w) == w {
-		if futexBit == waitRXFutex {
-			c.st.Load().tx.wakeupsAvoided.Add(1) // woken already
-		}
-		return
+		return false
 	}
 	if w&futexBit != 0 {
 		seq := c.u32(c.me, bWakeSeq)
@@ -29,11 +27,8 @@ func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last *atomic.Uint64)
 	if w&futexBit == 0 || w&bellBit != 0 {
 		ringSocket(c.peerBell)
 	}
-	if st := c.st.Load(); futexBit == waitRXFutex {
-		st.tx.wakeups.Add(1)
-	} else {
-		st.rx.wakeups.Add(1)
-	}
+	rung.Add(1)
+	return true
 }
 
 // notifyRX wakes the consumer if it advertised sleep; caller holds txMu.
@@ -46,10 +41,9 @@ func (c *Conn) wakeRX() {
 	// W1: the sequentially consistent stores of seq and tail come before
 	// this load (pairs with W0 in the peer's wait).
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
-	if w&waitRX != 0 {
-		c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX)
-	} else {
-		bump(&c.st.Load().tx.wakeupsAvoided, 1) // awake
+	st := c.st.Load()
+	if w&waitRX == 0 || !c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX, &st.tx.wakeups) {
+		bump(&st.tx.wakeupsAvoided, 1) // awake, or woken already
 	}
 }
 
@@ -64,7 +58,7 @@ func (c *Conn) notifyTX(force bool, rxHead uint64) {
 	}
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // after a seq-cst store: W1
 	if w&waitTX != 0 {
-		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX)
+		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX, &c.st.Load().rx.wakeups)
 	}
 }
 

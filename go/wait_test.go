@@ -460,7 +460,7 @@ func TestRingBellKinds(t *testing.T) {
 	} {
 		w := tc.w
 		seq := atomic.LoadUint32(wakeSeq)
-		a.ringBell(w, waitRXFutex, waitRXBell, &a.lastRungRX)
+		a.ringBell(w, waitRXFutex, waitRXBell, &a.lastRungRX, &a.st.Load().tx.wakeups)
 		if woke := atomic.LoadUint32(wakeSeq) != seq; woke != tc.futex {
 			t.Errorf("word %#x: futex wake %v, want %v", w, woke, tc.futex)
 		}
@@ -545,7 +545,7 @@ func TestRingBellNeverBlocks(t *testing.T) {
 	defer unix.FcntlInt(uintptr(a.peerBell), unix.F_SETFL, fl)
 	done := make(chan struct{})
 	go func() {
-		a.ringBell(20*waitEpoch|waitRX, waitRXFutex, waitRXBell, &a.lastRungRX)
+		a.ringBell(20*waitEpoch|waitRX, waitRXFutex, waitRXBell, &a.lastRungRX, &a.st.Load().tx.wakeups)
 		close(done)
 	}()
 	select {
