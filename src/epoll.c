@@ -244,6 +244,23 @@ static void sleep_end(struct rpal_ep *ep)
 }
 
 /*
+ * A set of one connection, ours to bump its word, may sleep on that word
+ * alone: FUTEX_WAIT on one word costs less than futex_waitv() on two.  A
+ * kick then reaches it through the word (wake_lone_sleeper).  One thread
+ * at a time: the others wait on every word.  Lock held.
+ */
+static bool lone_claim(struct rpal_ep *ep)
+{
+	struct rpal_conn *c = ep->nregs == 1 ? ep->regs[0]->c : NULL;
+	uint32_t gen = atomic_load(&ep->lone_gen);
+
+	if (!c || !c->wake_mine || c->local || ep->rcv || (gen & 1))
+		return false;
+	store_release(&ep->lone_word, c->wake_mine);
+	return atomic_compare_exchange_strong(&ep->lone_gen, &gen, gen + 1);
+}
+
+/*
  * A set of rpal connections only sleeps on futexes: the peers' wake_seq (or
  * our words of the connections' wake pages), sampled before advertising the
  * sleep (see notify.c), and our kick_seq, which rpal_epoll_ctl() bumps and
@@ -296,9 +313,19 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	/* Under the lock; as in conn_wait(). */
 	bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->futex_sleeps++);
+	bool lone = lone_claim(ep);
 	pthread_mutex_unlock(&ep->lock);
 	uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
-	r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
+	if (lone) {
+		/* wv[1]: the connection's word as sampled above.  A kick from
+		 * the claim on bumps that word; one before shows in kick_seq. */
+		r = atomic_load(&ep->kick_seq) != kseq ? 0 :
+		    syscall(SYS_futex, (uint32_t *)wv[1].uaddr, FUTEX_WAIT_BITSET, (uint32_t)wv[1].val,
+			    deadline == UINT64_MAX ? NULL : &ts, NULL, FUTEX_BITSET_MATCH_ANY);
+		atomic_fetch_add(&ep->lone_gen, 1);
+	} else {
+		r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
+	}
 	if (cpu0)
 		spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
 	pthread_mutex_lock(&ep->lock);

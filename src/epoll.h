@@ -38,6 +38,10 @@ struct rpal_ep {
 	int top;                /* T */
 	int kick;               /* eventfd in T: wakes a sleeper after rpal_epoll_ctl() */
 	_Atomic uint32_t kick_seq; /* the same, for a futex sleeper; the watcher's too */
+	/* A set of one connection sleeps on that connection's word alone
+	 * (futex_sleep): odd while a sleeper has claimed that, and the word. */
+	_Atomic uint32_t lone_gen;
+	_Atomic(_Atomic uint32_t *) lone_word;
 	_Atomic unsigned nuser; /* ordinary descriptors added through rpal_epoll_ctl() */
 	pthread_mutex_t lock;
 	struct rpal_ep_reg **regs;

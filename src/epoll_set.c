@@ -11,6 +11,7 @@
 #include <limits.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -105,6 +106,30 @@ static void reg_arm(struct rpal_ep_reg *r, const struct epoll_event *ev)
 	r->hup_seen = 0;
 }
 
+/*
+ * A lone sleeper (see futex_sleep) waits on its connection's word, which
+ * the peer may write too: a peer that wrote it back after our bump could
+ * make the sleeper miss this wake-up.  So bump and wake until the sleeper
+ * is seen awake.  It claimed the word before its last look at kick_seq and
+ * does not block before its FUTEX_WAIT, and once queued there FUTEX_WAKE
+ * reaches it whatever the word holds: this ends within a few tries.
+ */
+static void wake_lone_sleeper(struct rpal_ep *ep)
+{
+	uint32_t gen = atomic_load(&ep->lone_gen);
+	_Atomic uint32_t *word;
+
+	if (!(gen & 1))
+		return;
+	word = load_acquire(&ep->lone_word);
+	for (unsigned n = 0; atomic_load(&ep->lone_gen) == gen; n++) {
+		if (n)
+			sched_yield();
+		atomic_fetch_add(word, 1);
+		syscall(SYS_futex, word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
+}
+
 /* Caller holds ep->lock. */
 void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 {
@@ -123,6 +148,9 @@ void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 	}
 	if (r->sleeping)
 		wait_end(r->c, r->sleeping);
+	/* Its word may be about to be unmapped: a lone sleeper on it must
+	 * be awake first. */
+	wake_lone_sleeper(ep);
 	r->c->reg = NULL;
 	store_release(&r->c->set, NULL);
 	free(r);
@@ -134,6 +162,7 @@ void epoll_wake_futex(struct rpal_ep *ep)
 {
 	atomic_fetch_add(&ep->kick_seq, 1);
 	syscall(SYS_futex, &ep->kick_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	wake_lone_sleeper(ep);
 }
 
 /* Wake a thread asleep in this set, on either path. */

@@ -7,11 +7,13 @@
  * serving another connection.  A peer that never acknowledges exhausts its
  * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
  * comes back when it goes.  A peer that scribbles on the shared wake page
- * causes spurious wake-ups, nothing else.  A peer that makes the doorbell
- * it gave us blocking, fills it and ties it up in waiting splices cannot
- * make a send that rings it block; one that floods ours, passes descriptors
- * through it and ties it up cannot make our waits hang or leak; one that
- * shuts it down cannot make a blocking receive spin.
+ * causes spurious wake-ups, nothing else; one that holds our word still
+ * cannot keep a set of its connection alone asleep through another
+ * thread's rpal_epoll_ctl() or that connection's removal.  A peer that
+ * makes the doorbell it gave us blocking, fills it and ties it up in
+ * waiting splices cannot make a send that rings it block; one that floods
+ * ours, passes descriptors through it and ties it up cannot make our waits
+ * hang or leak; one that shuts it down cannot make a blocking receive spin.
  */
 #include <arpa/inet.h>
 #include <limits.h>
@@ -20,7 +22,9 @@
 #include <sys/prctl.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <sys/eventfd.h>
 #include "rawpeer.h"
+#include "epoll.h"
 
 enum fault {
 	F_BUF_OUTSIDE, F_BUF_TOO_LONG, F_BUF_EMPTY, F_INLINE_TOO_LONG, F_FLAGS_NONE, F_FLAGS_BOTH,
@@ -169,6 +173,30 @@ static void *recv_one(void *p)
 
 	t_check(n <= 0, "received %ld bytes from a peer that sends nothing", n);
 	return NULL;
+}
+
+struct set_wait {
+	int ep, n, fd;
+	uint64_t ns;
+};
+
+/* One rpal_epoll_wait() of up to 5 s: what it returned, and when. */
+static void *wait_in_set(void *p)
+{
+	struct set_wait *w = p;
+	struct epoll_event ev;
+	uint64_t t0 = t_now_ns();
+
+	w->n = rpal_epoll_wait(w->ep, &ev, 1, 5000);
+	w->fd = w->n == 1 ? ev.data.fd : -1;
+	w->ns = t_now_ns() - t0;
+	return NULL;
+}
+
+/* Whether a thread sleeps in set ep on its connection's word alone. */
+static bool lone_asleep(int ep)
+{
+	return atomic_load(&ep_get(ep)->lone_gen) & 1;
 }
 
 static void check_other(int good)
@@ -338,6 +366,57 @@ int main(void)
 		check_other(good);
 		t_wait_ok(pid, "scribbler");
 		rpal_close(fd);
+	}
+	printf("a peer that holds our wake word still while we sleep in a set of its connection alone: "
+	       "rpal_epoll_ctl() from another thread wakes us, and so does removing the connection, whose page then goes\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			int fd = child_connect();
+			struct rpal_conn *c = conn_of(fd);
+			t_check(c && c->wake_page, "no wake page was negotiated");
+			/* Write every bump of the victim's word back, for 1 s. */
+			uint32_t v = atomic_load(c->wake_peer);
+			for (uint64_t t0 = t_now_ns(); t_now_ns() - t0 < 1000000000ull;)
+				atomic_store(c->wake_peer, v);
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0));
+		int ep = t_ok(rpal_epoll_create(0)), efd = eventfd(1, 0);
+		struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+		struct set_wait w = { .ep = ep };
+		pthread_t th;
+
+		t_ok(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev));
+		t_check(pthread_create(&th, NULL, wait_in_set, &w) == 0, "pthread_create");
+		t_check(t_eventually(lone_asleep(ep), 1000), "the waiter never slept on the word alone");
+		ev = (struct epoll_event){ .events = EPOLLIN, .data.fd = efd };
+		t_ok(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, efd, &ev));
+		pthread_join(th, NULL);
+		t_check(w.n == 1 && w.fd == efd, "rpal_epoll_wait returned %d (fd %d), expected the eventfd", w.n, w.fd);
+		t_check(w.ns < 500000000ull, "the added descriptor took %llu ms to wake the waiter",
+			(unsigned long long)(w.ns / 1000000));
+
+		/* Alone in a second set; removed and closed while a thread sleeps there. */
+		int ep2 = t_ok(rpal_epoll_create(0));
+		t_ok(rpal_epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL));
+		ev = (struct epoll_event){ .events = EPOLLIN, .data.fd = fd };
+		t_ok(rpal_epoll_ctl(ep2, EPOLL_CTL_ADD, fd, &ev));
+		w = (struct set_wait){ .ep = ep2 };
+		t_check(pthread_create(&th, NULL, wait_in_set, &w) == 0, "pthread_create");
+		t_check(t_eventually(lone_asleep(ep2), 1000), "the waiter never slept on the word alone");
+		t_ok(rpal_epoll_ctl(ep2, EPOLL_CTL_DEL, fd, NULL));
+		t_check(!lone_asleep(ep2), "still asleep on the word of a connection no longer in the set");
+		rpal_close(fd);
+		ev = (struct epoll_event){ .events = EPOLLIN, .data.fd = efd };
+		t_ok(rpal_epoll_ctl(ep2, EPOLL_CTL_ADD, efd, &ev));
+		pthread_join(th, NULL);
+		t_check(w.n == 1 && w.fd == efd, "rpal_epoll_wait returned %d (fd %d), expected the eventfd", w.n, w.fd);
+		t_wait_ok(pid, "word holder");
+		rpal_close(ep2);
+		rpal_close(ep);
+		close(efd);
+		check_other(good);
 	}
 	printf("a peer that ties its doorbell up in splices, or makes it blocking and fills it: ringing it never blocks\n");
 	{
