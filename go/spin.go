@@ -83,6 +83,15 @@ type spinner struct {
 	rings   uint64
 	pauseAt time.Duration
 
+	// Of the waits expected long: how many in a row the floor did not
+	// catch, and how many since the last that spun it (see forWait).
+	floorMisses, unprobed uint8
+	// The connection's messages sent when this wait began, and for how
+	// many more waits it counts as one that other goroutines write to
+	// while its reader waits (see forWait).
+	sentAt      uint64
+	writtenNear uint8
+
 	// A server Stream's (mixed): how often the pattern mispredicts (a
 	// moving average, of 65536), the last waits, and the budget that
 	// would have cost least on them (see chooseBudget).
@@ -155,6 +164,41 @@ func (s *spinner) budget() time.Duration {
 	return s.cur
 }
 
+// Once floorMissesProbe waits expected long in a row have not ended
+// within the floor, only one such wait in floorProbeEvery spins it, unless
+// one of the last writtenWaits waits saw the connection send.
+const (
+	floorMissesProbe = 8
+	floorProbeEvery  = 4
+	writtenWaits     = 16
+)
+
+// forWait is the budget of the wait about to begin: budget(), except that
+// a wait expected long may sleep at once.  The floor is there to see short
+// waits come back, and to catch the short ones that the pattern calls
+// long.  Where it has caught none for a while, as between the calls of a
+// paced request/response connection, whose waits there are all long, one
+// wait in a few sees a change as well, and the others do not pay for a
+// spin (and its yields) on every call.  One caught restores the spin on
+// all.
+//
+// Not where other goroutines send on the connection while its reader
+// waits (gRPC's handlers and callers): the spin's yields run them on the
+// reader's P, where a reader that blocks its thread in a futex at once
+// leaves them for another thread to take, tens of µs later.
+func (s *spinner) forWait() time.Duration {
+	b := s.budget()
+	if b == 0 || s.policy != WaitAdaptive || s.expectShort() || s.mixed && s.misses > missesMixed ||
+		s.floorMisses < floorMissesProbe || s.writtenNear > 0 {
+		return b
+	}
+	if s.unprobed++; s.unprobed < floorProbeEvery {
+		return 0
+	}
+	s.unprobed = 0
+	return b
+}
+
 // note adds a wait to the average (weight 1/8), counted as at most twice
 // the ceiling so that one preemption does not outweigh many short waits,
 // and to what follows the last two waits.
@@ -186,6 +230,9 @@ func (s *spinner) note(waited time.Duration) {
 
 // hit records a wait that a spin ended after waited.
 func (s *spinner) hit(waited time.Duration) {
+	if !s.expectShort() {
+		s.floorMisses = 0
+	}
 	s.note(waited)
 	s.cur = s.max
 }
@@ -193,6 +240,9 @@ func (s *spinner) hit(waited time.Duration) {
 // slept records a wait that slept, waited long in all.
 func (s *spinner) slept(waited time.Duration) {
 	expected := !s.expectShort()
+	if expected && s.floorMisses < floorMissesProbe {
+		s.floorMisses++
+	}
 	s.note(waited)
 	if s.avg <= s.max || expected && waited > s.max {
 		s.cur = s.max

@@ -36,7 +36,7 @@ const bellDrainEvery = 16
 // of either process (the Go runtime's own among them), which at a low
 // rate costs more than the sleep.
 func (c *Conn) spinBudget(bit uint64, sp *spinner) (time.Duration, bool) {
-	b := sp.budget()
+	b := sp.forWait()
 	if b == 0 || c.cpu == noCPU {
 		return b, false
 	}
@@ -66,6 +66,7 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 		return os.ErrDeadlineExceeded
 	}
 	t0 := time.Now()
+	sp.sentAt = c.st.Load().tx.msgs.Load()
 	budget, yield := c.spinBudget(bit, sp)
 	if budget > 0 && bit == waitRX && c.wokeIdlePeer(sp, t0) {
 		budget = 0
@@ -290,6 +291,11 @@ func (c *Conn) sleepFutex(bit uint64, ready func() bool, deadline *atomic.Int64)
 func (c *Conn) waited(sp *spinner, t0 time.Time, hit bool) time.Duration {
 	now := time.Now()
 	d := now.Sub(t0)
+	if c.st.Load().tx.msgs.Load() != sp.sentAt {
+		sp.writtenNear = writtenWaits
+	} else if sp.writtenNear > 0 {
+		sp.writtenNear--
+	}
 	if hit {
 		sp.hit(d)
 	} else {

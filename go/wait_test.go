@@ -601,3 +601,106 @@ func testDeathWakesDespiteSabotagedDoorbell(t *testing.T) {
 		stop()
 	}
 }
+
+// Waits the pattern calls long, none of which the floor catches, soon
+// spin it only one time in floorProbeEvery; one it catches restores it on
+// every such wait, and so does a connection that sends while its reader
+// waits.
+func TestFloorProbes(t *testing.T) {
+	const ceiling = 100 * time.Microsecond
+	var s spinner
+	// longWaits runs n waits of 1 ms and counts those that slept at once
+	// (a budget of 0).
+	longWaits := func(n int) (atOnce int) {
+		for i := 0; i < n; i++ {
+			if s.forWait() == 0 {
+				atOnce++
+			}
+			s.slept(time.Millisecond)
+		}
+		return atOnce
+	}
+	s.init(ceiling, WaitAdaptive)
+	longWaits(2 * floorMissesProbe)
+	if n, want := longWaits(8*floorProbeEvery), 8*(floorProbeEvery-1); n != want {
+		t.Fatalf("long waits the floor never catches: %d of %d slept at once, want %d", n, 8*floorProbeEvery, want)
+	}
+	// The floor catches one: it spins on every such wait again.
+	if b := s.forWait(); b != 0 {
+		s.hit(ceiling / 32)
+	} else {
+		s.slept(time.Millisecond)
+		s.hit(ceiling / 32) // the next probe would have caught it
+	}
+	if n := longWaits(floorMissesProbe); n != 0 {
+		t.Fatalf("after a wait the floor caught, %d of %d long waits slept at once", n, floorMissesProbe)
+	}
+	// A connection written to while its reader waits keeps the floor.
+	s.init(ceiling, WaitAdaptive)
+	s.writtenNear = writtenWaits
+	if n := longWaits(4 * floorMissesProbe); n != 0 {
+		t.Fatalf("a connection written near its reads: %d long waits slept at once", n)
+	}
+	// The sleep policy still never spins.
+	s.init(ceiling, WaitSleep)
+	if longWaits(4*floorMissesProbe) != 4*floorMissesProbe {
+		t.Fatal("WaitSleep spun")
+	}
+}
+
+// A reader's wait during which its connection sent makes the connection
+// count as written near its reads for the next writtenWaits waits.
+func TestWrittenNearReads(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	server := c2.(*Stream).Conn()
+	// read reads one byte on the server once its reader sleeps, after
+	// the server sent one (when sendToo) and the client then sent one.
+	read := func(sendToo bool) {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() {
+			var b [1]byte
+			_, err := io.ReadFull(c2, b[:])
+			done <- err
+		}()
+		waiting := server.u64(server.me, bWaiting)
+		for end := time.Now().Add(5 * time.Second); atomic.LoadUint64(waiting)&waitRX == 0; {
+			if time.Now().After(end) {
+				t.Fatal("the server's reader never went to sleep")
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
+		if sendToo {
+			if _, err := c2.Write([]byte{1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := c1.Write([]byte{2}); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	written := func() uint8 {
+		server.rxMu.Lock()
+		defer server.rxMu.Unlock()
+		return server.rxSpin.writtenNear
+	}
+	read(false)
+	if n := written(); n != 0 {
+		t.Fatalf("no send during the wait: written near for %d more waits, want 0", n)
+	}
+	read(true)
+	if n := written(); n != writtenWaits {
+		t.Fatalf("a send during the wait: written near for %d more waits, want %d", n, writtenWaits)
+	}
+	read(false)
+	if n := written(); n != writtenWaits-1 {
+		t.Fatalf("then a wait without: written near for %d more waits, want %d", n, writtenWaits-1)
+	}
+}
