@@ -50,7 +50,7 @@ static void list_push(struct rpal_alloc *a, uint32_t *head, uint32_t i)
 	*head = i;
 }
 
-static void list_del(struct rpal_alloc *a, uint32_t *head, uint32_t i)
+static RPAL_WARM void list_del(struct rpal_alloc *a, uint32_t *head, uint32_t i)
 {
 	struct page *p = &a->pg[i];
 
@@ -108,7 +108,7 @@ void alloc_destroy(struct rpal_alloc *a)
 	free(a);
 }
 
-static uint32_t pages_get(struct rpal_alloc *a, unsigned order)
+static RPAL_WARM uint32_t pages_get(struct rpal_alloc *a, unsigned order)
 {
 	unsigned o = order;
 	uint32_t i;
@@ -128,7 +128,7 @@ static uint32_t pages_get(struct rpal_alloc *a, unsigned order)
 	return i;
 }
 
-static void pages_put(struct rpal_alloc *a, uint32_t i, unsigned order)
+static RPAL_WARM void pages_put(struct rpal_alloc *a, uint32_t i, unsigned order)
 {
 	while (order + 1 < MAX_ORDER) {
 		uint32_t buddy = i ^ (1u << order);
@@ -175,7 +175,7 @@ static void *slab_get(struct rpal_alloc *a, unsigned cls)
 }
 
 /* The size of the block alloc_get(len) hands out. */
-size_t alloc_block_size(size_t len)
+RPAL_WARM size_t alloc_block_size(size_t len)
 {
 	size_t size = (size_t)1 << MIN_SHIFT;
 
@@ -186,7 +186,7 @@ size_t alloc_block_size(size_t len)
 	return size;
 }
 
-void *alloc_get(struct rpal_alloc *a, size_t len)
+RPAL_WARM void *alloc_get(struct rpal_alloc *a, size_t len)
 {
 	unsigned order = 0, cls;
 	uint32_t i;
@@ -222,7 +222,7 @@ bool alloc_owns(struct rpal_alloc *a, const void *ptr)
  * Locate the live block that starts at ptr: 0 with *pg and *bit set, or
  * -EINVAL.  The one validity check for every pointer handed back to us.
  */
-static int block_find(struct rpal_alloc *a, const void *ptr, struct page **pg, uint64_t *bit, size_t *size)
+static RPAL_WARM int block_find(struct rpal_alloc *a, const void *ptr, struct page **pg, uint64_t *bit, size_t *size)
 {
 	uintptr_t off;
 	struct page *p;
@@ -251,7 +251,7 @@ static int block_find(struct rpal_alloc *a, const void *ptr, struct page **pg, u
 
 /* Mark a live block as in flight to a peer: its size, -EINVAL if ptr is
  * no live block or len exceeds it, -EBUSY if it is already in flight. */
-long alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
+RPAL_WARM long alloc_claim(struct rpal_alloc *a, void *ptr, size_t len)
 {
 	struct page *p;
 	uint64_t bit;
@@ -287,7 +287,7 @@ bool alloc_in_flight(struct rpal_alloc *a, void *ptr)
 }
 
 /* Free a live block: its size, or -EINVAL. */
-long alloc_put(struct rpal_alloc *a, void *ptr)
+RPAL_WARM long alloc_put(struct rpal_alloc *a, void *ptr)
 {
 	struct page *p;
 	uint64_t bit;
@@ -371,7 +371,7 @@ static void bufset_rehash(struct bufset *s)
 	free(old);
 }
 
-int bufset_add(struct bufset *s, uint64_t key)
+RPAL_WARM int bufset_add(struct bufset *s, uint64_t key)
 {
 	unsigned j;
 
@@ -389,7 +389,7 @@ int bufset_add(struct bufset *s, uint64_t key)
 	return 0;
 }
 
-bool bufset_del(struct bufset *s, uint64_t key)
+RPAL_WARM bool bufset_del(struct bufset *s, uint64_t key)
 {
 	unsigned j;
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * base.h - the bottom layer of librpal, which every file may use: atomics
- * and barriers, the clock, error details, configuration (error.c,
- * config.c).  Includes nothing of librpal but the public header and the
+ * and barriers, a lock, the clock, the CPU we run on, error details,
+ * configuration (lock.c, cpu.c, error.c, config.c).  Includes nothing of librpal but the public header and the
  * wire layout.
  */
 #ifndef RPAL_BASE_H
@@ -12,8 +12,10 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/rseq.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -51,11 +53,65 @@
 
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
-/* Publish the CPU we run on in a hint slot of our block, if it changed.
- * sched_getcpu() reads glibc's rseq area: about a nanosecond. */
+/*
+ * A mutex on one futex word: 0 free, 1 held, 2 held and maybe waited for.
+ * The message and wait paths take one on every call; inline, the
+ * uncontended take and give stay in librpal's hot text instead of two
+ * pages of libc (see RPAL_HOT).  lock.c sleeps and wakes.
+ */
+struct rpal_lock {
+	_Atomic uint32_t word;
+};
+#define RPAL_LOCK_INIT { 0 }
+void lock_wait(struct rpal_lock *l, uint32_t seen);
+void lock_wake(struct rpal_lock *l);
+
+static inline void lock_init(struct rpal_lock *l) { atomic_init(&l->word, 0); }
+
+static inline void lock_take(struct rpal_lock *l)
+{
+	uint32_t seen = 0;
+
+	if (unlikely(!atomic_compare_exchange_strong_explicit(&l->word, &seen, 1, memory_order_acquire,
+							      memory_order_relaxed)))
+		lock_wait(l, seen);
+}
+
+static inline void lock_give(struct rpal_lock *l)
+{
+	if (unlikely(atomic_exchange_explicit(&l->word, 0, memory_order_release) == 2))
+		lock_wake(l);
+}
+
+/* Where glibc's rseq area lies from the thread pointer; 0 until known,
+ * and for good where glibc has none (cpu.c). */
+extern _Atomic ptrdiff_t cpu_rseq_off;
+uint32_t this_cpu_slow(void);
+
+/*
+ * The CPU we run on.  The kernel keeps the cpu_id of the thread's rseq area
+ * current, so this is one load, as in glibc's sched_getcpu(), without the
+ * call: that function lives on a page of libc this path need not touch
+ * (see RPAL_HOT).  A thread whose registration failed reads a negative id.
+ */
+static inline uint32_t this_cpu(void)
+{
+	ptrdiff_t off = atomic_load_explicit(&cpu_rseq_off, memory_order_relaxed);
+
+	if (likely(off)) {
+		const volatile struct rseq *r = (const volatile struct rseq *)((char *)__builtin_thread_pointer() + off);
+		int32_t cpu = (int32_t)r->cpu_id;
+
+		if (likely(cpu >= 0))
+			return (uint32_t)cpu;
+	}
+	return this_cpu_slow();
+}
+
+/* Publish the CPU we run on in a hint slot of our block, if it changed. */
 static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 {
-	uint32_t cpu = (uint32_t)sched_getcpu();
+	uint32_t cpu = this_cpu();
 
 	if (atomic_load_explicit(slot, memory_order_relaxed) != cpu)
 		atomic_store_explicit(slot, cpu, memory_order_relaxed);
@@ -71,9 +127,24 @@ static inline uint64_t now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * Code layout.  Two processes that take turns on a CPU share its TLB, and
+ * every page of code or data a round trip touches costs a TLB miss more
+ * often than not: on a 2-vCPU VM, a futex ping-pong slowed by 4-5 ns for
+ * each page more it touched per side.  So the message paths keep their code
+ * together.  RPAL_HOT: the path of every small message and every wait; the
+ * compiler gathers these functions in .text.hot and moves their failure
+ * branches out.  RPAL_WARM: the paths of buffers and zero copy, placed
+ * right after them (.text.sorted.* follows .text.hot in the linker's
+ * default script; a linker without it puts them with the rest of the text).
+ */
+#define RPAL_HOT  __attribute__((hot))
+#define RPAL_WARM __attribute__((section(".text.sorted.rpal_warm")))
+
 /* ------------------------------------------------------------- errors */
-/* Record a detail for rpal_strerror(-err) on this thread; returns -err. */
-int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Record a detail for rpal_strerror(-err) on this thread; returns -err.
+ * Cold: the compiler moves the paths that fail out of the hot text. */
+int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3), cold));
 
 /* ------------------------------------------------------------- config */
 int rpal_config_check(const struct rpal_config *cfg);

@@ -82,6 +82,8 @@ static int conn_stat_open(struct rpal_conn *c, const char *service, bool accepte
 	return c->st ? 0 : -ENOMEM;
 }
 
+#define CONN_ALIGN 1024
+
 /* Build a connection from a checked hello; the caller holds rpal_g.lock.
  * On success takes ownership of sock, bell (ours), ring (theirs) and the
  * wake page, if any (side: 0 we connected, 1 we accepted). */
@@ -89,12 +91,16 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		       const struct ucred *uc, int memfd, struct rpal_wake_page *page, int side,
 		       const char *service, struct rpal_conn **out, char *why, size_t whylen)
 {
-	struct rpal_conn *c = calloc(1, sizeof(*c));
+	/* Aligned to a power of two at least its size, the connection never
+	 * straddles two pages: every message reads it (see RPAL_HOT). */
+	_Static_assert(sizeof(struct rpal_conn) <= CONN_ALIGN, "struct rpal_conn outgrew CONN_ALIGN");
+	struct rpal_conn *c = aligned_alloc(CONN_ALIGN, CONN_ALIGN);
 	uint64_t w;
 	int ret;
 
 	if (!c)
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
+	memset(c, 0, sizeof(*c));
 	c->obj.kind = OBJ_CONN;
 	c->fd = sock;
 	c->pidfd = -1;
@@ -155,7 +161,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->doorbell = bell;
 	c->peer_doorbell = ring;
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
-	pthread_mutex_init(&c->out_lock, NULL);
+	lock_init(&c->out_lock);
 	c->peer_pid = uc->pid;
 	c->local = host_active() && pid_shares_our_memory(uc->pid);
 	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
@@ -203,11 +209,11 @@ static void bufset_reclaim(struct bufset *out)
 /* The peer is gone: hand back every buffer it held.  Idempotent. */
 void conn_reclaim(struct rpal_conn *c)
 {
-	pthread_mutex_lock(&c->out_lock);
+	lock_take(&c->out_lock);
 	bufset_reclaim(&c->out);
 	store_relaxed(&c->out_bytes, 0);
 	store_relaxed(&c->st->tx.bufs_out, 0);
-	pthread_mutex_unlock(&c->out_lock);
+	lock_give(&c->out_lock);
 }
 
 /*
@@ -304,7 +310,7 @@ int conn_poll_peer(struct rpal_conn *c)
  * an event since we last looked, and once a second regardless (the clock is
  * read every 256 calls only: it would cost a fifth of the call).
  */
-bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
+RPAL_HOT bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
 {
 	uint64_t now;
 

@@ -34,7 +34,7 @@
  * when messages arrived since the last report, OUT when the consumer moved
  * since the last report, each hang-up bit once; all once after ADD or MOD.
  */
-static uint32_t reg_events(struct rpal_ep_reg *r)
+static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 {
 	struct rpal_conn *c = r->c;
 	uint32_t want = r->events, ev = 0, hup = 0, state;
@@ -95,7 +95,7 @@ static uint32_t reg_events(struct rpal_ep_reg *r)
 }
 
 /* Collect ready connections, starting from the round-robin point.  Lock held. */
-static int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
+static RPAL_HOT int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
 {
 	unsigned n = ep->nregs, i, start = ep->rr, k;
 	int got = 0;
@@ -133,7 +133,7 @@ static bool reg_live(struct rpal_ep *ep, struct rpal_ep_reg *r)
  * One epoll_wait on T: note doorbells and deaths, then harvest the user's
  * ordinary descriptors if U is ready.  Lock held (dropped while blocking).
  */
-static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int timeout)
+static RPAL_HOT int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int timeout)
 {
 	struct epoll_event kev[32];
 	uint32_t wseq = load_acquire(&watch_seq);       /* before: a later edge bumps it (top_idle) */
@@ -141,10 +141,10 @@ static int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int max, int
 	int n, i;
 
 	if (timeout)
-		pthread_mutex_unlock(&ep->lock);
+		lock_give(&ep->lock);
 	n = epoll_wait(ep->top, kev, 32, timeout);
 	if (timeout) {
-		pthread_mutex_lock(&ep->lock);
+		lock_take(&ep->lock);
 		mpk_all_sync();         /* a connection added meanwhile may have a new key */
 	}
 	if (n < 0)
@@ -195,7 +195,7 @@ static bool top_idle(struct rpal_ep *ep)
  * local peers call in instead of waking us (call.c).  Returns whether it
  * advertised a sleep anywhere.
  */
-static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
+static RPAL_HOT bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 {
 	bool any = false;
 	unsigned i;
@@ -225,7 +225,7 @@ static bool sleep_begin(struct rpal_ep *ep, bool futex, bool parked)
 	return any;
 }
 
-static void sleep_end(struct rpal_ep *ep)
+static RPAL_HOT void sleep_end(struct rpal_ep *ep)
 {
 	unsigned i;
 
@@ -249,7 +249,7 @@ static void sleep_end(struct rpal_ep *ep)
  * kick then reaches it through the word (wake_lone_sleeper).  One thread
  * at a time: the others wait on every word.  Lock held.
  */
-static bool lone_claim(struct rpal_ep *ep)
+static RPAL_HOT bool lone_claim(struct rpal_ep *ep)
 {
 	struct rpal_conn *c = ep->nregs == 1 ? ep->regs[0]->c : NULL;
 	uint32_t gen = atomic_load(&ep->lone_gen);
@@ -271,7 +271,7 @@ static bool lone_claim(struct rpal_ep *ep)
  * needed.  Returns the events it put in events[] (>= 0) or -errno; the
  * caller scans for more.  Lock held (dropped while asleep).
  */
-static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
 	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
 	/* kick_seq before watch_seq: the watcher bumps them the other way
@@ -314,7 +314,7 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	/* Under the lock; as in conn_wait(). */
 	bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->futex_sleeps++);
 	bool lone = lone_claim(ep);
-	pthread_mutex_unlock(&ep->lock);
+	lock_give(&ep->lock);
 	uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
 	if (lone) {
 		/* wv[1]: the connection's word as sampled above.  A kick from
@@ -328,7 +328,7 @@ static int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, 
 	}
 	if (cpu0)
 		spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
-	pthread_mutex_lock(&ep->lock);
+	lock_take(&ep->lock);
 	mpk_all_sync();
 	sleep_end(ep);
 	if (r < 0 && errno == EINTR)
@@ -354,7 +354,7 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 }
 #endif
 
-static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout, bool *fast)
+static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout, bool *fast)
 {
 	uint64_t t0 = 0, deadline = UINT64_MAX, budget;
 	/* Only one thread parks in a set; others wait as in connected mode.
@@ -400,7 +400,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours
 		 * cannot publish while we spin; hand it the CPU instead. */
-		uint32_t me = (uint32_t)sched_getcpu();
+		uint32_t me = this_cpu();
 		bool other = false;
 		for (i = 0; i < ep->nregs; i++) {
 			struct rpal_conn *c = ep->regs[i]->c;
@@ -416,15 +416,15 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 		t0 = now_ns();
 	for (i = 1; budget && ep->nregs; i++) {
 		if (yield) {
-			pthread_mutex_unlock(&ep->lock);
+			lock_give(&ep->lock);
 			sched_yield();
-			pthread_mutex_lock(&ep->lock);
+			lock_take(&ep->lock);
 		} else {
 			cpu_relax();
 		}
 		if (!(i & 63)) {        /* let rpal_epoll_ctl() in now and then */
-			pthread_mutex_unlock(&ep->lock);
-			pthread_mutex_lock(&ep->lock);
+			lock_give(&ep->lock);
+			lock_take(&ep->lock);
 			mpk_all_sync();
 		}
 		n = scan(ep, events, max);
@@ -476,7 +476,7 @@ static int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int 
 	}
 }
 
-RPAL_EXPORT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
+RPAL_EXPORT RPAL_HOT int rpal_epoll_wait(int epfd, struct epoll_event *events, int maxevents, int timeout)
 {
 	struct rpal_ep *ep = ep_get(epfd);
 	bool owner, fast = false, counted = false, others;

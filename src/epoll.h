@@ -43,7 +43,7 @@ struct rpal_ep {
 	_Atomic uint32_t lone_gen;
 	_Atomic(_Atomic uint32_t *) lone_word;
 	_Atomic unsigned nuser; /* ordinary descriptors added through rpal_epoll_ctl() */
-	pthread_mutex_t lock;
+	struct rpal_lock lock;
 	struct rpal_ep_reg **regs;
 	unsigned nregs, cap;
 	unsigned rr;            /* round-robin start among connections */
@@ -106,7 +106,7 @@ static inline bool owner_take(struct rpal_ep *ep)
 			return true;
 		store_release(&ep->owner_in, 0);
 	}
-	pthread_mutex_lock(&ep->lock);
+	lock_take(&ep->lock);
 	return false;
 }
 
@@ -115,7 +115,7 @@ static inline void owner_give(struct rpal_ep *ep, bool fast)
 	if (fast)
 		store_release(&ep->owner_in, 0);
 	else
-		pthread_mutex_unlock(&ep->lock);
+		lock_give(&ep->lock);
 }
 
 /* Take the set for anyone else (under lock, with the owner out). */
@@ -123,7 +123,7 @@ static inline bool other_take(struct rpal_ep *ep)
 {
 	bool counted = ep->biased && !set_is_owner(ep);
 
-	pthread_mutex_lock(&ep->lock);
+	lock_take(&ep->lock);
 	if (counted) {
 		atomic_fetch_add(&ep->others, 1);
 		syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
@@ -137,7 +137,7 @@ static inline void other_give(struct rpal_ep *ep, bool counted)
 {
 	if (counted)
 		atomic_fetch_sub(&ep->others, 1);
-	pthread_mutex_unlock(&ep->lock);
+	lock_give(&ep->lock);
 }
 
 /* epoll_set.c */

@@ -34,7 +34,7 @@ RPAL_EXPORT int rpal_epoll_create(int flags)
 		return -1;
 	}
 	ep->obj.kind = OBJ_EPOLL;
-	pthread_mutex_init(&ep->lock, NULL);
+	lock_init(&ep->lock);
 	spin_init(&ep->spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);
 	ep->fd = epoll_create1(flags);
 	ep->top = epoll_create1(EPOLL_CLOEXEC);
@@ -251,13 +251,13 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 			/* Counted so a set of rpal connections only may sleep on
 			 * futexes; see ep_wait().  The count and the watch change
 			 * together, or two threads could leave U unwatched. */
-			pthread_mutex_lock(&ep->lock);
+			lock_take(&ep->lock);
 			if (op == EPOLL_CTL_ADD && atomic_fetch_add(&ep->nuser, 1) == 0)
 				watch_del(ep->fd);      /* epoll sleeps see U themselves */
 			else if (op == EPOLL_CTL_DEL && atomic_load(&ep->nuser) &&
 				 atomic_fetch_sub(&ep->nuser, 1) == 1)
 				watch_add(ep->fd, EPOLLIN, WATCH_SET | (uint32_t)ep->fd);
-			pthread_mutex_unlock(&ep->lock);
+			lock_give(&ep->lock);
 			if (op != EPOLL_CTL_DEL)
 				ep_kick(ep);
 		}

@@ -207,7 +207,7 @@ static void forget_one(int fd, struct rpal_obj *_Atomic *slot)
 static void atfork_child(void)
 {
 	pthread_mutex_init(&rpal_g.lock, NULL);
-	pthread_mutex_init(&rpal_g.alloc_lock, NULL);
+	lock_init(&rpal_g.alloc_lock);
 	watch_forget_child();
 	host_forget_child();    /* not one of the launcher's programs any more */
 	obj_walk(forget_one);
@@ -257,9 +257,9 @@ RPAL_EXPORT int rpal_stats(struct rpal_stats *st)
 	for (p = rpal_g.peers; p; p = p->next)
 		st->nr_peers_mapped++;
 	pthread_mutex_unlock(&rpal_g.lock);
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	st->arena_used = alloc_used(rpal_g.alloc);
 	st->bufs_in_use = alloc_nr_blocks(rpal_g.alloc);
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 	return 0;
 }

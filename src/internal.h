@@ -7,6 +7,8 @@
  *  base
  *   error.c      per-thread error detail, rpal_strerror
  *   config.c     defaults, environment overrides, validation
+ *   cpu.c        which CPU the thread runs on, from glibc's rseq area
+ *   lock.c       the mutex of the message paths: sleeping and waking
  *  mem
  *   region.c     the reserved region, slot claim, own arena, peer mappings
  *   stat.c       the statistics page: per-connection counters observers read
@@ -163,7 +165,7 @@ struct rpal_conn {
 	uint64_t ack_tail;            /* C: acks I have produced */
 	uint64_t last_rung_tx;        /* C: peer's waiting word when I last woke it */
 
-	pthread_mutex_t out_lock;     /* ack_head, out, out_bytes */
+	struct rpal_lock out_lock;    /* ack_head, out, out_bytes */
 	_Atomic uint64_t ack_head;    /* peer acks I have consumed (written under out_lock) */
 	struct bufset out;            /* my buffers the peer holds */
 	_Atomic uint64_t out_bytes;   /* their allocator blocks' size (written under out_lock) */
@@ -256,7 +258,7 @@ struct rpal_global {
 	int memfd;
 	struct rpal_arena_hdr *arena;
 	struct rpal_alloc *alloc;
-	pthread_mutex_t alloc_lock;
+	struct rpal_lock alloc_lock;
 	_Atomic uint64_t arena_used;  /* the allocator's count, for quota checks that take no lock */
 	struct rpal_peer *peers;
 	struct rpal_linger *lingering;
@@ -438,10 +440,9 @@ static inline void copy_inline(void *dst, const void *src, size_t n)
 /* ring.c */
 struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries);
 void block_destroy(struct rpal_block *b);
-int ring_reserve(struct rpal_conn *c);           /* 0 or -EAGAIN */
+int ring_reserve_slow(struct rpal_conn *c);
 void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
 int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
-void ring_consume(struct rpal_conn *c, uint32_t len);
 bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(const struct rpal_conn *c, uint64_t *head);
 int acks_drain(struct rpal_conn *c);             /* consume the peer's acks */
@@ -459,6 +460,25 @@ static inline bool slot_empty(const struct rpal_conn *c, uint64_t idx, uint32_t 
 static inline uint64_t ring_head(const struct rpal_conn *c)
 {
 	return load_relaxed(&c->me->rx_head);
+}
+
+/* 0 if a slot is free, -EAGAIN if the ring is full.  Inline: our copy of
+ * the peer's head answers nearly every send. */
+static inline int ring_reserve(struct rpal_conn *c)
+{
+	if (likely(c->tail - c->head_cache <= c->ring_mask))
+		return 0;
+	return ring_reserve_slow(c);
+}
+
+/* Done with the slot ring_peek() copied: hand it back to the producer. */
+static inline void ring_consume(struct rpal_conn *c, uint32_t len)
+{
+	c->rx_head++;
+	/* R1: our reads of the slot happened before the producer may reuse it. */
+	store_release(&c->me->rx_head, c->rx_head);
+	stat_inc(&c->st->rx.msgs);
+	stat_add(&c->st->rx.bytes, len);
 }
 
 /* Is there something to look at: a message, or a violation to report? */
@@ -504,7 +524,19 @@ static inline bool send_ready(const struct rpal_conn *c, uint64_t *head)
 /* notify.c */
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
 void notify_wake_rx(struct rpal_conn *c, uint64_t w);
-void notify_peer_tx(struct rpal_conn *c, bool force); /* after consuming or acking */
+void notify_peer_tx_now(struct rpal_conn *c);
+
+/*
+ * After consuming or acking: wake a producer waiting for room.  It sleeps
+ * only with a full ring, so checking every quarter ring (or when forced:
+ * acks, an emptied ring) keeps the barrier off the per-message path without
+ * losing a wake-up.
+ */
+static inline void notify_peer_tx(struct rpal_conn *c, bool force)
+{
+	if (force || c->rx_head - c->rx_checked >= (c->pring_mask + 1) / 4)
+		notify_peer_tx_now(c);
+}
 int conn_wait(struct rpal_conn *c, uint32_t what, int flags);
 void doorbell_drain(struct rpal_conn *c);
 void wait_begin(struct rpal_conn *c, uint32_t bits);

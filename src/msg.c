@@ -24,8 +24,17 @@ static int send_error(struct rpal_conn *c)
 	return 0;
 }
 
+/* Nothing stands in the way of a send that needs only a slot: no error,
+ * no shutdown either way, no death, a free slot.  The look every small
+ * send starts with; send_prepare() for the rest. */
+static inline bool send_clear(struct rpal_conn *c)
+{
+	return !conn_err(c) && !c->shut_wr && !(peer_update(c) & RPAL_STATE_CLOSED) && !conn_dead(c) &&
+	       !ring_reserve(c);
+}
+
 /* Wait for a free slot (and, for a buffer of size bytes, quota) or fail. */
-static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t size, bool allocated)
+static RPAL_WARM int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t size, bool allocated)
 {
 	bool full = false;
 
@@ -64,31 +73,23 @@ static int send_prepare(struct rpal_conn *c, uint32_t what, int flags, uint64_t 
 
 /* Publish a claimed buffer of ours, whose block is size bytes.  The
  * caller has reserved slot and quota. */
-static void publish_buf(struct rpal_conn *c, void *buf, size_t len, uint64_t size)
+static RPAL_WARM void publish_buf(struct rpal_conn *c, void *buf, size_t len, uint64_t size)
 {
-	pthread_mutex_lock(&c->out_lock);
+	lock_take(&c->out_lock);
 	bufset_add(&c->out, (uintptr_t)buf);   /* cannot fail: quota checked */
 	store_relaxed(&c->out_bytes, load_relaxed(&c->out_bytes) + size);
 	store_relaxed(&c->st->tx.bufs_out, c->out.count);     /* under out_lock: one writer */
-	pthread_mutex_unlock(&c->out_lock);
+	lock_give(&c->out_lock);
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
 }
 
-static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int flags)
+/* A message too large for a slot: copied into a buffer of our arena. */
+static RPAL_WARM ssize_t send_large(struct rpal_conn *c, const void *buf, size_t len, int flags)
 {
 	uint64_t size;
 	void *copy;
 	int ret;
 
-	if (len == 0)   /* would read as end of stream */
-		return rpal_fail(EINVAL, "empty messages are not allowed");
-	if (len <= RPAL_INLINE_MAX) {
-		ret = send_prepare(c, WANT_SLOT, flags, 0, false);
-		if (ret)
-			return ret;
-		ring_publish(c, buf, (uint32_t)len, 0, RPAL_SLOT_INLINE);
-		return (ssize_t)len;
-	}
 	if (len > UINT32_MAX || len > rpal_g.cfg.arena_size / 2)
 		return rpal_fail(EMSGSIZE, "message of %zu bytes is larger than half the arena", len);
 	size = alloc_block_size(len);
@@ -106,6 +107,22 @@ static ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int fl
 	return (ssize_t)len;
 }
 
+/* Inline: a small message into a free slot is the path to keep short. */
+static inline ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len, int flags)
+{
+	int ret;
+
+	if (len == 0)   /* would read as end of stream */
+		return rpal_fail(EINVAL, "empty messages are not allowed");
+	if (len > RPAL_INLINE_MAX)
+		return send_large(c, buf, len, flags);
+	ret = send_clear(c) ? 0 : send_prepare(c, WANT_SLOT, flags, 0, false);
+	if (ret)
+		return ret;
+	ring_publish(c, buf, (uint32_t)len, 0, RPAL_SLOT_INLINE);
+	return (ssize_t)len;
+}
+
 /*
  * After publishing: wake (or, hosted, call) the consumer unless RPAL_MORE,
  * then say which CPU we send from.  A consumer spins only for a producer on
@@ -120,7 +137,7 @@ static inline __attribute__((always_inline)) int sent(struct rpal_conn *c, int f
 	return ret;
 }
 
-RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
+RPAL_EXPORT RPAL_HOT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
 	ssize_t ret;
@@ -141,7 +158,7 @@ RPAL_EXPORT ssize_t rpal_send(int fd, const void *buf, size_t len, int flags)
 	return ret;
 }
 
-RPAL_EXPORT int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags)
+RPAL_EXPORT RPAL_WARM int rpal_send_batch(int fd, const struct iovec *msgs, unsigned n, int flags)
 {
 	struct rpal_conn *c;
 	unsigned i;
@@ -201,7 +218,7 @@ RPAL_EXPORT void rpal_buf_free(void *buf)
 	arena_free(buf);
 }
 
-RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
+RPAL_EXPORT RPAL_WARM int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
 	long size;
@@ -232,7 +249,7 @@ RPAL_EXPORT int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 /* ---------------------------------------------------------------- receive */
 
 /* Nothing queued: end of stream, error, or wait.  0 means "look again". */
-static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
+static RPAL_HOT int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 {
 	*eof = false;
 	if (conn_err(c))
@@ -261,7 +278,7 @@ static int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 	return conn_wait(c, WANT_RX, flags);
 }
 
-RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
+RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
 	struct rpal_slot s;
@@ -304,7 +321,7 @@ RPAL_EXPORT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	return s.len;
 }
 
-RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags)
+RPAL_EXPORT RPAL_WARM int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int flags)
 {
 	struct rpal_conn *c;
 	struct rpal_slot s;
@@ -362,7 +379,7 @@ RPAL_EXPORT int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned n, int fla
 	}
 }
 
-RPAL_EXPORT int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
+RPAL_EXPORT RPAL_WARM int rpal_msg_release(int fd, struct rpal_msg *msgs, unsigned n)
 {
 	struct rpal_conn *c;
 	unsigned i;

@@ -64,7 +64,7 @@ static void doorbell_write(int fd)
  * unread bytes, hence an edge, and will wake anyway.  False: this sleep
  * was rung already.  count: the statistics page's counter of the calling
  * side (one writer). */
-static bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
+static RPAL_HOT bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
 			  uint64_t *last, _Atomic uint64_t *count)
 {
 	if (w == *last)
@@ -90,7 +90,7 @@ static bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, u
 }
 
 /* The consumer advertised a sleep (w: its waiting word): wake it. */
-void notify_wake_rx(struct rpal_conn *c, uint64_t w)
+RPAL_HOT void notify_wake_rx(struct rpal_conn *c, uint64_t w)
 {
 	if (!ring_doorbell(c, w, RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX_BELL, &c->last_rung_rx, &c->st->tx.wakeups))
 		stat_inc(&c->st->tx.wakeups_avoided);
@@ -122,51 +122,43 @@ void doorbell_drain(struct rpal_conn *c)
 }
 
 /*
- * Sleepers are counted by kind, 16 bits each in c->wait_count: RX on the
- * futex, RX on the doorbell, and the same for TX.  Every sleep sets one of
- * the kind flags (*_FUTEX or *_BELL) beside its direction's flag, so a
- * direction has sleepers exactly when one of its two kinds does.
+ * Sleepers are counted by kind, 16 bits each in c->wait_count, in the
+ * order of the kind flags: RX on the futex, TX on the futex, RX on the
+ * doorbell, TX on the doorbell.  Every sleep sets one kind flag beside its
+ * direction's flag, so a direction has sleepers exactly when one of its two
+ * kinds does.  Straight-line bit arithmetic: both run on every sleep.
  */
-static const struct {
-	uint32_t flag, dir;
-	unsigned shift;
-} wait_kinds[] = {
-	{ RPAL_WAIT_RX_FUTEX, RPAL_WAIT_RX, 0 },
-	{ RPAL_WAIT_RX_BELL, RPAL_WAIT_RX, 16 },
-	{ RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX, 32 },
-	{ RPAL_WAIT_TX_BELL, RPAL_WAIT_TX, 48 },
-};
+#define WAIT_KIND_FIRST 2       /* bit of RPAL_WAIT_RX_FUTEX, the first kind */
+_Static_assert(RPAL_WAIT_RX_FUTEX == 1u << WAIT_KIND_FIRST && RPAL_WAIT_TX_FUTEX == 2u << WAIT_KIND_FIRST &&
+	       RPAL_WAIT_RX_BELL == 4u << WAIT_KIND_FIRST && RPAL_WAIT_TX_BELL == 8u << WAIT_KIND_FIRST,
+	       "the kind flags are four bits in a row, RX and TX alternating");
 
+/* One sleeper of each kind in bits, as counted in wait_count. */
 static uint64_t wait_units(uint32_t bits)
 {
-	uint64_t u = 0;
-	unsigned i;
+	uint64_t k = (bits >> WAIT_KIND_FIRST) & 0xf;
 
-	for (i = 0; i < 4; i++)
-		if (bits & wait_kinds[i].flag)
-			u += 1ull << wait_kinds[i].shift;
-	return u;
+	return (k & 1) | (k & 2) << 15 | (k & 4) << 30 | (k & 8) << 45;
 }
 
-/* The flags of the kinds that have no sleeper in count. */
+/* The flags of the kinds, and directions, that have no sleeper in count. */
 static uint32_t wait_unused(uint64_t count)
 {
-	uint32_t unused = RPAL_WAIT_RX | RPAL_WAIT_TX;
-	unsigned i;
+	uint32_t busy = (uint32_t)((count & 0xffff) != 0) | (uint32_t)((count >> 16 & 0xffff) != 0) << 1 |
+			(uint32_t)((count >> 32 & 0xffff) != 0) << 2 | (uint32_t)((count >> 48) != 0) << 3;
+	uint32_t unused = (~busy & 0xf) << WAIT_KIND_FIRST;
 
-	for (i = 0; i < 4; i++) {
-		if ((count >> wait_kinds[i].shift) & 0xffff)
-			unused &= ~wait_kinds[i].dir;
-		else
-			unused |= wait_kinds[i].flag;
-	}
+	if (!(busy & 5))        /* neither RX kind */
+		unused |= RPAL_WAIT_RX;
+	if (!(busy & 10))       /* neither TX kind */
+		unused |= RPAL_WAIT_TX;
 	return unused;
 }
 
 /* Advertise a sleep on bits (a direction and its kind, counted until
  * wait_end()); the locked RMW is barrier W0.  Bits 0 only counts a new
  * sleep of flags already advertised, so the peer rings again. */
-void wait_begin(struct rpal_conn *c, uint32_t bits)
+RPAL_HOT void wait_begin(struct rpal_conn *c, uint32_t bits)
 {
 	uint64_t w, nw;
 
@@ -187,7 +179,7 @@ void wait_begin(struct rpal_conn *c, uint32_t bits)
  * fails and we look again; one that counts itself in after our swap sets
  * the flag after we cleared it.
  */
-void wait_end(struct rpal_conn *c, uint32_t bits)
+RPAL_HOT void wait_end(struct rpal_conn *c, uint32_t bits)
 {
 	uint64_t w, before;
 	uint32_t clear;
@@ -204,16 +196,9 @@ void wait_end(struct rpal_conn *c, uint32_t bits)
 	} while (!atomic_compare_exchange_weak(&c->me->waiting, &w, w & ~(uint64_t)clear));
 }
 
-/*
- * After consuming or acking: wake a producer waiting for room.  It sleeps
- * only with a full ring, so checking every quarter ring (or when forced:
- * acks, an emptied ring) keeps the barrier off the per-message path without
- * losing a wake-up.
- */
-void notify_peer_tx(struct rpal_conn *c, bool force)
+/* notify_peer_tx(), when it is time to look. */
+RPAL_HOT void notify_peer_tx_now(struct rpal_conn *c)
 {
-	if (!force && c->rx_head - c->rx_checked < (c->pring_mask + 1) / 4)
-		return;
 	uint64_t w;
 
 	c->rx_checked = c->rx_head;
@@ -223,7 +208,7 @@ void notify_peer_tx(struct rpal_conn *c, bool force)
 		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->st->rx.wakeups);
 }
 
-static bool wait_done(struct rpal_conn *c, unsigned what)
+static RPAL_HOT bool wait_done(struct rpal_conn *c, unsigned what)
 {
 	if (conn_dead(c) || conn_err(c))
 		return true;
@@ -245,7 +230,7 @@ static bool wait_done(struct rpal_conn *c, unsigned what)
  * Wait until what (WANT_*) holds, the peer dies or shuts down.  Spins up to
  * the adaptive budget, then sleeps on the doorbell, the socket and the pidfd.
  */
-int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
+RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 {
 	uint32_t bit = (what & WANT_RX) ? RPAL_WAIT_RX : RPAL_WAIT_TX;
 	struct rpal_spin *spin = (what & WANT_RX) ? &c->rx_spin : &c->tx_spin;

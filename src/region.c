@@ -28,7 +28,7 @@
 
 struct rpal_global rpal_g = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
-	.alloc_lock = PTHREAD_MUTEX_INITIALIZER,
+	.alloc_lock = RPAL_LOCK_INIT,
 	.slot_lockfd = -1,
 	.memfd = -1,
 	.statfd = -1,
@@ -396,52 +396,52 @@ void peer_put(struct rpal_peer *p)
 	free(p);
 }
 
-void *arena_alloc(size_t len)
+RPAL_WARM void *arena_alloc(size_t len)
 {
 	void *p;
 
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	p = alloc_get(rpal_g.alloc, len);
 	store_relaxed(&rpal_g.arena_used, alloc_used(rpal_g.alloc));
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 	return p;
 }
 
-long arena_free(void *p)
+RPAL_WARM long arena_free(void *p)
 {
 	long ret;
 
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	ret = alloc_put(rpal_g.alloc, p);
 	store_relaxed(&rpal_g.arena_used, alloc_used(rpal_g.alloc));
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 	return ret;
 }
 
-long arena_claim(void *p, size_t len)
+RPAL_WARM long arena_claim(void *p, size_t len)
 {
 	long ret;
 
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	ret = alloc_claim(rpal_g.alloc, p, len);
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 	return ret;
 }
 
 void arena_unclaim(void *p)
 {
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	alloc_unclaim(rpal_g.alloc, p);
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 }
 
 bool arena_in_flight(void *p)
 {
 	bool ret;
 
-	pthread_mutex_lock(&rpal_g.alloc_lock);
+	lock_take(&rpal_g.alloc_lock);
 	ret = alloc_in_flight(rpal_g.alloc, p);
-	pthread_mutex_unlock(&rpal_g.alloc_lock);
+	lock_give(&rpal_g.alloc_lock);
 	return ret;
 }
 

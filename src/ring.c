@@ -57,11 +57,10 @@ void block_destroy(struct rpal_block *b)
 
 /* ------------------------------------------------------------- producer */
 
-/* 0 if a slot is free, -EAGAIN if the ring is full. */
-int ring_reserve(struct rpal_conn *c)
+/* ring_reserve() when our copy of the peer's head says the ring is full:
+ * read the head itself. */
+int ring_reserve_slow(struct rpal_conn *c)
 {
-	if (likely(c->tail - c->head_cache <= c->ring_mask))
-		return 0;
 	/* A1: pairs with the consumer's release of rx_head (R1): once we see
 	 * its head move, its reads of those slots are complete. */
 	c->head_cache = load_acquire(&c->pb->rx_head);
@@ -72,7 +71,7 @@ int ring_reserve(struct rpal_conn *c)
 	return c->tail - c->head_cache <= c->ring_mask ? 0 : -EAGAIN;
 }
 
-void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags)
+RPAL_HOT void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags)
 {
 	struct rpal_slot *s = &c->ring[c->tail & c->ring_mask];
 
@@ -116,7 +115,7 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
  */
-int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
+RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 {
 	const struct rpal_slot *s;
 	uint32_t seq, want = (uint32_t)(c->rx_head + 1);
@@ -151,15 +150,6 @@ int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	return 1;
 }
 
-void ring_consume(struct rpal_conn *c, uint32_t len)
-{
-	c->rx_head++;
-	/* R1: our reads of the slot happened before the producer may reuse it. */
-	store_release(&c->me->rx_head, c->rx_head);
-	stat_inc(&c->st->rx.msgs);
-	stat_add(&c->st->rx.bytes, len);
-}
-
 /* Has the peer written slot idx (a message or garbage)?  A hint for epoll. */
 bool ring_published(struct rpal_conn *c, uint64_t idx)
 {
@@ -172,7 +162,7 @@ bool ring_published(struct rpal_conn *c, uint64_t idx)
 
 /* Tell the peer we are done with its buffer.  Our ack ring has room: the
  * peer keeps at most ack_entries buffers with us (checked on receipt). */
-int ack_push(struct rpal_conn *c, uint64_t addr)
+RPAL_WARM int ack_push(struct rpal_conn *c, uint64_t addr)
 {
 	struct rpal_ack *a;
 
@@ -191,7 +181,7 @@ int ack_push(struct rpal_conn *c, uint64_t addr)
 }
 
 /* Free every buffer the peer has acknowledged.  Returns how many. */
-int acks_drain(struct rpal_conn *c)
+RPAL_WARM int acks_drain(struct rpal_conn *c)
 {
 	uint64_t head = load_relaxed(&c->ack_head), freed = 0;
 	int n = 0;
@@ -202,7 +192,7 @@ int acks_drain(struct rpal_conn *c)
 	 * epoll waiter may both look). */
 	if (load_relaxed(&c->packs[head & c->pack_mask].seq) != (uint32_t)(head + 1))
 		return 0;
-	pthread_mutex_lock(&c->out_lock);
+	lock_take(&c->out_lock);
 	for (;;) {
 		const struct rpal_ack *a;
 		uint32_t seq;
@@ -228,6 +218,6 @@ int acks_drain(struct rpal_conn *c)
 		store_relaxed(&c->st->tx.bufs_out, c->out.count);
 		store_release(&c->me->ack_head, load_relaxed(&c->ack_head));
 	}
-	pthread_mutex_unlock(&c->out_lock);
+	lock_give(&c->out_lock);
 	return n;
 }

@@ -123,7 +123,7 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 	s->probe_gap = s->probe_left = 1;
 }
 
-uint64_t spin_budget(struct rpal_spin *s)
+RPAL_HOT uint64_t spin_budget(struct rpal_spin *s)
 {
 	uint64_t cap, b;
 
@@ -236,13 +236,13 @@ static bool counted_only(struct rpal_spin *s, bool caught)
 	return whole && !s->probing && s->caught_share >= CATCH_KEEP_CAP && (++s->untimed & 15);
 }
 
-void spin_caught(struct rpal_spin *s, uint64_t t0)
+RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0)
 {
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
 		learn(s, now_ns() - t0, true);
 }
 
-void spin_update(struct rpal_spin *s, uint64_t waited_ns)
+RPAL_HOT void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 {
 	bool caught = waited_ns <= s->this_ns;
 

@@ -228,7 +228,7 @@ static void setup(struct fz *z, uint8_t geom, uint8_t flags, uint64_t start)
 	c->out_limit = z->pack_n;
 	c->doorbell = c->peer_doorbell = c->pidfd = -1;
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
-	pthread_mutex_init(&c->out_lock, NULL);
+	lock_init(&c->out_lock);
 	store_relaxed(&c->dead, !!(flags & 1));
 	c->peer_pid = 4242;
 
