@@ -59,7 +59,7 @@ void block_destroy(struct rpal_block *b)
 
 /* ring_reserve() when our copy of the peer's head says the ring is full:
  * read the head itself. */
-int ring_reserve_slow(struct rpal_conn *c)
+RPAL_HOT int ring_reserve_slow(struct rpal_conn *c)
 {
 	/* A1: pairs with the consumer's release of rx_head (R1): once we see
 	 * its head move, its reads of those slots are complete. */

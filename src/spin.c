@@ -76,13 +76,13 @@ uint64_t thread_cpu_ns(void)
 }
 
 /* What one sleep and its wake-up cost. */
-static uint64_t sleep_cost(void)
+static RPAL_HOT uint64_t sleep_cost(void)
 {
 	return (uint64_t)load_relaxed(&sleep_cost_ns) + load_relaxed(&wake_cost_ns);
 }
 
 /* The longest spin: a sleep's cost, never more than the ceiling. */
-static uint64_t spin_cap(const struct rpal_spin *s)
+static RPAL_HOT uint64_t spin_cap(const struct rpal_spin *s)
 {
 	uint64_t c = sleep_cost();
 
@@ -91,12 +91,12 @@ static uint64_t spin_cap(const struct rpal_spin *s)
 
 /* Where bucket i begins: 0, then 250 ns doubling to 64 µs (the last one
  * has no end). */
-static uint32_t edge(unsigned i)
+static RPAL_HOT uint32_t edge(unsigned i)
 {
 	return i ? 125u << i : 0;
 }
 
-static unsigned bucket(uint64_t ns)
+static RPAL_HOT unsigned bucket(uint64_t ns)
 {
 	unsigned i = 0;
 
@@ -145,7 +145,7 @@ RPAL_HOT uint64_t spin_budget(struct rpal_spin *s)
 
 /* The budget that costs least on the recent waits (see above): a bucket's
  * end, or the cap within its bucket (its waits taken as spread evenly). */
-static void choose(struct rpal_spin *s)
+static RPAL_HOT void choose(struct rpal_spin *s)
 {
 	double c = (double)sleep_cost(), surv = 1, spent = 0, best = c;
 	uint64_t cap = spin_cap(s);
@@ -180,7 +180,7 @@ static void choose(struct rpal_spin *s)
 }
 
 /* A wait that lasted waited_ns, caught by its spin or not. */
-static void learn(struct rpal_spin *s, uint64_t waited_ns, bool caught)
+static RPAL_HOT void learn(struct rpal_spin *s, uint64_t waited_ns, bool caught)
 {
 	unsigned i, last;
 
@@ -223,7 +223,7 @@ static void learn(struct rpal_spin *s, uint64_t waited_ns, bool caught)
  * wait can go unlearnt: while the whole cap pays, one wait in 16 is timed
  * and learnt from, so that a round trip of a µs pays no clock read.
  */
-static bool counted_only(struct rpal_spin *s, bool caught)
+static RPAL_HOT bool counted_only(struct rpal_spin *s, bool caught)
 {
 	bool whole = s->budget_ns == UINT32_MAX;
 
