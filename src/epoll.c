@@ -273,7 +273,9 @@ static RPAL_HOT bool lone_claim(struct rpal_ep *ep)
  */
 static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
 {
-	struct futex_waitv wv[FUTEX_SLEEP_MAX + 1];
+	/* Sized to the set (at most FUTEX_SLEEP_MAX, see the caller): a set
+	 * of one takes two entries of the caller's stack instead of 3 KiB. */
+	struct futex_waitv wv[ep->nregs + 1];
 	/* kick_seq before watch_seq: the watcher bumps them the other way
 	 * round, so an event either shows in wseq or changes kseq. */
 	uint32_t kseq = atomic_load(&ep->kick_seq), wseq = atomic_load(&watch_seq);
