@@ -2,8 +2,8 @@
 /*
  * base.h - the bottom layer of librpal, which every file may use: atomics
  * and barriers, a lock, the clock, the CPU we run on, error details,
- * configuration (lock.c, cpu.c, error.c, config.c).  Includes nothing of librpal but the public header and the
- * wire layout.
+ * configuration (lock.c, cpu.c, error.c, config.c).  Includes nothing
+ * of librpal but the public header and the wire layout.
  */
 #ifndef RPAL_BASE_H
 #define RPAL_BASE_H
