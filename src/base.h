@@ -56,8 +56,8 @@ static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 /*
  * A mutex on one futex word: 0 free, 1 held, 2 held and maybe waited for.
  * The message and wait paths take one on every call; inline, the
- * uncontended take and give stay in librpal's hot text instead of two
- * pages of libc (see RPAL_HOT).  lock.c sleeps and wakes.
+ * uncontended take and give stay in librpal's hot text instead of calls
+ * into libc (see RPAL_HOT).  lock.c sleeps and wakes.
  */
 struct rpal_lock {
 	_Atomic uint32_t word;
@@ -91,8 +91,7 @@ uint32_t this_cpu_slow(void);
 /*
  * The CPU we run on.  The kernel keeps the cpu_id of the thread's rseq area
  * current, so this is one load, as in glibc's sched_getcpu(), without the
- * call: that function lives on a page of libc this path need not touch
- * (see RPAL_HOT).  A thread whose registration failed reads a negative id.
+ * call into libc.  A thread whose registration failed reads a negative id.
  */
 static inline uint32_t this_cpu(void)
 {
@@ -128,11 +127,9 @@ static inline uint64_t now_ns(void)
 }
 
 /*
- * Code layout.  Two processes that take turns on a CPU share its TLB, and
- * every page of code or data a round trip touches costs a TLB miss more
- * often than not: on a 2-vCPU VM, a futex ping-pong slowed by 4-5 ns for
- * each page more it touched per side.  So the message paths keep their code
- * together.  RPAL_HOT: the path of every small message and every wait; the
+ * Code layout.  The message and wait paths run on every round trip, often
+ * right after a context switch, so they keep their code together and
+ * dense.  RPAL_HOT: the path of every small message and every wait; the
  * compiler gathers these functions in .text.hot and moves their failure
  * branches out.  RPAL_WARM: the paths of buffers and zero copy, placed
  * right after them (.text.sorted.* follows .text.hot in the linker's
