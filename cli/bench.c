@@ -71,7 +71,8 @@ static void usage(FILE *f)
 "                        On a VM whose speed drifts, a slow spell that hits a\n"
 "                        minority of a case's runs then does not show; rpal\n"
 "                        rows are also compared round by round with futex's\n"
-"                        run of the same round (latency) or uds-epoll's (CPU)\n"
+"                        run of the same round (latency) or uds-epoll's (CPU);\n"
+"                        rpc rows by p50 and by CPU per request\n"
 "      --warmup N        unrecorded messages before each run (default 1000)\n"
 "      --timeout S       kill a run after S seconds (default 600)\n"
 "      --json[=FILE]     write results as JSON to FILE, or to stdout instead\n"
@@ -548,6 +549,8 @@ static void file_case(struct run_out *runs, unsigned n, struct report *r, size_t
 		*x = runs[stats_median_index(key, n)].res[i];
 		x->rounds = n;
 		memcpy(x->round_key, key, n * sizeof(key[0]));
+		for (unsigned k = 0; k < n && x->metric == M_RPC; k++)
+			x->round_cpu[k] = runs[k].res[i].cpu_per_req_ns;
 	}
 }
 

@@ -218,6 +218,7 @@ struct result {
 	uint64_t cdf[CDF_POINTS];	/* oneway: cycles at quantile i/(N-1), tail-weighted */
 	unsigned rounds;		/* runs behind it: it is the median one by round_key */
 	double round_key[MAX_ROUNDS];	/* each run's p50 (throughput, CPU: mean) */
+	double round_cpu[MAX_ROUNDS];	/* rpc: each run's CPU per request, ns */
 };
 
 struct run_out {

@@ -84,11 +84,11 @@ static void ratio(const struct report *r, const struct result *x, char *buf)
  * (the kernel's cheapest sleep and wake-up, the bar for an rpal consumer
  * asleep; rpc: its p50 at the same offered rate), uds-epoll for CPU per
  * message; a transport that names its own baseline (rpal-go: go-uds, the
- * frameworks over rpal: the same over a Unix socket) against that.  Returns
- * the baseline's name, or NULL without rounds or a baseline row to compare
- * with.
+ * frameworks over rpal: the same over a Unix socket) against that.  cpu:
+ * an rpc row's CPU per request instead of its p50.  Returns the baseline's
+ * name, or NULL without rounds or a baseline row to compare with.
  */
-static const char *by_round(const struct report *r, const struct result *x, struct paired *p)
+static const char *by_round(const struct report *r, const struct result *x, struct paired *p, bool cpu)
 {
 	const struct transport *t = transports[x->transport];
 	const char *base = t->baseline ? t->baseline : x->metric == M_CPU ? "uds-epoll" : "futex";
@@ -97,9 +97,9 @@ static const char *by_round(const struct report *r, const struct result *x, stru
 	if (x->rounds < 2 || (x->suite != SU_LATENCY && x->suite != SU_CPU && x->suite != SU_RPC) ||
 	    (x->metric != M_ONEWAY && x->metric != M_RTT && x->metric != M_CPU && x->metric != M_RPC) ||
 	    (strncmp(t->name, "rpal", 4) && !t->baseline) || !(b = same_case(r, x, base)) ||
-	    b->rounds != x->rounds)
+	    b->rounds != x->rounds || (cpu && x->metric != M_RPC))
 		return NULL;
-	stats_paired(x->round_key, b->round_key, x->rounds, p);
+	stats_paired(cpu ? x->round_cpu : x->round_key, cpu ? b->round_cpu : b->round_key, x->rounds, p);
 	return p->n ? base : NULL;
 }
 
@@ -322,7 +322,7 @@ static void same_cpu_note(const struct report *r, FILE *f, int pl)
 }
 
 /* Each rpal row against its baseline, round by round (see by_round). */
-static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m)
+static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m, bool cpu)
 {
 	const char *base;
 	char lab[64], rt[32];
@@ -333,11 +333,11 @@ static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m
 		const struct result *x = &r->res[i];
 
 		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m ||
-		    !(base = by_round(r, x, &p)))
+		    !(base = by_round(r, x, &p, cpu)))
 			continue;
 		if (!head++)
 			fprintf(f, "  round by round, %s over the same round's %s (sign test: same?):\n",
-				m == M_CPU ? "CPU/msg" : "p50", base);
+				m == M_CPU ? "CPU/msg" : cpu ? "CPU/request" : "p50", base);
 		label(x, lab);
 		if (x->metric == M_RPC)
 			snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), " at %s", fmt_rate(rt, x->rate));
@@ -402,10 +402,10 @@ void report_table(const struct report *r, FILE *f)
 			 o->size, (unsigned long long)o->count);
 		section(r, f, pl, SU_LATENCY, M_ONEWAY, t);
 		counts_note(r, f, pl, SU_LATENCY, M_ONEWAY);
-		by_round_note(r, f, pl, SU_LATENCY, M_ONEWAY);
+		by_round_note(r, f, pl, SU_LATENCY, M_ONEWAY, false);
 		snprintf(t, sizeof(t), "round trip, client send -> echo checked, %zu B", o->size);
 		section(r, f, pl, SU_LATENCY, M_RTT, t);
-		by_round_note(r, f, pl, SU_LATENCY, M_RTT);
+		by_round_note(r, f, pl, SU_LATENCY, M_RTT, false);
 		hosted_note(r, f, pl);
 		snprintf(t, sizeof(t), "throughput, %zu B in batches of %u, one echo per batch",
 			 o->size, o->batch);
@@ -415,11 +415,12 @@ void report_table(const struct report *r, FILE *f)
 			 o->rate, o->seconds);
 		section(r, f, pl, SU_CPU, M_CPU, t);
 		counts_note(r, f, pl, SU_CPU, M_CPU);
-		by_round_note(r, f, pl, SU_CPU, M_CPU);
+		by_round_note(r, f, pl, SU_CPU, M_CPU, false);
 		rpc_section(r, f, pl);
 		counts_note(r, f, pl, SU_RPC, M_RPC);
 		same_cpu_note(r, f, pl);
-		by_round_note(r, f, pl, SU_RPC, M_RPC);
+		by_round_note(r, f, pl, SU_RPC, M_RPC, false);
+		by_round_note(r, f, pl, SU_RPC, M_RPC, true);
 	}
 	if (o->suites & ~(1u << SU_RPC))	/* the rpc block has no such column */
 		fprintf(f, "\nvs uds: uds-epoll's figure (p50; msgs/s; CPU) over this one, same placement: "
@@ -475,6 +476,19 @@ static void jnum(FILE *f, const char *key, double v)
 {
 	fprintf(f, ", \"%s\": ", key);
 	jval(f, v);
+}
+
+/* A by_round comparison (see by_round) as the JSON member key. */
+static void json_paired(FILE *f, const char *key, const char *base, const struct paired *p)
+{
+	fprintf(f, ", \"%s\": {\"baseline\": ", key);
+	jstr(f, base);
+	fprintf(f, ", \"rounds\": %u, \"lower\": %u, \"higher\": %u", p->n, p->lower, p->higher);
+	jnum(f, "median", p->median);
+	jnum(f, "min", p->min);
+	jnum(f, "max", p->max);
+	jnum(f, "sign_p", p->sign_p);
+	fputc('}', f);
 }
 
 int report_json(const struct report *r, FILE *f)
@@ -550,15 +564,17 @@ int report_json(const struct report *r, FILE *f)
 			jval(f, x->round_key[k]);
 		}
 		fputc(']', f);
-		if ((base = by_round(r, x, &p)) != NULL) {
-			fprintf(f, ", \"by_round\": {\"baseline\": ");
-			jstr(f, base);
-			fprintf(f, ", \"rounds\": %u, \"lower\": %u, \"higher\": %u", p.n, p.lower, p.higher);
-			jnum(f, "median", p.median);
-			jnum(f, "min", p.min);
-			jnum(f, "max", p.max);
-			jnum(f, "sign_p", p.sign_p);
-			fputc('}', f);
+		if ((base = by_round(r, x, &p, false)) != NULL)
+			json_paired(f, "by_round", base, &p);
+		if (x->metric == M_RPC) {
+			fprintf(f, ", \"round_cpu_per_req_ns\": [");
+			for (unsigned k = 0; k < x->rounds; k++) {
+				fputs(k ? ", " : "", f);
+				jval(f, x->round_cpu[k]);
+			}
+			fputc(']', f);
+			if ((base = by_round(r, x, &p, true)) != NULL)
+				json_paired(f, "by_round_cpu", base, &p);
 		}
 		if (x->has_counts) {
 			jnum(f, "wakeups_per_msg", x->wakeups_per_msg);

@@ -55,12 +55,12 @@ def base(results, r):
     return None
 
 
-def by_round(rows, what, name=label):
+def by_round(rows, what, name=label, key="by_round"):
     """The rpal rows' round-by-round comparison with their baseline, as a paragraph."""
     paired = [(v["baseline"], "%s median %.3fx (%.3f to %.3f), lower in %d and higher in %d of %d rounds "
                "(sign test p = %.2g)" % (name(r), v["median"], v["min"], v["max"], v["lower"],
                                          v["higher"], v["rounds"], v["sign_p"]))
-              for r in rows for v in [r.get("by_round")] if v]
+              for r in rows for v in [r.get(key)] if v]
     out = []
     for b in dict.fromkeys(p[0] for p in paired):
         out += ["Round by round against %s (each round's %s over the same round's %s; below 1 is "
@@ -148,7 +148,9 @@ def table(doc, svg):
                         "{:,.0f}".format(r["achieved_rate"]), us(r["p50_ns"]), us(r["p99_ns"]),
                         us(r["cpu_per_req_ns"]), r["cpu_cores"]))
             out.append("")
-            out += by_round(rows, "p50", lambda r: "%s at %s" % (label(r), rate_name(r["rate"])))
+            at_rate = lambda r: "%s at %s" % (label(r), rate_name(r["rate"]))
+            out += by_round(rows, "p50", at_rate)
+            out += by_round(rows, "CPU per request", at_rate, "by_round_cpu")
     for u in doc.get("unavailable", []):
         out.append("Not measured: %s (%s)." % (u["transport"], u["reason"]))
     for e in doc.get("errors", []):

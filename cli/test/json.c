@@ -9,7 +9,8 @@
  *     unavailable ones are listed with a reason.
  *   json.c RPAL rounds: --rounds 3 runs every case once per round, in the
  *     same order each round, shows each figure's median run, and compares
- *     rpal with futex round by round (by_round) from those runs.
+ *     rpal with futex round by round (by_round) from those runs; in the rpc
+ *     suite also each run's CPU per request (by_round_cpu).
  *   json.c RPAL rpc: the rpc suite at 2000/s and max over three transports
  *     (rpal-connected asleep) and again at concurrency 4, then the Go and
  *     the gRPC and Kitex transports at concurrency 2: a result per
@@ -157,29 +158,31 @@ static int shape(char *rpal)
 }
 
 /*
- * An rpal latency row's by_round agrees with the round_p50s of it and of
- * futex's row of the same metric (k: its own); futex's row has none.
+ * An rpal row's comparison by (by_round: p50; by_round_cpu: an rpc row's
+ * CPU per request) agrees with the per-round figures, keys, of it (k: its
+ * own) and of futex's row of the same metric; futex's row has none.
  */
-static void futex_rounds(const struct jval *res, const struct jval *r, size_t i, const double *k)
+static void futex_rounds(const struct jval *res, const struct jval *r, size_t i, const double *k,
+			 const char *by, const char *keys)
 {
-	const struct jval *v = json_get(r, "by_round"), *f = NULL;
+	const struct jval *v = json_get(r, by), *f = NULL;
 	double ratio[3], lo, hi, med;
 	int lower = 0, higher = 0;
 
 	if (strcmp(str(r, "transport") ? str(r, "transport") : "", "rpal-connected")) {
-		CHECK(!v, "results[%zu] (not rpal) has by_round", i);
+		CHECK(!v, "results[%zu] (not rpal) has %s", i, by);
 		return;
 	}
 	for (size_t j = 0; j < res->n; j++)
 		if (!strcmp(str(res->items[j], "transport"), "futex") &&
 		    !strcmp(str(res->items[j], "metric"), str(r, "metric")))
-			f = json_get(res->items[j], "round_p50s");
+			f = json_get(res->items[j], keys);
 	if (!is(v, J_OBJ) || !is(f, J_ARR) || f->n != 3) {
-		CHECK(0, "results[%zu] lacks by_round, or futex its round_p50s", i);
+		CHECK(0, "results[%zu] lacks %s, or futex its %s", i, by, keys);
 		return;
 	}
-	CHECK(str(v, "baseline") && !strcmp(str(v, "baseline"), "futex"), "results[%zu]: by_round.baseline is "
-	      "not futex", i);
+	CHECK(str(v, "baseline") && !strcmp(str(v, "baseline"), "futex"), "results[%zu]: %s.baseline is "
+	      "not futex", i, by);
 	for (int j = 0; j < 3; j++) {
 		ratio[j] = k[j] / f->items[j]->num;
 		lower += k[j] < f->items[j]->num;
@@ -189,12 +192,62 @@ static void futex_rounds(const struct jval *res, const struct jval *r, size_t i,
 	hi = ratio[0] < ratio[1] ? ratio[1] : ratio[0];
 	med = ratio[2] < lo ? lo : ratio[2] > hi ? hi : ratio[2];
 	CHECK(json_get(v, "rounds")->num == 3 && json_get(v, "lower")->num == lower &&
-	      json_get(v, "higher")->num == higher, "results[%zu]: by_round counts %g lower %g higher, "
-	      "want %d, %d", i, json_get(v, "lower")->num, json_get(v, "higher")->num, lower, higher);
-	CHECK(fabs(json_get(v, "median")->num - med) < 1e-5, "results[%zu]: by_round median %g, want %g",
-	      i, json_get(v, "median")->num, med);
+	      json_get(v, "higher")->num == higher, "results[%zu]: %s counts %g lower %g higher, "
+	      "want %d, %d", i, by, json_get(v, "lower")->num, json_get(v, "higher")->num, lower, higher);
+	CHECK(fabs(json_get(v, "median")->num - med) < 1e-5, "results[%zu]: %s median %g, want %g",
+	      i, by, json_get(v, "median")->num, med);
 	CHECK(json_get(v, "sign_p")->num > 0 && json_get(v, "sign_p")->num <= 1, "results[%zu]: sign_p %g", i,
 	      json_get(v, "sign_p")->num);
+}
+
+/* The rpc suite with --rounds 3: each row's CPU per request is its median
+ * run's (by p50), all three runs' are listed, and rpal's is compared with
+ * futex's round by round. */
+static int rpc_rounds(char *rpal)
+{
+	char *argv[] = { rpal, "bench", "--transport", "futex,rpal-connected", "--wait", "sleep", "--suite", "rpc",
+			 "--rates", "2000", "--seconds", "0.2", "--rounds", "3", "--json", "--no-progress", NULL };
+	struct out o;
+	struct jval *d;
+
+	printf("json: %s bench --transport futex,rpal-connected --wait sleep --suite rpc --rates 2000 "
+	       "--seconds 0.2 --rounds 3 --json\n", rpal);
+	if (runcmd(argv, &o)) {
+		printf("FAIL: cannot run %s\n", rpal);
+		return 1;
+	}
+	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
+	d = check_doc(o.buf[0]);
+	if (d) {
+		const struct jval *res = json_get(d, "results");
+
+		CHECK(res && res->n == 2, "%zu results, want 2 (futex, rpal-connected)", res ? res->n : 0);
+		for (size_t i = 0; res && i < res->n; i++) {
+			const struct jval *r = res->items[i];
+			const struct jval *p50s = json_get(r, "round_p50s"), *cpus = json_get(r, "round_cpu_per_req_ns");
+			double k[3];
+			int shown = 0;
+
+			if (!is(p50s, J_ARR) || p50s->n != 3 || !is(cpus, J_ARR) || cpus->n != 3) {
+				CHECK(0, "rpc results[%zu] lacks its three runs' p50s or CPU per request", i);
+				continue;
+			}
+			for (int j = 0; j < 3; j++) {
+				k[j] = cpus->items[j]->num;
+				CHECK(k[j] > 0, "rpc results[%zu]: round %d's CPU per request is %g", i, j, k[j]);
+				/* Rounds may tie on p50 (the TSC's steps): any of them. */
+				shown |= p50s->items[j]->num == json_get(r, "p50")->num &&
+					 json_get(r, "cpu_per_req_ns")->num == k[j];
+			}
+			CHECK(shown, "rpc results[%zu]: CPU per request %g is not its median run's", i,
+			      json_get(r, "cpu_per_req_ns")->num);
+			futex_rounds(res, r, i, k, "by_round_cpu", "round_cpu_per_req_ns");
+		}
+	}
+	json_free(d);
+	out_free(&o);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
 }
 
 /* --rounds 3: each case run three times, one round after another, and
@@ -267,13 +320,12 @@ static int rounds(char *rpal)
 			CHECK(shown == med, "results[%zu] shows %g, not the median of %g %g %g", i, shown, k[0],
 			      k[1], k[2]);
 			if (!tp)
-				futex_rounds(res, r, i, k);
+				futex_rounds(res, r, i, k, "by_round", "round_p50s");
 		}
 	}
 	json_free(d);
 	out_free(&o);
-	printf("%s\n", fails ? "FAIL" : "PASS");
-	return fails ? 1 : 0;
+	return rpc_rounds(rpal);
 }
 
 /* The whole of a file, NUL-terminated; NULL if it cannot be read. */
