@@ -478,6 +478,17 @@ static void jnum(FILE *f, const char *key, double v)
 	jval(f, v);
 }
 
+/* Each round's figure, as the JSON member key. */
+static void json_rounds(FILE *f, const char *key, const double *v, unsigned n)
+{
+	fprintf(f, ", \"%s\": [", key);
+	for (unsigned k = 0; k < n; k++) {
+		fputs(k ? ", " : "", f);
+		jval(f, v[k]);
+	}
+	fputc(']', f);
+}
+
 /* A by_round comparison (see by_round) as the JSON member key. */
 static void json_paired(FILE *f, const char *key, const char *base, const struct paired *p)
 {
@@ -557,22 +568,13 @@ int report_json(const struct report *r, FILE *f)
 				fprintf(f, ", \"tsc_skew_clamped\": %llu", (unsigned long long)x->skew);
 		}
 		/* The run shown is the median of these. */
-		fprintf(f, ", \"rounds\": %u, \"%s\": [", x->rounds,
-			x->metric == M_THROUGHPUT || x->metric == M_CPU ? "round_means" : "round_p50s");
-		for (unsigned k = 0; k < x->rounds; k++) {
-			fputs(k ? ", " : "", f);
-			jval(f, x->round_key[k]);
-		}
-		fputc(']', f);
+		fprintf(f, ", \"rounds\": %u", x->rounds);
+		json_rounds(f, x->metric == M_THROUGHPUT || x->metric == M_CPU ? "round_means" : "round_p50s",
+			    x->round_key, x->rounds);
 		if ((base = by_round(r, x, &p, false)) != NULL)
 			json_paired(f, "by_round", base, &p);
 		if (x->metric == M_RPC) {
-			fprintf(f, ", \"round_cpu_per_req_ns\": [");
-			for (unsigned k = 0; k < x->rounds; k++) {
-				fputs(k ? ", " : "", f);
-				jval(f, x->round_cpu[k]);
-			}
-			fputc(']', f);
+			json_rounds(f, "round_cpu_per_req_ns", x->round_cpu, x->rounds);
 			if ((base = by_round(r, x, &p, true)) != NULL)
 				json_paired(f, "by_round_cpu", base, &p);
 		}

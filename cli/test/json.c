@@ -200,6 +200,22 @@ static void futex_rounds(const struct jval *res, const struct jval *r, size_t i,
 	      json_get(v, "sign_p")->num);
 }
 
+/* Print the command argv, run it, and check that it exits 0; 1 if it
+ * cannot be run at all. */
+static int run_bench(char **argv, struct out *o)
+{
+	printf("json:");
+	for (char **a = argv; *a; a++)
+		printf(" %s", *a);
+	putchar('\n');
+	if (runcmd(argv, o)) {
+		printf("FAIL: cannot run %s\n", argv[0]);
+		return 1;
+	}
+	CHECK(o->status == 0, "exit status %d; stderr:\n%s", o->status, o->buf[1]);
+	return 0;
+}
+
 /* The rpc suite with --rounds 3: each row's CPU per request is its median
  * run's (by p50), all three runs' are listed, and rpal's is compared with
  * futex's round by round. */
@@ -210,13 +226,8 @@ static int rpc_rounds(char *rpal)
 	struct out o;
 	struct jval *d;
 
-	printf("json: %s bench --transport futex,rpal-connected --wait sleep --suite rpc --rates 2000 "
-	       "--seconds 0.2 --rounds 3 --json\n", rpal);
-	if (runcmd(argv, &o)) {
-		printf("FAIL: cannot run %s\n", rpal);
+	if (run_bench(argv, &o))
 		return 1;
-	}
-	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
 	d = check_doc(o.buf[0]);
 	if (d) {
 		const struct jval *res = json_get(d, "results");
@@ -260,13 +271,8 @@ static int rounds(char *rpal)
 	struct out o;
 	struct jval *d;
 
-	printf("json: %s bench --transport futex,rpal-connected --wait sleep --count 500 --suite latency,throughput "
-	       "--rounds 3 --json --verbose\n", rpal);
-	if (runcmd(argv, &o)) {
-		printf("FAIL: cannot run %s\n", rpal);
+	if (run_bench(argv, &o))
 		return 1;
-	}
-	CHECK(o.status == 0, "exit status %d; stderr:\n%s", o.status, o.buf[1]);
 	/* --verbose: a line per run, in run order: four cases, three times.
 	 * Only lines with a p50 are runs: others are warnings (no invariant
 	 * TSC, TSC skew) that a machine may add. */
