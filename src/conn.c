@@ -91,8 +91,9 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		       const struct ucred *uc, int memfd, struct rpal_wake_page *page, int side,
 		       const char *service, struct rpal_conn **out, char *why, size_t whylen)
 {
-	/* Aligned to a power of two at least its size, the connection never
-	 * straddles two pages: every message reads it (see RPAL_HOT). */
+	/* Aligned to a power of two at least its size: every message reads
+	 * the connection, which then spans no more cache lines and pages than
+	 * its size needs. */
 	_Static_assert(sizeof(struct rpal_conn) <= CONN_ALIGN, "struct rpal_conn outgrew CONN_ALIGN");
 	struct rpal_conn *c = aligned_alloc(CONN_ALIGN, CONN_ALIGN);
 	uint64_t w;

@@ -10,8 +10,9 @@
 
 #include "internal.h"
 
-/* Why we cannot send: -EPROTO, -EPIPE (peer closed), -ECONNRESET (died). */
-static int send_error(struct rpal_conn *c)
+/* Why we cannot send: -EPROTO, -EPIPE (peer closed), -ECONNRESET (died).
+ * Inline: every small send starts with it, and its failures are cold. */
+static inline int send_error(struct rpal_conn *c)
 {
 	if (conn_err(c))
 		return -conn_err(c);
@@ -22,15 +23,6 @@ static int send_error(struct rpal_conn *c)
 	if (conn_dead(c))
 		return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
 	return 0;
-}
-
-/* Nothing stands in the way of a send that needs only a slot: no error,
- * no shutdown either way, no death, a free slot.  The look every small
- * send starts with; send_prepare() for the rest. */
-static inline bool send_clear(struct rpal_conn *c)
-{
-	return !conn_err(c) && !c->shut_wr && !(peer_update(c) & RPAL_STATE_CLOSED) && !conn_dead(c) &&
-	       !ring_reserve(c);
 }
 
 /* Wait for a free slot (and, for a buffer of size bytes, quota) or fail. */
@@ -116,7 +108,10 @@ static inline ssize_t send_one(struct rpal_conn *c, const void *buf, size_t len,
 		return rpal_fail(EINVAL, "empty messages are not allowed");
 	if (len > RPAL_INLINE_MAX)
 		return send_large(c, buf, len, flags);
-	ret = send_clear(c) ? 0 : send_prepare(c, WANT_SLOT, flags, 0, false);
+	/* send_prepare() waits for a slot; most sends find one free. */
+	ret = send_error(c);
+	if (!ret && ring_reserve(c))
+		ret = send_prepare(c, WANT_SLOT, flags, 0, false);
 	if (ret)
 		return ret;
 	ring_publish(c, buf, (uint32_t)len, 0, RPAL_SLOT_INLINE);
