@@ -410,7 +410,18 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 			if (load_relaxed(&c->pb->tx_cpu) != me)
 				other = true;
 		}
-		yield = !other;
+		yield = !other && ep->nregs;
+	}
+	/* As in conn_wait(): a first yield that finds something needs no clock. */
+	if (yield) {
+		lock_give(&ep->lock);
+		sched_yield();
+		lock_take(&ep->lock);
+		n = scan(ep, events, max);
+		if (n) {
+			spin_caught_at_once(&ep->spin);
+			return n;
+		}
 	}
 	/* The clock only for a spin (and how long it paid), a sleep the
 	 * adaptive policy learns from, or a deadline. */

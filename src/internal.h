@@ -81,6 +81,10 @@ uint64_t spin_budget(struct rpal_spin *s);
 /* After a wait that began at t0 (now_ns()) and a spin caught; or one that
  * ended after waited_ns, caught or not. */
 void spin_caught(struct rpal_spin *s, uint64_t t0);
+/* After a wait the first yield to a peer on our CPU ended: it cost this
+ * thread one system call, whatever the peer ran meanwhile, and is learnt
+ * as a wait of no length. */
+void spin_caught_at_once(struct rpal_spin *s);
 void spin_update(struct rpal_spin *s, uint64_t waited_ns);
 /* Samples of what sleeping costs this process: a sleeper's CPU time, a
  * waker's FUTEX_WAKE or doorbell write. */

@@ -253,6 +253,16 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		uint32_t it = load_relaxed((what & WANT_RX) ? &c->pb->tx_cpu : &c->pb->rx_cpu);
 		yield = it == me;
 	}
+	/* A peer on our CPU usually has what we wait for by the time the
+	 * first yield comes back: that wait cost one system call and no
+	 * clock read.  Only a wait that outlasts it is timed. */
+	if (yield) {
+		sched_yield();
+		if (wait_done(c, what)) {
+			spin_caught_at_once(spin);
+			return 0;
+		}
+	}
 	/* The clock only to time a spin, or a sleep the adaptive policy
 	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;

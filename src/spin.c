@@ -242,6 +242,12 @@ RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0)
 		learn(s, now_ns() - t0, true);
 }
 
+RPAL_HOT void spin_caught_at_once(struct rpal_spin *s)
+{
+	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
+		learn(s, 0, true);
+}
+
 RPAL_HOT void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 {
 	bool caught = waited_ns <= s->this_ns;

@@ -189,12 +189,72 @@ static void check_costs(void)
 	       (unsigned long long)cost);
 }
 
+/*
+ * A peer on the waiter's CPU: the waiter yields to it, and most waits end
+ * with the first yield, learnt with no clock read (spin_caught_at_once).
+ * Those count as catches, so a closed loop keeps yielding the whole cap;
+ * mixed with long waits they still let the budget shrink.
+ */
+static void check_yield(void)
+{
+	struct rpal_spin s;
+	uint64_t cost;
+
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	cost = spin_budget(&s);
+	for (int i = 0; i < 20000; i++) {
+		t_check(spin_budget(&s) >= cost || (i % 256), "closed loop on one CPU: budget %u ns at wait %d",
+			s.this_ns, i);
+		if (i % 50)
+			spin_caught_at_once(&s);
+		else
+			spin_caught(&s, now_ns() - 4000);
+	}
+	t_check(s.budget_ns >= cost, "closed loop on one CPU: budget %u ns, want the whole %llu", s.budget_ns,
+		(unsigned long long)cost);
+	for (int i = 0; i < 20000; i++) {
+		bool yielded = spin_budget(&s);
+
+		if (!((i * 7919u) % 2))
+			spin_update(&s, 10000000);
+		else if (yielded)
+			spin_caught_at_once(&s);
+		else
+			spin_update(&s, 60000);  /* asleep: the wake-up's latency */
+	}
+	uint32_t mixed = s.budget_ns;
+	t_check(mixed < cost, "half the waits 10 ms, half first yields: still yielding %u ns", mixed);
+	/* Idle, then busy: probes that a first yield ends bring the yield back. */
+	for (int i = 0; i < 5000; i++) {
+		spin_budget(&s);
+		spin_update(&s, 10000000);
+	}
+	int waits = 0, yielding = 0;
+	while (yielding < 16 && waits < 2000) {
+		waits++;
+		if (spin_budget(&s)) {
+			spin_caught_at_once(&s);
+			yielding++;
+		} else {
+			yielding = 0;
+			spin_update(&s, 60000);
+		}
+	}
+	t_check(yielding == 16, "idle, then busy on one CPU: still not yielding after %d waits", waits);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_SLEEP);
+	spin_caught_at_once(&s);
+	t_check(spin_budget(&s) == 0, "sleep policy yields after a catch");
+	printf("adaptive: waits a first yield ends keep the whole %llu ns; with 10 ms waits half the time, %u ns\n",
+	       (unsigned long long)cost, mixed);
+}
+
 int main(void)
 {
 	check_env();
 	check_fixed();
 	check_adaptive();
 	check_costs();
+	check_yield();
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }
