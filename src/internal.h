@@ -213,6 +213,8 @@ struct rpal_conn {
 	struct rpal_stat_conn *st;
 };
 
+/* Handshakes a listener keeps in progress at once (see accept_new()). */
+#define RPAL_PENDING_MAX 64
 struct rpal_pending {             /* an accepted socket mid-handshake */
 	int fd;
 	uint64_t deadline_ns;
@@ -229,7 +231,7 @@ struct rpal_listener {
 	struct rpal_policy policy;
 	uid_t *uids;
 	gid_t *gids;
-	struct rpal_pending pending[64];
+	struct rpal_pending pending[RPAL_PENDING_MAX];
 	unsigned nr_pending;
 };
 

@@ -232,19 +232,54 @@ static void pending_timer_arm(struct rpal_listener *l, uint64_t deadline)
 	timerfd_settime(l->timer, TFD_TIMER_ABSTIME, &its, NULL);
 }
 
-/* Move every connection waiting in the backlog to the pending list. */
+/*
+ * With the pending list full and a client in the backlog: the oldest
+ * pending handshake whose client has sent nothing yet.  -1 if the backlog
+ * is empty, or if every pending client has its HELLO (or its hang-up)
+ * waiting: the next step settles those, one way or the other.
+ */
+static int pending_oldest_silent(struct rpal_listener *l)
+{
+	struct pollfd p[RPAL_PENDING_MAX + 1];
+	int oldest = -1;
+	unsigned i;
+
+	for (i = 0; i < l->nr_pending; i++)
+		p[i] = (struct pollfd){ .fd = l->pending[i].fd, .events = POLLIN };
+	p[i] = (struct pollfd){ .fd = l->sock, .events = POLLIN };
+	if (poll(p, l->nr_pending + 1, 0) < 0 || !p[l->nr_pending].revents)
+		return -1;
+	for (i = 0; i < l->nr_pending; i++)
+		if (!p[i].revents && (oldest < 0 || l->pending[i].deadline_ns < l->pending[oldest].deadline_ns))
+			oldest = (int)i;
+	return oldest;
+}
+
+/*
+ * Move the connections waiting in the backlog to the pending list.  The
+ * list is bounded: when it is full, a silent client makes room (the oldest
+ * goes, so a flood of connections that never speak holds nothing for
+ * long); when every pending client has spoken, the rest stay in the
+ * backlog until the next call has settled those.
+ */
 static void accept_new(struct rpal_listener *l)
 {
 	uint64_t deadline = now_ns() + (uint64_t)rpal_g.cfg.handshake_ms * 1000000;
 
 	for (;;) {
 		struct epoll_event ev = { .events = EPOLLIN };
-		int s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int s;
 
+		if (l->nr_pending == RPAL_PENDING_MAX) {
+			int silent = pending_oldest_silent(l);
+
+			if (silent < 0)
+				return;
+			pending_drop(l, (unsigned)silent);
+		}
+		s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (s < 0)
 			return;
-		if (l->nr_pending == sizeof(l->pending) / sizeof(l->pending[0]))
-			pending_drop(l, 0);   /* the oldest loses: bounded state under a flood */
 		ev.data.fd = s;
 		epoll_ctl(l->fd, EPOLL_CTL_ADD, s, &ev);
 		l->pending[l->nr_pending].fd = s;

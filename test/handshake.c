@@ -6,12 +6,16 @@
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
  * client refuses it), a client without a wake page killed while we sleep
- * on it, and a good client after all of them.
+ * on it, a burst of clients larger than the handshakes kept in progress
+ * (none dropped), silent clients filling them (a speaking one still gets
+ * in), and a good client after all of them.
  */
 #include <pthread.h>
 #include <sys/epoll.h>
 
 #include "rawpeer.h"
+
+#define BURST 100
 
 static int lfd;
 
@@ -409,6 +413,87 @@ int main(void)
 		rpal_close(s.ep);
 		close(ready[0]);
 		close(ready[1]);
+	}
+
+	printf("a burst of %d clients whose hellos all wait before the server looks, more than the %d handshakes it keeps in progress: every one is accepted\n",
+	       BURST, RPAL_PENDING_MAX);
+	/* Connections made above started the watcher thread, with descriptors of its own. */
+	fds0 = t_count_fds();
+	{
+		pid_t pids[BURST];
+		int ready[2], accepted = 0, failed = 0;
+		char b;
+
+		t_check(pipe(ready) == 0, "pipe");
+		for (int k = 0; k < BURST; k++) {
+			pids[k] = fork();
+			if (pids[k] == 0) {
+				struct rpal_config cfg;
+
+				rpal_fini();
+				rpal_config_default(&cfg);
+				cfg.handshake_ms = 20000;       /* the server's pace is what is tested */
+				t_ok(rpal_init(&cfg));
+				(void)!write(ready[1], "r", 1);
+				exit(rpal_connect("hs", NULL, 0) >= 0 ? 0 : 1);
+			}
+		}
+		for (int k = 0; k < BURST; k++)
+			t_check(read(ready[0], &b, 1) == 1, "a client's start");
+		usleep(300000);                 /* each connects and sends its hello */
+		uint64_t t0 = t_now_ns();
+		while (accepted < BURST && t_now_ns() - t0 < 10000000000ull) {
+			r = rpal_accept(lfd, RPAL_NONBLOCK);
+			if (r >= 0) {
+				accepted++;
+				rpal_close(r);
+			} else if (r != -EAGAIN) {
+				failed++;
+				printf("  accept: %s\n", rpal_strerror(r));
+			}
+		}
+		for (int k = 0; k < BURST; k++) {
+			t_check(waitpid(pids[k], &status, 0) == pids[k], "waitpid");
+			if (!WIFEXITED(status) || WEXITSTATUS(status))
+				failed++;
+		}
+		printf("  %d accepted, %d failures\n", accepted, failed);
+		t_check(accepted == BURST && !failed, "burst: %d of %d accepted, %d failures", accepted, BURST, failed);
+		close(ready[0]);
+		close(ready[1]);
+		check_clean(fds0, used0, "burst");
+	}
+
+	printf("%d clients that connect and say nothing fill the handshakes in progress: a client with a hello still gets in\n",
+	       RPAL_PENDING_MAX);
+	{
+		int silent[RPAL_PENDING_MAX], fd = -EAGAIN;
+
+		for (int k = 0; k < RPAL_PENDING_MAX; k++)
+			silent[k] = raw_connect("hs");
+		t_check(rpal_accept(lfd, RPAL_NONBLOCK) == -EAGAIN, "a silent client was settled");
+		pid_t pid = fork();
+		if (pid == 0) {
+			struct rpal_config cfg;
+
+			rpal_fini();
+			rpal_config_default(&cfg);
+			cfg.handshake_ms = 20000;
+			t_ok(rpal_init(&cfg));
+			exit(rpal_connect("hs", NULL, 0) >= 0 ? 0 : 1);
+		}
+		uint64_t t0 = t_now_ns();
+		while (fd < 0 && t_now_ns() - t0 < 10000000000ull)
+			fd = rpal_accept(lfd, RPAL_NONBLOCK);   /* silent ones time out meanwhile: errors */
+		t_check(fd >= 0, "the client with a hello: %s", rpal_strerror(fd));
+		rpal_close(fd);
+		t_wait_ok(pid, "client among silent ones");
+		for (int k = 0; k < RPAL_PENDING_MAX; k++)
+			close(silent[k]);
+		t0 = t_now_ns();
+		while (rpal_accept(lfd, RPAL_NONBLOCK) != -EAGAIN && t_now_ns() - t0 < 5000000000ull)
+			;
+		check_clean(fds0, used0, "silent clients");
 	}
 
 	printf("a good client still connects\n");
