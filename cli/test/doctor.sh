@@ -1,14 +1,19 @@
 #!/usr/bin/env bash
 # doctor.sh PATH/TO/rpal - `rpal doctor`: here connected mode works (exit 0,
 # every probe reported with ok or no and what it enables, the wake-up of an
-# idle CPU measured, or said to be unmeasurable on one CPU); with rpal_init
-# made to fail, it says why and exits 1.
+# idle CPU measured, or said to be unmeasurable on one CPU, no file of its
+# trial left behind); with rpal_init made to fail, it says why and exits 1.
 set -u
 RPAL=$1
 fail=0
+# Its own runtime directory: nothing else's files to tell apart.
+export RPAL_RUNTIME_DIR=$(mktemp -d /tmp/rpal-doctor-test.XXXXXX)
+trap 'rm -rf "$RPAL_RUNTIME_DIR"' EXIT
 out=$("$RPAL" doctor 2>&1)
 rc=$?
 echo "$out"
+left=$(ls "$RPAL_RUNTIME_DIR" | grep -v '^slots\.lock$' | grep -v '^stat\.')
+[ -z "$left" ] || { echo "FAIL: the trial left files in the runtime directory: $left"; fail=1; }
 [ $rc -eq 0 ] || { echo "FAIL: exit status $rc where connected mode works"; fail=1; }
 for what in "connected mode" "runtime directory" "futex_waitv" "pidfd_open" "SO_PASSRIGHTS" \
 	"FSGSBASE" "Syscall User Dispatch" "memory protection keys"; do

@@ -261,7 +261,7 @@ func main() {
 		return
 	}
 	if *stoppedFlag > 0 {
-		if !stopped(fmt.Sprintf("grpcecho-%d", os.Getpid()), *stoppedFlag) {
+		if !stopped(fmt.Sprintf("@grpcecho-%d", os.Getpid()), *stoppedFlag) {
 			os.Exit(1)
 		}
 		return
@@ -271,7 +271,8 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	name := fmt.Sprintf("grpcecho-%d", os.Getpid())
+	// An abstract name: nothing is left on disk when the servers are killed.
+	name := fmt.Sprintf("@grpcecho-%d", os.Getpid())
 	pace := "back to back"
 	if *rate > 0 {
 		pace = fmt.Sprintf("at %g/s", *rate)

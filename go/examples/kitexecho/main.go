@@ -334,7 +334,8 @@ func main() {
 		log.Fatal(err)
 	}
 	defer os.RemoveAll(dir)
-	name := fmt.Sprintf("kitexecho-%d", os.Getpid())
+	// An abstract name: nothing is left on disk when the servers are killed.
+	name := fmt.Sprintf("@kitexecho-%d", os.Getpid())
 	addr := func(tr string) string {
 		if tr == "unix" {
 			return dir + "/kitex.sock"
