@@ -187,6 +187,11 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	ret = hello_accept(sock, buf, n, fds, nfds, RPAL_HS_HELLO, &uc, me, bell, page, l->service, &c, why,
 			   sizeof(why));
 	if (ret) {
+		/* A client that gave up waiting takes its block back: what it
+		 * sent no longer checks out, but that is not the news. */
+		struct pollfd hup = { .fd = sock, .events = POLLRDHUP };
+		bool left = poll(&hup, 1, 0) == 1 && (hup.revents & (POLLHUP | POLLRDHUP | POLLERR));
+
 		if (page) {
 			munmap(page, RPAL_WAKE_PAGE_SIZE);
 			close(pagefd);
@@ -197,6 +202,9 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		block_destroy(me);
 		close(sock);
 		l->pending[i] = l->pending[--l->nr_pending];
+		if (left)
+			return rpal_fail(ECONNRESET, "client pid %d hung up during the handshake (its hello no longer checked out: %s)",
+					 (int)uc.pid, why);
 		return rpal_fail(-ret, "refused client pid %d: %s", (int)uc.pid, why);
 	}
 	geom_self(&g);

@@ -6,7 +6,8 @@
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
  * client refuses it), a client without a wake page killed while we sleep
- * on it, a burst of clients larger than the handshakes kept in progress
+ * on it, a client that gave up before the server looked (reported as
+ * gone), a burst of clients larger than the handshakes kept in progress
  * (none dropped), silent clients filling them (a speaking one still gets
  * in), and a good client after all of them.
  */
@@ -413,6 +414,25 @@ int main(void)
 		rpal_close(s.ep);
 		close(ready[0]);
 		close(ready[1]);
+	}
+
+	printf("a client that gave up waiting before the server looked is reported as gone, not as lying\n");
+	{
+		pid_t pid = fork();
+		if (pid == 0) {
+			struct rpal_config cfg;
+
+			rpal_fini();
+			rpal_config_default(&cfg);
+			cfg.handshake_ms = 50;
+			t_ok(rpal_init(&cfg));
+			exit(rpal_connect("hs", NULL, 0) == -ETIMEDOUT ? 0 : 1);
+		}
+		t_wait_ok(pid, "a client that times out");
+		r = rpal_accept(lfd, RPAL_NONBLOCK);
+		printf("  %s\n", rpal_strerror(r));
+		t_check(r == -ECONNRESET && strstr(rpal_strerror(r), "hung up"), "a client gone before we looked: %d (%s)",
+			r, rpal_strerror(r));
 	}
 
 	printf("a burst of %d clients whose hellos all wait before the server looks, more than the %d handshakes it keeps in progress: every one is accepted\n",
