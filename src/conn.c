@@ -414,6 +414,11 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 				  out, why, whylen);
 		pthread_mutex_unlock(&rpal_g.lock);
 		if (!ret) {
+			/* The socket carries nothing after the handshake:
+			 * refuse descriptors on it where the kernel can. */
+			int no = 0;
+
+			setsockopt(sock, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));   /* ENOPROTOOPT before 6.16 */
 			close(fds[0]);    /* the mapping keeps the memory */
 			if (want == 3)
 				close(fds[2]);
@@ -481,7 +486,8 @@ void conn_close(struct rpal_conn *c)
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
-	close(c->fd);
+	/* What an older kernel let the peer pass on it is released here. */
+	peer_fd_close(c->fd);
 	free(c);
 	linger_sweep(false);
 }

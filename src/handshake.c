@@ -179,19 +179,74 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 	return n == (ssize_t)len ? 0 : -EPROTO;
 }
 
-/*
- * Close a descriptor a peer gave us without letting it block this thread:
- * the release of a socket set to linger waits up to the time the peer
- * chose, so a socket's linger is switched off first.
- */
-void peer_fd_close(int fd)
+/* The most descriptors one message can carry (the kernel's SCM_MAX_FD): a
+ * control buffer this large is never truncated, so the kernel never
+ * releases a peer's descriptor on our thread. */
+#define SCM_MAX_FDS 253
+/* Unix sockets nest in Unix sockets a few levels deep at most; queued
+ * messages taken out of each. */
+#define PEER_FD_DEPTH 5
+#define PEER_FD_DRAIN 1024
+
+static void peer_fd_close_at(int fd, int depth);
+
+/* Take out what waits in the Unix socket fd and close every descriptor
+ * that came with it. */
+static void peer_fd_drain(int fd, int depth)
+{
+	union {
+		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	char data[4096];
+
+	for (int i = 0; i < PEER_FD_DRAIN; i++) {
+		struct iovec iov = { .iov_base = data, .iov_len = sizeof(data) };
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+				     .msg_controllen = sizeof(u.buf) };
+		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+		if (n < 0 || (n == 0 && !mh.msg_controllen))
+			return;
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+				continue;
+			int cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+			int in[SCM_MAX_FDS];
+
+			memcpy(in, CMSG_DATA(cm), (size_t)cnt * sizeof(int));
+			for (int k = 0; k < cnt; k++)
+				peer_fd_close_at(in[k], depth);
+		}
+	}
+}
+
+static void peer_fd_close_at(int fd, int depth)
 {
 	struct linger off = { 0, 0 };
 	struct stat st;
+	int dom;
+	socklen_t len = sizeof(dom);
 
-	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode))
+	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
 		setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+		if (depth < PEER_FD_DEPTH && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX)
+			peer_fd_drain(fd, depth + 1);
+	}
 	close(fd);
+}
+
+/*
+ * Close a descriptor a peer gave us without letting it block this thread.
+ * Releasing a socket that has unsent data and SO_LINGER set waits up to the
+ * time the peer chose, on whichever thread drops the last reference: so a
+ * socket's linger is switched off, and the descriptors queued in a Unix
+ * socket (which its release would drop) are taken out and closed the same
+ * way first.
+ */
+void peer_fd_close(int fd)
+{
+	peer_fd_close_at(fd, 0);
 }
 
 /*
@@ -204,7 +259,7 @@ void peer_fd_close(int fd)
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 {
 	union {
-		char buf[CMSG_SPACE(8 * sizeof(int))];
+		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = { .iov_base = buf, .iov_len = cap };

@@ -21,7 +21,7 @@
 enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
-	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_NR
+	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -30,7 +30,7 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"doorbell connected to a named socket", "doorbell with bytes queued in it",
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch", "three descriptors",
-	"doorbell a lingering TCP socket",
+	"doorbell a lingering TCP socket", "a lingering TCP socket queued in the doorbell",
 };
 
 static inline int raw_connect(const char *service)
@@ -151,6 +151,11 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		extra = memfd_create("third", MFD_CLOEXEC);
 		fds[2] = extra;
 		nfds = 3;
+		break;
+	case RAW_LINGER_IN_BELL:        /* released with the doorbell's queue, if ours is the last */
+		extra = lingering_socket();
+		if (extra >= 0)
+			t_check(hs_sendmsg(sv[0], "x", 1, &extra, 1) == 0, "queue a socket in the doorbell");
 		break;
 	case RAW_TCP_BELL:              /* whose release, if ours is the last, blocks */
 		extra = lingering_socket();
