@@ -41,9 +41,72 @@ func sendRefuse(uc *net.UnixConn, errno syscall.Errno, why string) {
 	_, _, _ = uc.WriteMsgUnix(r.marshal(), nil, nil)
 }
 
+// closeFds closes descriptors a peer sent us (closePeerFd).
 func closeFds(fds []int) {
 	for _, fd := range fds {
-		unix.Close(fd)
+		if fd >= 0 {
+			closePeerFd(fd)
+		}
+	}
+}
+
+// scmMaxFd is the most descriptors one message can carry (the kernel's
+// SCM_MAX_FD).  A control buffer this large is never truncated, so the
+// kernel never releases a peer's descriptor on our thread, where a
+// lingering socket would block it.
+const scmMaxFd = 253
+
+// Nesting of Unix sockets passed inside Unix sockets: the kernel refuses
+// more than a few levels; queued messages drained per socket.
+const (
+	peerFdDepth = 5
+	peerFdDrain = 1024
+)
+
+// rightsOf returns the descriptors in a control buffer.
+func rightsOf(oob []byte) []int {
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob); err == nil {
+		for i := range msgs {
+			if got, rerr := unix.ParseUnixRights(&msgs[i]); rerr == nil {
+				fds = append(fds, got...)
+			}
+		}
+	}
+	return fds
+}
+
+// closePeerFd closes a descriptor a peer sent us without blocking on it.
+// Releasing a socket with unsent data and SO_LINGER set waits for the
+// linger time, on whichever thread drops the last reference: so a socket's
+// linger is turned off, and the descriptors queued in a Unix socket (which
+// its release would drop) are taken out and closed the same way first.
+func closePeerFd(fd int) { closePeerFdAt(fd, 0) }
+
+func closePeerFdAt(fd, depth int) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX && depth < peerFdDepth {
+			drainPeerFds(fd, depth+1)
+		}
+	}
+	unix.Close(fd)
+}
+
+// drainPeerFds receives what waits in the Unix socket fd and closes every
+// descriptor that came with it (closePeerFdAt).
+func drainPeerFds(fd, depth int) {
+	var buf [4096]byte
+	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
+	for i := 0; i < peerFdDrain; i++ {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		if err != nil || (n == 0 && oobn == 0) {
+			return
+		}
+		for _, got := range rightsOf(oob[:oobn]) {
+			closePeerFdAt(got, depth)
+		}
 	}
 }
 
@@ -51,17 +114,11 @@ func closeFds(fds []int) {
 // and any with a truncated message, are closed.
 func recvHandshake(uc *net.UnixConn) ([]byte, []int, error) {
 	buf := make([]byte, hsSize+16)
-	oob := make([]byte, unix.CmsgSpace(8*4))
+	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
 	n, oobn, flags, _, err := uc.ReadMsgUnix(buf, oob)
 	var fds []int
 	if oobn > 0 {
-		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
-			for i := range msgs {
-				if got, rerr := unix.ParseUnixRights(&msgs[i]); rerr == nil {
-					fds = append(fds, got...)
-				}
-			}
-		}
+		fds = rightsOf(oob[:oobn])
 	}
 	if err != nil {
 		closeFds(fds)
@@ -77,8 +134,10 @@ func recvHandshake(uc *net.UnixConn) ([]byte, []int, error) {
 	}
 	if len(fds) > 2 {
 		closeFds(fds[2:])
-		// Keep the count so the check below refuses it.
-		fds = append(fds[:2:2], -1)
+		// Keep the count, for the check below to refuse and name it.
+		for i := 2; i < len(fds); i++ {
+			fds[i] = -1
+		}
 	}
 	return buf[:n], fds, nil
 }
@@ -243,16 +302,22 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	pb := unsafe.Add(pm.base, uintptr(h.Block-pm.addr))
 	if err := checkBlock(pb, &h); err != nil {
 		p.putPeer(pm)
-		unix.Close(peerBell)
+		closePeerFd(peerBell)
 		return nil, err
 	}
 	pidfd, err := unix.PidfdOpen(int(cred.Pid), unix.PIDFD_NONBLOCK)
 	if err != nil {
 		p.putPeer(pm)
-		unix.Close(peerBell)
+		closePeerFd(peerBell)
 		return nil, refused(syscall.EPROTO, "cannot open a pidfd for peer pid %d: %v", cred.Pid, err)
 	}
 	unix.CloseOnExec(pidfd)
+	// The connection socket carries nothing after the handshake: refuse
+	// descriptors on it where the kernel can (6.16 on); the watcher
+	// closes what an older kernel lets through (closePeerFd).
+	if raw, err := uc.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) })
+	}
 	c := &Conn{
 		p: p, service: service, sock: uc, pidfd: os.NewFile(uintptr(pidfd), "rpal-pidfd"),
 		me: s.block, meAddr: s.blockAddr,
@@ -274,7 +339,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	dup, err := unix.FcntlInt(uintptr(s.bell), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		p.putPeer(pm)
-		unix.Close(peerBell)
+		closePeerFd(peerBell)
 		c.pidfd.Close()
 		return nil, refused(syscall.EMFILE, "cannot duplicate the doorbell: %v", err)
 	}

@@ -5,6 +5,7 @@
 package rpal
 
 import (
+	"context"
 	"errors"
 	"net"
 	"os"
@@ -264,13 +265,14 @@ func TestHandshakeExtraDescriptors(t *testing.T) {
 		}
 	}
 
-	// Server side: a HELLO with 3, then 10 descriptors.
+	// Server side: a HELLO with 3, then 10 descriptors (all received: the
+	// control buffer has room for as many as a message can carry).
 	name, _ := newService(t)
 	path, _, _ := p.socketPath(name)
 	for _, tc := range []struct {
 		n    int
 		want string
-	}{{1, "carried 3 descriptors"}, {8, "truncated"}} {
+	}{{1, "carried 3 descriptors"}, {8, "carried 10 descriptors"}} {
 		s, err := p.newSide()
 		if err != nil {
 			t.Fatal(err)
@@ -334,4 +336,139 @@ func TestHandshakeExtraDescriptors(t *testing.T) {
 		t.Fatalf("WELCOME with 3 descriptors: %v", err)
 	}
 	check()
+}
+
+// lingeringSocket returns a TCP socket with unsent data and SO_LINGER of
+// 30 s: releasing it blocks whoever drops the last reference, for that
+// long, unless its linger is turned off first.
+func lingeringSocket(t *testing.T) int {
+	t.Helper()
+	// A small receive window, never read: what we write stays unsent.
+	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, 4096) })
+	}}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skipf("no TCP on loopback: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c // held, never read
+		}
+	}()
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
+	if err := unix.Connect(fd, &unix.SockaddrInet4{Port: ln.Addr().(*net.TCPAddr).Port, Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case c := <-accepted:
+		t.Cleanup(func() { c.Close() })
+	case <-time.After(2 * time.Second):
+		t.Fatal("loopback accept")
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 65536)
+	for full := 0; full < 5; {
+		if _, err := unix.Write(fd, chunk); err != nil {
+			full++ // the receiver's window and our buffer fill up
+			time.Sleep(10 * time.Millisecond)
+		} else {
+			full = 0
+		}
+	}
+	var outq int
+	if q, err := unix.IoctlGetInt(fd, unix.SIOCOUTQ); err == nil {
+		outq = q
+	}
+	if outq == 0 {
+		t.Skip("could not leave data unsent on a loopback socket")
+	}
+	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 30}); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		t.Fatal(err)
+	}
+	return fd
+}
+
+// A peer's descriptors are closed without blocking: a lingering socket sent
+// beside the hello, or queued inside the doorbell it sends, is refused at
+// once and the listener closes at once.
+func TestPeerDescriptorsDoNotBlock(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, where := range []string{"beside the hello", "inside the doorbell"} {
+		name, l := newService(t)
+		path, _, _ := p.socketPath(name)
+		accepted := make(chan error, 1)
+		go func() {
+			_, err := l.Accept()
+			accepted <- err
+		}()
+		linger := lingeringSocket(t)
+		bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fds := []int{p.memfd, bell[1]}
+		if where == "beside the hello" {
+			fds = append(fds, linger)
+		} else if err := unix.Sendmsg(bell[0], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+			t.Fatal(err)
+		}
+		nc, err := net.Dial("unixpacket", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		uc := nc.(*net.UnixConn)
+		s, err := p.newSide()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := p.helloFor(hsHello, s, name)
+		p.dropSide(s)
+		if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fds...), nil); err != nil {
+			t.Fatal(err)
+		}
+		// The listener now holds the last references.
+		unix.Close(linger)
+		unix.Close(bell[0])
+		unix.Close(bell[1])
+		t0 := time.Now()
+		buf := make([]byte, 256)
+		uc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		k, err := uc.Read(buf)
+		if err != nil {
+			t.Fatalf("%s: no answer: %v", where, err)
+		}
+		if r, ok := parseRefuse(buf[:k]); !ok {
+			t.Errorf("%s: want a REFUSE, got %d bytes", where, k)
+		} else {
+			t.Logf("%s: refused in %v: %s", where, time.Since(t0).Round(time.Millisecond), r.Reason)
+		}
+		uc.Close()
+		closed := make(chan struct{})
+		go func() { l.Close(); close(closed) }()
+		select {
+		case <-closed:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: Listener.Close still blocked after 5 s: a peer's descriptor holds it", where)
+		}
+		<-accepted
+		if d := time.Since(t0); d > 3*time.Second {
+			t.Errorf("%s: refusing and closing took %v", where, d)
+		}
+	}
 }

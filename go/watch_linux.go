@@ -13,9 +13,16 @@ func (c *Conn) watch() {
 	c.hup = make(chan struct{})
 	go func() {
 		defer close(c.hup)
+		// With room for every descriptor a message can carry: the
+		// kernel would release what did not fit on this thread.
 		var buf [hsSize]byte
+		oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
 		for {
-			if _, err := c.sock.Read(buf[:]); err != nil {
+			_, oobn, _, _, err := c.sock.ReadMsgUnix(buf[:], oob)
+			if oobn > 0 {
+				closeFds(rightsOf(oob[:oobn]))
+			}
+			if err != nil {
 				if !c.closed.Load() {
 					c.markDead(false)
 				}
