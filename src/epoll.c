@@ -314,7 +314,7 @@ static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, 
 	ts.tv_sec = (time_t)(deadline / 1000000000ull);
 	ts.tv_nsec = (long)(deadline % 1000000000ull);
 	/* Under the lock; as in conn_wait(). */
-	bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->futex_sleeps++);
+	bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->sleeps++);
 	bool lone = lone_claim(ep);
 	lock_give(&ep->lock);
 	uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
@@ -475,7 +475,13 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 				sleep_end(ep);
 				return n;
 			}
+			/* Timed as futex_sleep() times its sleeps: a set that
+			 * also holds ordinary descriptors learns its costs too. */
+			bool timed = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_cost_sample(ep->sleeps++);
+			uint64_t cpu0 = timed ? thread_cpu_ns() : 0;
 			k = kernel_wait(ep, events, max, left);
+			if (cpu0)
+				spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
 			sleep_end(ep);
 		}
 		if (k < 0)

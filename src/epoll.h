@@ -51,7 +51,7 @@ struct rpal_ep {
 	unsigned sleepers;      /* waiters between sleep_begin() and sleep_end() */
 	bool advertised;        /* some registration's sleeping is set */
 	struct rpal_spin spin;
-	unsigned futex_sleeps;  /* a sample is timed for the adaptive policy */
+	unsigned sleeps;        /* counted so that a sample is timed for the adaptive policy */
 	struct rpal_host_rcv *rcv; /* hosted mode: where a waiter parks (call.c) */
 	bool parking;           /* the waiter is in park_wait() */
 	_Atomic unsigned long park_owner; /* the thread (pthread_t) that parks here; 0: none yet */

@@ -11,6 +11,7 @@
  * where waits end quickly or not at all.
  */
 #include <stdlib.h>
+#include <sys/epoll.h>
 
 #include "internal.h"
 #include "helpers.h"
@@ -248,6 +249,33 @@ static void check_yield(void)
 	       (unsigned long long)cost, mixed);
 }
 
+/*
+ * A set that also holds an ordinary descriptor sleeps in epoll_wait(); that
+ * sleep is timed for the adaptive wait's costs as a futex sleep is (the
+ * first sleep is one of the samples).
+ */
+static void check_epoll_sample(void)
+{
+	struct epoll_event ev = { .events = EPOLLIN }, out;
+	int pp[2], ep;
+
+	t_ok(rpal_init(NULL));
+	t_check(pipe(pp) == 0, "pipe");
+	ep = rpal_epoll_create(0);
+	t_check(ep >= 0, "rpal_epoll_create: %s", strerror(errno));
+	ev.data.fd = pp[0];
+	t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, pp[0], &ev) == 0, "add a pipe: %s", strerror(errno));
+	t_check(load_relaxed(&rpal_g.stat->sleep_cost_ns) == 0, "a sleep cost before any sleep");
+	t_check(rpal_epoll_wait(ep, &out, 1, 20) == 0, "a set with an idle pipe reported something");
+	uint32_t ns = load_relaxed(&rpal_g.stat->sleep_cost_ns);
+	t_check(ns > 0, "a set that slept in epoll_wait() sampled no sleep cost");
+	printf("adaptive: a set with an ordinary descriptor samples its sleeps too (%.1f us)\n", ns / 1e3);
+	rpal_close(ep);
+	close(pp[0]);
+	close(pp[1]);
+	rpal_fini();
+}
+
 int main(void)
 {
 	check_env();
@@ -255,6 +283,7 @@ int main(void)
 	check_adaptive();
 	check_costs();
 	check_yield();
+	check_epoll_sample();
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }
