@@ -310,16 +310,21 @@ int cmd_stat(int argc, char **argv)
 	for (i = 0; i < s.nskips; i++)
 		fprintf(stderr, "rpal stat: skipped %s: %s\n", s.skips[i].path, s.skips[i].why);
 	snap_select(&s, &filter);
+	bool none = (filter.pid >= 0 || filter.service) && !s.nprocs;
 	if (fmt == FMT_JSON)
 		print_json(&s);
 	else if (fmt == FMT_PROM)
 		print_prometheus(&s);
-	else
+	else if (!none)
 		print_table(&s);
 	c = 0;
-	if ((filter.pid >= 0 || filter.service) && !s.nprocs) {
-		fprintf(stderr, "rpal stat: no rpal process %s %s\n", filter.service ? "serves or uses" : "has pid",
-			optind < argc ? argv[optind] : "");
+	if (none) {
+		/* A service is found by its connections: a listener alone has none. */
+		if (filter.service)
+			fprintf(stderr, "rpal stat: no connection of service %s (a server that no client has "
+				"connected to yet is not listed)\n", filter.service);
+		else
+			fprintf(stderr, "rpal stat: no rpal process has pid %s\n", optind < argc ? argv[optind] : "");
 		c = 1;
 	}
 	snap_free(&s);

@@ -253,6 +253,24 @@ static void exact(const char *rpal)
 	child_end(pid, ctl);
 }
 
+/* A pid or service that matches nothing: exit 1, nothing on stdout, and
+ * stderr says what was looked for (a server alone is not found by name). */
+static void unmatched(const char *rpal)
+{
+	char *by_name[] = { (char *)rpal, "stat", "no-such-service", NULL };
+	char *by_pid[] = { (char *)rpal, "stat", "4000000", NULL };
+	struct out o;
+
+	CHECK(!runcmd(by_name, &o) && o.status == 1 && !o.len[0] &&
+	      strstr(o.buf[1], "no connection of service no-such-service"),
+	      "rpal stat no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
+	out_free(&o);
+	CHECK(!runcmd(by_pid, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], "no rpal process has pid 4000000"),
+	      "rpal stat 4000000: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
+	out_free(&o);
+	printf("stat: a service or pid that matches nothing exits 1 and says so on stderr only\n");
+}
+
 /* A sleep and a wake-up are sampled, and their costs shown. */
 static void costs(const char *rpal)
 {
@@ -590,6 +608,7 @@ int main(int argc, char **argv)
 		top_batch(argv[1]);
 	else {
 		exact(argv[1]);
+		unmatched(argv[1]);
 		costs(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
