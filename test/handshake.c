@@ -64,6 +64,17 @@ static int serve_until_exit(pid_t child, int *child_status)
 	}
 }
 
+/* In a forked client: librpal afresh, waiting handshake_ms for its answer. */
+static void client_init(unsigned handshake_ms)
+{
+	struct rpal_config cfg;
+
+	rpal_fini();
+	rpal_config_default(&cfg);
+	cfg.handshake_ms = handshake_ms;
+	t_ok(rpal_init(&cfg));
+}
+
 static void check_clean(int fds0, size_t used0, const char *what)
 {
 	struct rpal_stats st;
@@ -420,12 +431,7 @@ int main(void)
 	{
 		pid_t pid = fork();
 		if (pid == 0) {
-			struct rpal_config cfg;
-
-			rpal_fini();
-			rpal_config_default(&cfg);
-			cfg.handshake_ms = 50;
-			t_ok(rpal_init(&cfg));
+			client_init(50);
 			exit(rpal_connect("hs", NULL, 0) == -ETIMEDOUT ? 0 : 1);
 		}
 		t_wait_ok(pid, "a client that times out");
@@ -448,12 +454,7 @@ int main(void)
 		for (int k = 0; k < BURST; k++) {
 			pids[k] = fork();
 			if (pids[k] == 0) {
-				struct rpal_config cfg;
-
-				rpal_fini();
-				rpal_config_default(&cfg);
-				cfg.handshake_ms = 20000;       /* the server's pace is what is tested */
-				t_ok(rpal_init(&cfg));
+				client_init(20000);       /* the server's pace is what is tested */
 				(void)!write(ready[1], "r", 1);
 				exit(rpal_connect("hs", NULL, 0) >= 0 ? 0 : 1);
 			}
@@ -494,12 +495,7 @@ int main(void)
 		t_check(rpal_accept(lfd, RPAL_NONBLOCK) == -EAGAIN, "a silent client was settled");
 		pid_t pid = fork();
 		if (pid == 0) {
-			struct rpal_config cfg;
-
-			rpal_fini();
-			rpal_config_default(&cfg);
-			cfg.handshake_ms = 20000;
-			t_ok(rpal_init(&cfg));
+			client_init(20000);
 			exit(rpal_connect("hs", NULL, 0) >= 0 ? 0 : 1);
 		}
 		uint64_t t0 = t_now_ns();
