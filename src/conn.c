@@ -483,7 +483,8 @@ void conn_close(struct rpal_conn *c)
 	/* The watcher no longer finds c (obj_clear under rpal_g.lock). */
 	if (c->wake_page)
 		munmap(c->wake_page, RPAL_WAKE_PAGE_SIZE);
-	close(c->doorbell);
+	/* Before 6.16 a peer can pass descriptors into our doorbell. */
+	peer_fd_close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
 	/* What an older kernel let the peer pass on it is released here. */

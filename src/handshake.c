@@ -190,34 +190,55 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 
 static void peer_fd_close_at(int fd, int depth);
 
-/* Take out what waits in the Unix socket fd and close every descriptor
- * that came with it. */
-static void peer_fd_drain(int fd, int depth)
+/* One read of a socket a peer writes to; the descriptors that came with it
+ * are closed (peer_fd_close_at), *fds says whether any did.  As
+ * recvmsg(2), non-blocking. */
+static ssize_t peer_recv_at(int fd, void *buf, size_t len, int depth, bool *fds)
 {
 	union {
 		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
 		struct cmsghdr align;
 	} u;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+
+	*fds = false;
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		int cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+		int in[SCM_MAX_FDS];
+
+		memcpy(in, CMSG_DATA(cm), (size_t)cnt * sizeof(int));
+		*fds = true;
+		for (int k = 0; k < cnt; k++)
+			peer_fd_close_at(in[k], depth);
+	}
+	return n;
+}
+
+ssize_t peer_recv(int fd, void *buf, size_t len)
+{
+	bool fds;
+
+	return peer_recv_at(fd, buf, len, 0, &fds);
+}
+
+/* Take out what waits in the Unix socket fd, closing every descriptor
+ * that came with it. */
+static void peer_fd_drain(int fd, int depth)
+{
 	char data[4096];
 
 	for (int i = 0; i < PEER_FD_DRAIN; i++) {
-		struct iovec iov = { .iov_base = data, .iov_len = sizeof(data) };
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-				     .msg_controllen = sizeof(u.buf) };
-		ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		bool fds;
+		ssize_t n = peer_recv_at(fd, data, sizeof(data), depth, &fds);
 
-		if (n < 0 || (n == 0 && !mh.msg_controllen))
+		if (n < 0 || (n == 0 && !fds))
 			return;
-		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-			if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-				continue;
-			int cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-			int in[SCM_MAX_FDS];
-
-			memcpy(in, CMSG_DATA(cm), (size_t)cnt * sizeof(int));
-			for (int k = 0; k < cnt; k++)
-				peer_fd_close_at(in[k], depth);
-		}
 	}
 }
 

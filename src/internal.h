@@ -413,6 +413,9 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
 int doorbell_check(int fd, char *why, size_t whylen);
 void peer_fd_close(int fd);
+/* read(2) of a socket a peer writes to, non-blocking: the descriptors that
+ * come with the bytes are closed without blocking (peer_fd_close). */
+ssize_t peer_recv(int fd, void *buf, size_t len);
 
 /*
  * Copy an inline payload (n <= RPAL_INLINE_MAX) with at most three pairs of

@@ -24,6 +24,10 @@
 #include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include "rawpeer.h"
+
+#ifndef SO_PASSRIGHTS
+#define SO_PASSRIGHTS 83   /* Linux 6.16; glibc defines it later */
+#endif
 #include "epoll.h"
 
 enum fault {
@@ -557,6 +561,39 @@ int main(void)
 		uint64_t t0 = t_now_ns();
 		rpal_close(fd);
 		printf("  its send failed with EPIPE; rpal_close took %.1f ms\n", (t_now_ns() - t0) / 1e6);
+		t_check(t_now_ns() - t0 < 2000000000ull, "rpal_close took over 2 s");
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		close(sync[0]);
+		close(sync[1]);
+		check_other(good);
+	}
+	printf("a peer that sends a lingering socket on the connection socket after the handshake: refused where the kernel can (6.16 on), and our close stays quick\n");
+	{
+		int sync[2];
+		t_check(pipe(sync) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			int fd = child_connect();
+			int tcp = lingering_socket(), r;
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			r = send_fd(fd, tcp >= 0 ? tcp : sync[0]);
+			t_check(write(sync[1], r ? "r" : "p", 1) == 1, "sync");
+			pause();        /* not close(tcp): it would wait out the linger */
+			exit(0);
+		}
+		int fd = t_ok(rpal_accept(lfd, 0)), probe = socket(AF_UNIX, SOCK_SEQPACKET, 0), no = 0;
+		/* Where the kernel has SO_PASSRIGHTS (6.16 on), the socket must refuse. */
+		bool refusable = setsockopt(probe, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no)) == 0;
+		char how;
+		close(probe);
+		t_check(read(sync[0], &how, 1) == 1, "the peer's send");
+		t_check(how == 'r' || !refusable, "the connection socket took a descriptor after the handshake");
+		uint64_t t0 = t_now_ns();
+		rpal_close(fd);
+		printf("  its send was %s; rpal_close took %.1f ms\n",
+		       how == 'r' ? "refused (SO_PASSRIGHTS)" : "let through (before 6.16): closed without waiting",
+		       (t_now_ns() - t0) / 1e6);
 		t_check(t_now_ns() - t0 < 2000000000ull, "rpal_close took over 2 s");
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
