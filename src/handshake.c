@@ -190,10 +190,12 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 
 static void peer_fd_close_at(int fd, int depth);
 
-/* One read of a socket a peer writes to; the descriptors that came with it
- * are closed (peer_fd_close_at), *fds says whether any did.  As
- * recvmsg(2), non-blocking. */
-static ssize_t peer_recv_at(int fd, void *buf, size_t len, int depth, bool *fds)
+/*
+ * recvmsg(2) of one message, non-blocking, with room for every descriptor
+ * it can carry: they land in fds (SCM_MAX_FDS of them), their count in
+ * *nfds.  Returns the byte count or -errno; *flags are the message's.
+ */
+static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags)
 {
 	union {
 		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
@@ -201,30 +203,46 @@ static ssize_t peer_recv_at(int fd, void *buf, size_t len, int depth, bool *fds)
 	} u;
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	ssize_t n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	ssize_t n;
 
-	*fds = false;
+	*nfds = 0;
+	do
+		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return n;
+		return -errno;
 	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
 		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
 			continue;
-		int cnt = (int)((cm->cmsg_len - CMSG_LEN(0)) / sizeof(int));
-		int in[SCM_MAX_FDS];
+		size_t cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 
-		memcpy(in, CMSG_DATA(cm), (size_t)cnt * sizeof(int));
-		*fds = true;
-		for (int k = 0; k < cnt; k++)
-			peer_fd_close_at(in[k], depth);
+		if (cnt > (size_t)(SCM_MAX_FDS - *nfds))
+			cnt = (size_t)(SCM_MAX_FDS - *nfds);
+		memcpy(fds + *nfds, CMSG_DATA(cm), cnt * sizeof(int));
+		*nfds += (int)cnt;
 	}
+	*flags = mh.msg_flags;
 	return n;
+}
+
+/* One read of a socket a peer writes to; the descriptors that came with it
+ * are closed (peer_fd_close_at), *any says whether some did. */
+static ssize_t peer_recv_at(int fd, void *buf, size_t len, int depth, bool *any)
+{
+	int fds[SCM_MAX_FDS], nfds, flags;
+	ssize_t n = recv_fds(fd, buf, len, fds, &nfds, &flags);
+
+	*any = nfds > 0;
+	while (nfds)
+		peer_fd_close_at(fds[--nfds], depth);
+	return n < 0 ? (errno = (int)-n, -1) : n;
 }
 
 ssize_t peer_recv(int fd, void *buf, size_t len)
 {
-	bool fds;
+	bool any;
 
-	return peer_recv_at(fd, buf, len, 0, &fds);
+	return peer_recv_at(fd, buf, len, 0, &any);
 }
 
 /* Take out what waits in the Unix socket fd, closing every descriptor
@@ -234,10 +252,10 @@ static void peer_fd_drain(int fd, int depth)
 	char data[4096];
 
 	for (int i = 0; i < PEER_FD_DRAIN; i++) {
-		bool fds;
-		ssize_t n = peer_recv_at(fd, data, sizeof(data), depth, &fds);
+		bool any;
+		ssize_t n = peer_recv_at(fd, data, sizeof(data), depth, &any);
 
-		if (n < 0 || (n == 0 && !fds))
+		if (n < 0 || (n == 0 && !any))
 			return;
 	}
 }
@@ -279,46 +297,21 @@ void peer_fd_close(int fd)
  */
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 {
-	union {
-		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = buf, .iov_len = cap };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	struct cmsghdr *cm;
-	ssize_t n;
-
-	bool extra = false;
+	int all[SCM_MAX_FDS], nall, flags;
+	ssize_t n = recv_fds(sock, buf, cap, all, &nall, &flags);
 
 	*nfds = 0;
-	do
-		n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-	while (n < 0 && errno == EINTR);
 	if (n < 0)
-		return -errno;
-	for (cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		int *in;
-		size_t k, cnt;
+		return (int)n;
+	if (nall > maxfds || (flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		int err = nall > maxfds ? -E2BIG : -EPROTO;
 
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		in = (int *)CMSG_DATA(cm);
-		cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (k = 0; k < cnt; k++) {
-			if (*nfds < maxfds) {
-				fds[(*nfds)++] = in[k];
-			} else {
-				peer_fd_close(in[k]);
-				extra = true;
-			}
-		}
+		while (nall)
+			peer_fd_close(all[--nall]);
+		return err;
 	}
-	if (extra || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC))) {
-		while (*nfds)
-			peer_fd_close(fds[--*nfds]);
-		return extra ? -E2BIG : -EPROTO;
-	}
+	memcpy(fds, all, (size_t)nall * sizeof(int));
+	*nfds = nall;
 	if (n == 0)
 		return -ECONNRESET;
 	return (int)n;
