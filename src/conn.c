@@ -344,6 +344,8 @@ RPAL_HOT bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags)
  * end refuses passed descriptors: a peer could otherwise make our drain
  * the last holder of a file whose release blocks.
  */
+_Atomic bool bells_refuse_fds;
+
 int side_create(struct rpal_block **blk, int *bell, int *ring)
 {
 	int p[2], no = 0;
@@ -357,7 +359,8 @@ int side_create(struct rpal_block **blk, int *bell, int *ring)
 		block_destroy(*blk);
 		return rpal_fail(e, "cannot create a doorbell");
 	}
-	setsockopt(p[0], SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));   /* ENOPROTOOPT before 6.16 */
+	/* ENOPROTOOPT before 6.16 */
+	store_relaxed(&bells_refuse_fds, setsockopt(p[0], SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no)) == 0);
 	*bell = p[0];
 	*ring = p[1];
 	return 0;

@@ -416,6 +416,8 @@ void peer_fd_close(int fd);
 /* read(2) of a socket a peer writes to, non-blocking: the descriptors that
  * come with the bytes are closed without blocking (peer_fd_close). */
 ssize_t peer_recv(int fd, void *buf, size_t len);
+/* Our doorbell ends refuse passed descriptors (SO_PASSRIGHTS, Linux 6.16). */
+extern _Atomic bool bells_refuse_fds;
 
 /*
  * Copy an inline payload (n <= RPAL_INLINE_MAX) with at most three pairs of

@@ -108,12 +108,14 @@ void doorbell_drain(struct rpal_conn *c)
 	char buf[4096];
 	int i;
 
-	/* Our end is ours alone, non-blocking.  Where the kernel cannot make
-	 * it refuse passed descriptors (before 6.16), what a peer passed
-	 * comes out here and is closed without blocking (peer_fd_close). */
+	/* Our end is ours alone, non-blocking: a plain read where it refuses
+	 * passed descriptors.  Before 6.16 what a peer passed comes out here
+	 * and is closed without blocking (peer_recv). */
+	bool plain = load_relaxed(&bells_refuse_fds);
+
 	store_relaxed(&c->bell_dirty, false);
 	for (i = 0; i < 4; i++) {
-		ssize_t n = peer_recv(c->doorbell, buf, sizeof(buf));
+		ssize_t n = plain ? read(c->doorbell, buf, sizeof(buf)) : peer_recv(c->doorbell, buf, sizeof(buf));
 
 		if (n == 0)     /* see the poll() in conn_wait() */
 			store_relaxed(&c->bell_eof, true);
