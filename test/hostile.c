@@ -219,16 +219,19 @@ static void check_other(int good)
  */
 static void lingering_send(int lfd, int good, bool into_doorbell)
 {
-	int sync[2], probe = socket(AF_UNIX, SOCK_SEQPACKET, 0), no = 0, fd;
+	int sync[2], probe = socket(AF_UNIX, SOCK_SEQPACKET, 0), no = 0, fd, listener = -1;
 	/* Where the kernel has SO_PASSRIGHTS (6.16 on), the connection socket must refuse. */
 	bool refusable = setsockopt(probe, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no)) == 0;
+	/* Made here, so that its listener outlives the peer: a listener's
+	 * close would reset the connection, and then nothing waits. */
+	int tcp = lingering_socket(&listener);
 	char err;
 
 	close(probe);
 	t_check(pipe(sync) == 0, "pipe");
 	pid_t pid = fork();
 	if (pid == 0) {
-		int c = child_connect(), tcp = lingering_socket();
+		int c = child_connect();
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		err = (char)-send_fd(into_doorbell ? conn_of(c)->doorbell : c, tcp >= 0 ? tcp : sync[0]);
 		t_check(write(sync[1], &err, 1) == 1, "sync");
@@ -241,13 +244,19 @@ static void lingering_send(int lfd, int good, bool into_doorbell)
 		t_check(err == EPIPE, "the peer could send a descriptor into the doorbell end we hold (%s)", strerror(err));
 	else
 		t_check(err || !refusable, "the connection socket took a descriptor after the handshake");
+	/* With the peer gone, what it sent is ours alone, and the close is
+	 * at once, not when the peer closes. */
+	if (tcp >= 0)
+		close(tcp);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
 	uint64_t t0 = t_now_ns();
 	rpal_close(fd);
 	printf("  its send: %s; rpal_close took %.1f ms\n", err ? strerror(err) : "let through (before 6.16)",
 	       (t_now_ns() - t0) / 1e6);
 	t_check(t_now_ns() - t0 < 2000000000ull, "rpal_close took over 2 s");
-	kill(pid, SIGKILL);
-	waitpid(pid, NULL, 0);
+	if (listener >= 0)
+		close(listener);
 	close(sync[0]);
 	close(sync[1]);
 	check_other(good);

@@ -64,9 +64,10 @@ static inline int named_socket_client(int *l_out)
 /*
  * A TCP socket whose release blocks: set to linger 30 s, with data the
  * other side (a listener that never accepts) does not take.  -1 where the
- * machine has no loopback TCP.
+ * machine has no loopback TCP.  The listener stays open in this process;
+ * its descriptor goes to *listener unless that is NULL.
  */
-static int lingering_socket(void)
+static int lingering_socket(int *listener)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	socklen_t len = sizeof(sa);
@@ -85,7 +86,9 @@ static int lingering_socket(void)
 	fcntl(s, F_SETFL, O_NONBLOCK);
 	while (send(s, junk, sizeof(junk), MSG_NOSIGNAL) > 0)
 		;
-	return s;               /* the listener stays open, unread, in this process */
+	if (listener)
+		*listener = l;
+	return s;               /* the listener stays open, unread */
 }
 
 /*
@@ -153,12 +156,12 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		nfds = 3;
 		break;
 	case RAW_LINGER_IN_BELL:        /* released with the doorbell's queue, if ours is the last */
-		extra = lingering_socket();
+		extra = lingering_socket(NULL);
 		if (extra >= 0)
 			t_check(hs_sendmsg(sv[0], "x", 1, &extra, 1) == 0, "queue a socket in the doorbell");
 		break;
 	case RAW_TCP_BELL:              /* whose release, if ours is the last, blocks */
-		extra = lingering_socket();
+		extra = lingering_socket(NULL);
 		if (extra < 0)
 			extra = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		fds[1] = extra;
