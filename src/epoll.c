@@ -94,6 +94,17 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 	return ev;
 }
 
+/* Messages received so far on the set's connections, by any thread: how
+ * many each wait brings tells the adaptive spin what a sleep gathers. */
+static uint64_t set_received(const struct rpal_ep *ep)
+{
+	uint64_t n = 0;
+
+	for (unsigned i = 0; i < ep->nregs; i++)
+		n += ring_head(ep->regs[i]->c);
+	return n;
+}
+
 /* Collect ready connections, starting from the round-robin point.  Lock held. */
 static RPAL_HOT int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
 {
@@ -397,7 +408,7 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 			store_relaxed(&ep->park_owner, (unsigned long)pthread_self());
 		return park_wait(ep, events, max, deadline, fast);
 	}
-	budget = spin_budget(&ep->spin);
+	budget = spin_budget(&ep->spin, ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE ? set_received(ep) : 0);
 	bool yield = false;
 	if (budget) {
 		/* Spin only if some producer runs on another CPU: one on ours

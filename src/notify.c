@@ -248,7 +248,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	if (flags & RPAL_NONBLOCK)
 		return -EAGAIN;
 
-	budget = spin_budget(spin);
+	budget = spin_budget(spin, (what & WANT_RX) ? ring_head(c) : c->tail);
 	/* Spinning for a thread on our own CPU only keeps it from running:
 	 * hand it the CPU instead (see spin_wait_yields). */
 	bool yield = false;

@@ -30,6 +30,12 @@
  * all sets it to 1, so one that turns busy spins again within a few
  * waits.  A sleep's own length says nothing more: it includes the wake-up
  * latency, tens of µs across cores on small VMs.
+ *
+ * Where requests overlap, a waiter that sleeps finds several messages
+ * queued when it runs, and one whose spin catches the first hands them
+ * over one wait each: sleeping is cheaper per message than C says, and
+ * both C and the cap are scaled by the messages handled after a caught
+ * wait over those handled after a sleep (averaged; see batch_cost).
  */
 #include <string.h>
 #include <time.h>
@@ -81,10 +87,29 @@ static RPAL_HOT uint64_t sleep_cost(void)
 	return (uint64_t)load_relaxed(&sleep_cost_ns) + load_relaxed(&wake_cost_ns);
 }
 
-/* The longest spin: a sleep's cost, never more than the ceiling. */
-static RPAL_HOT uint64_t spin_cap(const struct rpal_spin *s)
+/*
+ * A sleep's cost per message it brings, counted in the messages a caught
+ * wait brings.  Where requests overlap, a receiver that sleeps finds
+ * several queued by the time it runs, while a spin that catches the
+ * first hands them over one wait each: its sleeps are that much cheaper
+ * per message, and spinning pays that much less.  At most half as much:
+ * larger batches come from a stream whose sender may be waiting for us
+ * (for room, or for an answer), which each sleep would stall.
+ */
+static RPAL_HOT uint64_t batch_cost(const struct rpal_spin *s)
 {
 	uint64_t c = sleep_cost();
+	uint32_t per_catch = s->per_catch > 16 ? s->per_catch : 16;
+
+	if (s->per_sleep <= per_catch)
+		return c;
+	return s->per_sleep >= 2 * per_catch ? c / 2 : c * per_catch / s->per_sleep;
+}
+
+/* The longest spin: a sleep's cost per message, never more than the ceiling. */
+static RPAL_HOT uint64_t spin_cap(const struct rpal_spin *s)
+{
+	uint64_t c = batch_cost(s);
 
 	return c < s->max_ns ? c : s->max_ns;
 }
@@ -121,9 +146,26 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 	s->policy = (uint8_t)policy;
 	whole_cap(s);   /* spin at first: a new connection is usually busy */
 	s->probe_gap = s->probe_left = 1;
+	s->per_catch = s->per_sleep = 16;
 }
 
-RPAL_HOT uint64_t spin_budget(struct rpal_spin *s)
+/* Credit the messages handled since the last wait to the way it ended. */
+static RPAL_HOT void count_batch(struct rpal_spin *s, uint64_t msgs)
+{
+	uint64_t n = msgs - s->mark;
+	uint16_t *avg = s->slept ? &s->per_sleep : &s->per_catch;
+
+	if (s->marked && msgs >= s->mark) {     /* less: the set changed */
+		if (n > 64)
+			n = 64;
+		*avg = (uint16_t)(*avg + ((int32_t)n * 16 - *avg) / 8);
+	}
+	s->mark = msgs;
+	s->marked = true;
+	s->slept = true;        /* until a catch says otherwise */
+}
+
+RPAL_HOT uint64_t spin_budget(struct rpal_spin *s, uint64_t msgs)
 {
 	uint64_t cap, b;
 
@@ -131,6 +173,7 @@ RPAL_HOT uint64_t spin_budget(struct rpal_spin *s)
 		return 0;
 	if (s->policy == RPAL_WAIT_POLICY_SPIN)
 		return s->max_ns;
+	count_batch(s, msgs);
 	cap = spin_cap(s);
 	s->probing = --s->probe_left == 0;
 	if (s->probing) {
@@ -147,7 +190,7 @@ RPAL_HOT uint64_t spin_budget(struct rpal_spin *s)
  * end, or the cap within its bucket (its waits taken as spread evenly). */
 static RPAL_HOT void choose(struct rpal_spin *s)
 {
-	double c = (double)sleep_cost(), surv = 1, spent = 0, best = c;
+	double c = (double)batch_cost(s), surv = 1, spent = 0, best = c;
 	uint64_t cap = spin_cap(s);
 	double pick_surv = 1;
 	uint32_t pick = 0;
@@ -238,12 +281,14 @@ static RPAL_HOT bool counted_only(struct rpal_spin *s, bool caught)
 
 RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0)
 {
+	s->slept = false;
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
 		learn(s, now_ns() - t0, true);
 }
 
 RPAL_HOT void spin_caught_at_once(struct rpal_spin *s)
 {
+	s->slept = false;
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
 		learn(s, 0, true);
 }
@@ -252,6 +297,7 @@ RPAL_HOT void spin_update(struct rpal_spin *s, uint64_t waited_ns)
 {
 	bool caught = waited_ns <= s->this_ns;
 
+	s->slept = !caught;
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, caught))
 		learn(s, waited_ns, caught);
 }
