@@ -67,7 +67,8 @@ static void usage(FILE *f)
 "                        rpc's --size is 1024 unless given\n"
 "  -R, --rounds N        run every case N times (default 1), interleaved: each\n"
 "                        case once, then each again, and so on; report each\n"
-"                        case's median run (by p50; throughput and CPU by mean).\n"
+"                        case's median run (by p50; throughput and CPU by mean;\n"
+"                        an rpc row's CPU figures: its median run by CPU).\n"
 "                        On a VM whose speed drifts, a slow spell that hits a\n"
 "                        minority of a case's runs then does not show; rpal\n"
 "                        rows are also compared round by round with futex's\n"
@@ -549,8 +550,18 @@ static void file_case(struct run_out *runs, unsigned n, struct report *r, size_t
 		*x = runs[stats_median_index(key, n)].res[i];
 		x->rounds = n;
 		memcpy(x->round_key, key, n * sizeof(key[0]));
-		for (unsigned k = 0; k < n && x->metric == M_RPC; k++)
-			x->round_cpu[k] = runs[k].res[i].cpu_per_req_ns;
+		if (x->metric == M_RPC) {
+			const struct result *c;
+
+			for (unsigned k = 0; k < n; k++)
+				x->round_cpu[k] = runs[k].res[i].cpu_per_req_ns;
+			/* Its CPU figures from its median run by CPU: a run whose
+			 * p50 is the median may be the one a slow spell hit. */
+			c = &runs[stats_median_index(x->round_cpu, n)].res[i];
+			x->cpu_per_req_ns = c->cpu_per_req_ns;
+			x->cpu_cores = c->cpu_cores;
+			memcpy(x->cpu, c->cpu, sizeof(x->cpu));
+		}
 	}
 }
 

@@ -216,7 +216,7 @@ struct result {
 	double wakeups_per_msg, sleeps_per_msg;
 	double same_cpu_share;		/* rpc: requests sent and received on one CPU; < 0: unknown */
 	uint64_t cdf[CDF_POINTS];	/* oneway: cycles at quantile i/(N-1), tail-weighted */
-	unsigned rounds;		/* runs behind it: it is the median one by round_key */
+	unsigned rounds;		/* runs behind it: it is the median one by round_key (rpc CPU: by round_cpu) */
 	double round_key[MAX_ROUNDS];	/* each run's p50 (throughput, CPU: mean) */
 	double round_cpu[MAX_ROUNDS];	/* rpc: each run's CPU per request, ns */
 };

@@ -87,7 +87,8 @@ def table(doc, svg):
     rounds = doc.get("options", {}).get("rounds", 1)
     if rounds > 1:
         out += ["Each case ran %d times, round after round, so that its runs spread over the "
-                "whole bench; each row is its median run, by p50 (throughput and CPU: by mean): "
+                "whole bench; each row is its median run, by p50 (throughput and CPU: by mean; "
+                "a request/response row's CPU figures: its median run by CPU per request): "
                 "a slow spell of the VM that hits a minority of a case's runs does not show. "
                 "Every run's figure is in the JSON." % rounds, ""]
     bn = base_name(res)
