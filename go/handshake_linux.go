@@ -191,7 +191,7 @@ func (p *process) newSide() (*side, error) {
 		p.freeBytes(addr)
 		return nil, fmt.Errorf("cannot create a doorbell: %w", err)
 	}
-	_ = unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) // ENOPROTOOPT before 6.16
+	bellsRefuseFds.Store(unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) == nil) // ENOPROTOOPT before 6.16
 	s.bell, s.ringEnd = fds[0], fds[1]
 	return s, nil
 }

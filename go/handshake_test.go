@@ -401,6 +401,36 @@ func lingeringSocket(t *testing.T) int {
 	return fd
 }
 
+// Before Linux 6.16 a doorbell cannot refuse passed descriptors: a peer can
+// queue a socket set to linger with unsent data in ours, whose last close
+// blocks for the linger time.  The drain receives and closes it at once.
+func TestBellDrainClosesPassedFds(t *testing.T) {
+	linger := lingeringSocket(t)
+	bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(bell[0])
+	defer unix.Close(bell[1])
+	if err := unix.Sendmsg(bell[1], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(linger) // the doorbell holds the last reference
+	was := bellsRefuseFds.Load()
+	bellsRefuseFds.Store(false)
+	defer bellsRefuseFds.Store(was)
+	done := make(chan bool, 1)
+	go func() { done <- drainBell(bell[0], make([]byte, 64)) }()
+	select {
+	case rung := <-done:
+		if !rung {
+			t.Fatal("the drain did not read the ring")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the drain blocked on a lingering socket passed in the doorbell")
+	}
+}
+
 // A peer's descriptors are closed without blocking: a lingering socket sent
 // beside the hello, or queued inside the doorbell it sends, is refused at
 // once and the listener closes at once.

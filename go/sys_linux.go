@@ -5,6 +5,7 @@ package rpal
 import (
 	"math"
 	"runtime"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -34,15 +35,33 @@ func ringSocket(fd int) {
 	_ = unix.Sendto(fd, oneByte, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
 }
 
+// bellsRefuseFds: our doorbell ends refuse passed descriptors (SO_PASSRIGHTS,
+// Linux 6.16 on).  Before that a peer can queue one in our doorbell, and a
+// plain read would drop it, the kernel closing it on our thread: a socket
+// set to linger with unsent data would block that thread for its linger.
+var bellsRefuseFds atomic.Bool
+
 // drainBell empties our end of a doorbell, reading at most 16 times
 // len(buf) bytes, and reports whether it held anything.  A read returning
 // less than asked for has emptied it; a peer that floods it is read at most
 // that much of, and what is left costs no wake-up (every send is a new
-// edge for the netpoller).
+// edge for the netpoller).  Where the doorbell takes descriptors, they are
+// received and closed without blocking (closePeerFd).
 func drainBell(fd int, buf []byte) bool {
+	var oob []byte
+	if !bellsRefuseFds.Load() {
+		oob = make([]byte, unix.CmsgSpace(scmMaxFd*4))
+	}
 	rung := false
 	for i := 0; i < 16; i++ {
-		n, err := unix.Read(fd, buf)
+		var n, oobn int
+		var err error
+		if oob == nil {
+			n, err = unix.Read(fd, buf)
+		} else {
+			n, oobn, _, _, err = unix.Recvmsg(fd, buf, oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+			closeFds(rightsOf(oob[:oobn]))
+		}
 		if n > 0 {
 			rung = true
 		}
