@@ -88,10 +88,17 @@ func closePeerFdAt(fd, depth int) {
 	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
 		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
 		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX && depth < peerFdDepth {
-			drainPeerFds(fd, depth+1)
+			shutUnixDrain(fd, depth+1)
 		}
 	}
 	unix.Close(fd)
+}
+
+// shutUnixDrain shuts the Unix socket fd for reading, so that nothing more
+// can be queued in it before it is closed, and drains it (drainPeerFds).
+func shutUnixDrain(fd, depth int) {
+	_ = unix.Shutdown(fd, unix.SHUT_RD)
+	drainPeerFds(fd, depth)
 }
 
 // drainPeerFds receives what waits in the Unix socket fd and closes every
@@ -201,7 +208,7 @@ func (p *process) dropSide(s *side) {
 	*(*uint32)(unsafe.Add(s.block, bMagic)) = 0
 	*(*uint64)(unsafe.Add(s.block, bNonce)) = 0
 	p.freeBytes(s.blockAddr)
-	unix.Close(s.bell)
+	closePeerFd(s.bell) // the peer may have queued descriptors in it
 	unix.Close(s.ringEnd)
 }
 

@@ -419,6 +419,7 @@ func TestBellDrainClosesPassedFds(t *testing.T) {
 	was := bellsRefuseFds.Load()
 	bellsRefuseFds.Store(false)
 	defer bellsRefuseFds.Store(was)
+	fds := openFds(t)
 	done := make(chan bool, 1)
 	go func() { done <- drainBell(bell[0], make([]byte, 64)) }()
 	select {
@@ -428,6 +429,46 @@ func TestBellDrainClosesPassedFds(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the drain blocked on a lingering socket passed in the doorbell")
+	}
+	if n := openFds(t); n != fds {
+		t.Fatalf("%d descriptors open after the drain, %d before: the passed one was kept", n, fds)
+	}
+}
+
+// openFds counts this process's open descriptors.
+func openFds(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skipf("cannot list /proc/self/fd: %v", err)
+	}
+	return len(ents)
+}
+
+// The same where no drain ran before Close: what a peer queued in our
+// doorbell is closed at once, not dropped with the doorbell's last
+// descriptor for the kernel to release on the closing thread.
+func TestCloseWithPassedFdInBell(t *testing.T) {
+	a, b := connPair(t)
+	was := bellsRefuseFds.Load()
+	bellsRefuseFds.Store(false)
+	defer bellsRefuseFds.Store(was)
+	// Let our doorbell take descriptors, as it does before 6.16.
+	_ = b.rxRaw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 1) })
+	linger := lingeringSocket(t)
+	if err := unix.Sendmsg(a.peerBell, []byte{1}, unix.UnixRights(linger), nil, unix.MSG_DONTWAIT); err != nil {
+		t.Fatalf("queueing a descriptor in the doorbell: %v", err)
+	}
+	unix.Close(linger)
+	done := make(chan error, 1)
+	go func() { done <- b.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked on a lingering socket queued in the doorbell")
 	}
 }
 

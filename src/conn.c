@@ -248,7 +248,7 @@ bool linger_sweep(bool teardown)
 		peer_put(l->peer);
 		if (!teardown)
 			watch_del(l->sock);
-		close(l->sock);
+		peer_fd_close(l->sock);
 		free(l);
 	}
 	more = rpal_g.lingering != NULL;
@@ -490,8 +490,13 @@ void conn_close(struct rpal_conn *c)
 	peer_fd_close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
-	/* What an older kernel let the peer pass on it is released here. */
-	peer_fd_close(c->fd);
+	/* What an older kernel let the peer pass on it is released with the
+	 * socket's last descriptor: the lingering copy's, if there is one (a
+	 * shutdown here would end the linger at once). */
+	if (l)
+		close(c->fd);
+	else
+		peer_fd_close(c->fd);
 	free(c);
 	linger_sweep(false);
 }

@@ -138,6 +138,7 @@ void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r)
 	for (i = 0; i < ep->nregs; i++) {
 		if (ep->regs[i] == r) {
 			ep->regs[i] = ep->regs[--ep->nregs];
+			spin_recount(&ep->spin);
 			break;
 		}
 	}
@@ -209,6 +210,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 			break;
 		}
 		ep->regs[ep->nregs++] = r;
+		spin_recount(&ep->spin);
 		c->reg = r;
 		store_release(&c->set, ep);
 		if (ep->rcv && c->local) {

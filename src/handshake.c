@@ -269,8 +269,11 @@ static void peer_fd_close_at(int fd, int depth)
 
 	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
 		setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
-		if (depth < PEER_FD_DEPTH && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX)
+		if (depth < PEER_FD_DEPTH && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX) {
+			/* Nothing more can be queued between the drain and the close. */
+			shutdown(fd, SHUT_RD);
 			peer_fd_drain(fd, depth + 1);
+		}
 	}
 	close(fd);
 }

@@ -74,8 +74,9 @@ struct rpal_spin {
 	uint16_t untimed;   /* waits counted but not timed while the cap pays */
 	/* Of recent waits, per bucket of length: those that reached it, ended in it. */
 	uint16_t reached[RPAL_SPIN_BUCKETS], ended[RPAL_SPIN_BUCKETS];
-	/* Messages handled per wait (x16, recent average), after a wait its
-	 * spin caught and after one that slept; the count at the last wait. */
+	/* Messages handled per wait (x256, recent average), after a wait its
+	 * spin caught and after one that slept; the count at the last wait
+	 * (marked: there is one). */
 	uint16_t per_catch, per_sleep;
 	bool slept, marked;
 	uint64_t mark;
@@ -85,6 +86,9 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
  * count of messages handled so far (received, or sent for a wait for
  * room), which tells how many each kind of wait brings. */
 uint64_t spin_budget(struct rpal_spin *s, uint64_t msgs);
+/* The waiter's count of messages now means something else (an epoll set
+ * gained or lost a connection): the next wait starts counting afresh. */
+void spin_recount(struct rpal_spin *s);
 /* After a wait that began at t0 (now_ns()) and a spin caught; or one that
  * ended after waited_ns, caught or not. */
 void spin_caught(struct rpal_spin *s, uint64_t t0);

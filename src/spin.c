@@ -48,6 +48,10 @@
 /* Spin the whole cap while this share of the waits that spun it (out of
  * 65536) ended within it. */
 #define CATCH_KEEP_CAP 58982   /* 90 % */
+/* Messages per wait are averaged in 1/256ths (within 8/256 of a steady
+ * count, the step of the average), counting at most BATCH_MAX a wait. */
+#define BATCH_ONE 256
+#define BATCH_MAX 64
 
 /* Until measured: a futex sleep and its wake-up on a VM. */
 #define SLEEP_COST_DEFAULT_NS 3000
@@ -99,7 +103,7 @@ static RPAL_HOT uint64_t sleep_cost(void)
 static RPAL_HOT uint64_t batch_cost(const struct rpal_spin *s)
 {
 	uint64_t c = sleep_cost();
-	uint32_t per_catch = s->per_catch > 16 ? s->per_catch : 16;
+	uint32_t per_catch = s->per_catch > BATCH_ONE ? s->per_catch : BATCH_ONE;
 
 	if (s->per_sleep <= per_catch)
 		return c;
@@ -146,7 +150,7 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 	s->policy = (uint8_t)policy;
 	whole_cap(s);   /* spin at first: a new connection is usually busy */
 	s->probe_gap = s->probe_left = 1;
-	s->per_catch = s->per_sleep = 16;
+	s->per_catch = s->per_sleep = BATCH_ONE;
 }
 
 /* Credit the messages handled since the last wait to the way it ended. */
@@ -155,14 +159,19 @@ static RPAL_HOT void count_batch(struct rpal_spin *s, uint64_t msgs)
 	uint64_t n = msgs - s->mark;
 	uint16_t *avg = s->slept ? &s->per_sleep : &s->per_catch;
 
-	if (s->marked && msgs >= s->mark) {     /* less: the set changed */
-		if (n > 64)
-			n = 64;
-		*avg = (uint16_t)(*avg + ((int32_t)n * 16 - *avg) / 8);
+	if (s->marked) {
+		if (n > BATCH_MAX)
+			n = BATCH_MAX;
+		*avg = (uint16_t)(*avg + ((int32_t)n * BATCH_ONE - *avg) / 8);
 	}
 	s->mark = msgs;
 	s->marked = true;
 	s->slept = true;        /* until a catch says otherwise */
+}
+
+void spin_recount(struct rpal_spin *s)
+{
+	s->marked = false;
 }
 
 RPAL_HOT uint64_t spin_budget(struct rpal_spin *s, uint64_t msgs)

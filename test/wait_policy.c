@@ -195,26 +195,22 @@ static void check_costs(void)
 
 /*
  * Overlapping requests: a waiter that sleeps finds `batch` messages queued
- * when it wakes, while a spin catches them one wait each.  Waits of 3 us
- * (one in five lasts 40 us) are mostly caught by a whole cap of 4.5 us,
- * but a sleep that brings three messages costs 1.5 us a message: spinning
- * does not pay.  The mean spin budget over the last half of the waits.
+ * when it wakes, while a spin catches them one wait each.  Waits of
+ * short_ns, one in five 40 us, n of them; returns the mean spin budget
+ * over the last half.
  */
-static uint64_t batched_budget(unsigned batch)
+static uint64_t batched_budget(struct rpal_spin *s, unsigned batch, uint64_t short_ns, int n)
 {
-	struct rpal_spin s;
 	uint64_t spun = 0;
-	const int n = 4000;
 
-	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
 	for (int i = 0; i < n; i++) {
-		uint64_t w = i % 5 ? 3000 : 40000, b = spin_budget(&s, msgs);
+		uint64_t w = i % 5 ? short_ns : 40000, b = spin_budget(s, msgs);
 
 		if (w <= b) {
-			spin_update(&s, w);
+			spin_update(s, w);
 			msgs += 1;
 		} else {
-			spin_update(&s, w + 60000);
+			spin_update(s, w + 60000);
 			msgs += batch;
 		}
 		if (i >= n / 2)
@@ -223,14 +219,34 @@ static uint64_t batched_budget(unsigned batch)
 	return spun / (n / 2);
 }
 
+/*
+ * A sleep's cost (4.5 us here) counts per message it brings, down to half:
+ * 3 us waits are worth spinning for when a sleep brings one message, not
+ * when it brings three (1.5 us a message); 2 us waits still are when it
+ * brings ten (half the cost, not a tenth); and once sleeps bring one
+ * message again the whole cost is spun again, 4 us waits included.
+ */
 static void check_batching(void)
 {
-	uint64_t one = batched_budget(1), three = batched_budget(3);
+	struct rpal_spin s;
+	uint64_t one, three, ten, again;
 
-	printf("adaptive: 3 us waits (one in five 40 us), a sleep bringing 1 message: spins %llu ns a wait; bringing 3: %llu ns\n",
-	       (unsigned long long)one, (unsigned long long)three);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	one = batched_budget(&s, 1, 3000, 4000);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	three = batched_budget(&s, 3, 3000, 4000);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	ten = batched_budget(&s, 10, 2000, 4000);
+	again = batched_budget(&s, 1, 4000, 4000);
+	printf("adaptive: waits of 3 us (one in five 40 us), a sleep bringing 1 message: spins %llu ns a wait; "
+	       "bringing 3: %llu ns; 2 us waits, bringing 10: %llu ns; then 4 us waits, bringing 1: %llu ns\n",
+	       (unsigned long long)one, (unsigned long long)three, (unsigned long long)ten,
+	       (unsigned long long)again);
 	t_check(one >= 3000, "one message a sleep: spins %llu ns, misses 3 us waits", (unsigned long long)one);
 	t_check(three < 1000, "three messages a sleep: still spins %llu ns a wait", (unsigned long long)three);
+	t_check(ten >= 2000, "ten messages a sleep: spins %llu ns, misses 2 us waits", (unsigned long long)ten);
+	t_check(again >= 4000, "one message a sleep again: spins %llu ns, misses 4 us waits",
+		(unsigned long long)again);
 }
 
 /*
