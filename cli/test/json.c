@@ -216,6 +216,11 @@ static int run_bench(char **argv, struct out *o)
 	return 0;
 }
 
+static double median3(const double *v)
+{
+	return fmax(fmin(v[0], v[1]), fmin(fmax(v[0], v[1]), v[2]));
+}
+
 /* The rpc suite with --rounds 3: each row's CPU per request is the median
  * of its three runs', all three are listed, and rpal's is compared with
  * futex's round by round. */
@@ -236,7 +241,7 @@ static int rpc_rounds(char *rpal)
 		for (size_t i = 0; res && i < res->n; i++) {
 			const struct jval *r = res->items[i];
 			const struct jval *p50s = json_get(r, "round_p50s"), *cpus = json_get(r, "round_cpu_per_req_ns");
-			double k[3], mid;
+			double k[3], p[3], mid;
 
 			if (!is(p50s, J_ARR) || p50s->n != 3 || !is(cpus, J_ARR) || cpus->n != 3) {
 				CHECK(0, "rpc results[%zu] lacks its three runs' p50s or CPU per request", i);
@@ -244,9 +249,13 @@ static int rpc_rounds(char *rpal)
 			}
 			for (int j = 0; j < 3; j++) {
 				k[j] = cpus->items[j]->num;
+				p[j] = p50s->items[j]->num;
 				CHECK(k[j] > 0, "rpc results[%zu]: round %d's CPU per request is %g", i, j, k[j]);
 			}
-			mid = k[0] + k[1] + k[2] - fmin(k[0], fmin(k[1], k[2])) - fmax(k[0], fmax(k[1], k[2]));
+			mid = median3(p);
+			CHECK(json_get(r, "p50")->num == mid, "rpc results[%zu]: p50 %g is not the median of %g, %g, %g",
+			      i, json_get(r, "p50")->num, p[0], p[1], p[2]);
+			mid = median3(k);
 			CHECK(json_get(r, "cpu_per_req_ns")->num == mid,
 			      "rpc results[%zu]: CPU per request %g is not the median of %g, %g, %g", i,
 			      json_get(r, "cpu_per_req_ns")->num, k[0], k[1], k[2]);
