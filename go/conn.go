@@ -231,11 +231,7 @@ func (c *Conn) Close() error {
 		// Wake our sleepers; they see closed.
 		c.kickFutex(0)
 		c.kickFutex(1)
-		if !bellsRefuseFds.Load() {
-			// What a peer queued in our doorbell would be released
-			// on the thread that drops its last descriptor.
-			_ = c.rxRaw.Control(func(fd uintptr) { shutUnixDrain(int(fd), 1) })
-		}
+		shutBell(c.rxRaw)
 		c.rxBell.Close()
 		c.txBell.Close()
 		c.rxMu.Lock()

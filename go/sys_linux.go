@@ -6,6 +6,7 @@ import (
 	"math"
 	"runtime"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 
@@ -40,6 +41,15 @@ func ringSocket(fd int) {
 // plain read would drop it, the kernel closing it on our thread: a socket
 // set to linger with unsent data would block that thread for its linger.
 var bellsRefuseFds atomic.Bool
+
+// shutBell readies our end of a doorbell for its last close: where it takes
+// descriptors, what a peer queued in it would be released on the thread
+// that drops the last reference, so it is shut for reading and drained.
+func shutBell(raw syscall.RawConn) {
+	if !bellsRefuseFds.Load() {
+		_ = raw.Control(func(fd uintptr) { shutUnixDrain(int(fd), 1) })
+	}
+}
 
 // drainBell empties our end of a doorbell, reading at most 16 times
 // len(buf) bytes, and reports whether it held anything.  A read returning

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"net"
 	"runtime"
+	"syscall"
 	"time"
 )
 
@@ -40,6 +41,7 @@ func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error)       { return 
 func ringSocket(fd int)                                                {}
 func monoNs() uint64                                                   { return 0 }
 func drainBell(fd int, buf []byte) bool                                { return false }
+func shutBell(syscall.RawConn)                                         {}
 func wakeFutex(addr *uint32)                                           {}
 func wakeFutexPrivate(addr *uint32)                                    {}
 func futexWaitv(*uint32, uint32, *uint32, uint32, time.Duration) error { return errUnsupported }
