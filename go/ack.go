@@ -64,7 +64,9 @@ func (c *Conn) allocBuf(n int) (uint64, error) {
 		if addr, ok := c.p.allocData(uint64(n), c.outBytes); ok {
 			return addr, nil
 		}
-		if c.drainAcks() > 0 {
+		// Buffers released on other connections come back only when
+		// someone looks: look at them all before failing or waiting.
+		if c.drainAcks() > 0 || c.p.reapAcks() {
 			continue
 		}
 		if c.outBytes == 0 {

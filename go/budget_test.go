@@ -118,6 +118,68 @@ func TestConnBudget(t *testing.T) {
 // expectArenaBack fails t unless, within 5 s of its end, the arena is used
 // no more than now: the closed connections give it back before the next
 // test needs it.
+// A buffer the peer released comes back to the allocation that needs it,
+// whichever connection the release came on and though nothing was sent on
+// that connection since.  Blocks of a quarter of the arena plus a byte
+// take half of it each, so a second fits only once the first is back.
+func TestAllocReapsAcks(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectArenaBack(t)
+	name, l := newService(t)
+	pair := func() (*Conn, *Conn) {
+		t.Helper()
+		c, err := DialConn(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.AcceptConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(); s.Close() })
+		return c, s
+	}
+	a, as := pair()
+	b, bs := pair()
+	n := int(p.cfg.ArenaSize/4 + 1)
+	buf, err := Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if extra, err := Alloc(n); err == nil {
+		extra.Free()
+		t.Fatal("a second buffer fits beside the first: the test proves nothing")
+	}
+	if err := a.WriteMsg(buf); err != nil {
+		t.Fatal(err)
+	}
+	m, err := as.ReadMsg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Ack(); err != nil {
+		t.Fatal(err)
+	}
+	// Released on a: a copying send on b finds the room.
+	msg := bytes.Repeat([]byte{'c'}, n)
+	if err := b.Send(msg); err != nil {
+		t.Fatalf("send of %d bytes after the peer released what it held: %v", n, err)
+	}
+	got := make([]byte, n)
+	if k, err := bs.Recv(got); err != nil || k != n || !bytes.Equal(got, msg) {
+		t.Fatalf("receive: %d bytes, %v", k, err)
+	}
+	// Released on b: Alloc finds the room.
+	buf, err = Alloc(n)
+	if err != nil {
+		t.Fatalf("Alloc(%d) after the peer released what it held: %v", n, err)
+	}
+	buf.Free()
+}
+
 func expectArenaBack(t *testing.T) {
 	st0, _ := ProcessStats()
 	t.Cleanup(func() {

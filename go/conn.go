@@ -244,7 +244,7 @@ func (c *Conn) Close() error {
 		}
 		closeFd(c.peerBell)
 		c.statClose()
-		c.p.conns.Add(-1)
+		c.p.connClosed(c)
 		c.ackMu.Unlock()
 		c.txMu.Unlock()
 		c.rxMu.Unlock()

@@ -359,6 +359,6 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		_ = raw.Control(func(fd uintptr) { sockFd = int32(fd) })
 	}
 	c.statOpen(sockFd, typ == hsHello)
-	p.conns.Add(1)
+	p.connOpened(c)
 	return c, nil
 }

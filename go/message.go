@@ -76,6 +76,9 @@ func Alloc(n int) (*Buffer, error) {
 		return nil, fmt.Errorf("rpal: alloc of %d bytes: %w", n, syscall.EINVAL)
 	}
 	addr, ok := p.allocData(uint64(n), 0) // leaves the reserve for connection blocks
+	if !ok && p.reapAcks() {
+		addr, ok = p.allocData(uint64(n), 0)
+	}
 	if !ok {
 		return nil, fmt.Errorf("rpal: arena exhausted: no room for %d bytes: %w", n, syscall.ENOMEM)
 	}

@@ -31,6 +31,9 @@ type process struct {
 	mu    sync.Mutex // peers
 	peers map[uint32]*peerMap
 	conns atomic.Int32
+
+	liveMu sync.Mutex
+	live   map[*Conn]struct{} // open connections (reapAcks)
 }
 
 // proc is this process's place, set by the first successful Init.
@@ -67,7 +70,7 @@ func initLocked(cfg *Config) (*process, error) {
 	if err := checkOS(); err != nil {
 		return nil, err
 	}
-	p := &process{memfd: -1, peers: make(map[uint32]*peerMap)}
+	p := &process{memfd: -1, peers: make(map[uint32]*peerMap), live: make(map[*Conn]struct{})}
 	if cfg != nil {
 		p.cfg = *cfg
 	} else {
@@ -111,6 +114,45 @@ func (p *process) allocData(n, held uint64) (uint64, bool) {
 		return 0, false
 	}
 	return p.arenaAddr + off, true
+}
+
+// connOpened and connClosed keep the count and the set of open connections.
+func (p *process) connOpened(c *Conn) {
+	p.conns.Add(1)
+	p.liveMu.Lock()
+	p.live[c] = struct{}{}
+	p.liveMu.Unlock()
+}
+
+func (p *process) connClosed(c *Conn) {
+	p.conns.Add(-1)
+	p.liveMu.Lock()
+	delete(p.live, c)
+	p.liveMu.Unlock()
+}
+
+// reapAcks takes back what the peers of every open connection have
+// acknowledged: an allocation that found the arena short may fit then,
+// though the acknowledgements came on connections nobody sends on.  A
+// connection whose sender is busy is left to take its own.  Returns
+// whether anything came back.
+func (p *process) reapAcks() bool {
+	p.liveMu.Lock()
+	conns := make([]*Conn, 0, len(p.live))
+	for c := range p.live {
+		conns = append(conns, c)
+	}
+	p.liveMu.Unlock()
+	n := 0
+	for _, c := range conns {
+		if c.txMu.TryLock() {
+			if !c.closed.Load() && !c.dead.Load() {
+				n += c.drainAcks()
+			}
+			c.txMu.Unlock()
+		}
+	}
+	return n > 0
 }
 
 // blockSize is the size of the allocator block at addr of our arena.

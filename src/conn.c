@@ -256,6 +256,39 @@ bool linger_sweep(bool teardown)
 	return more;
 }
 
+static void reap_one(int fd, struct rpal_obj *_Atomic *slot)
+{
+	struct rpal_obj *o = atomic_load(slot);
+
+	(void)fd;
+	if (o && o->kind == OBJ_CONN) {
+		struct rpal_conn *c = (struct rpal_conn *)o;
+		uint64_t keys = mpk_open(c->pkru_bits);    /* the acks are in the peer's arena */
+
+		acks_drain(c);
+		mpk_close(keys);
+	}
+}
+
+/*
+ * Take back what the peers of every connection have acknowledged, and what
+ * the peers of closed connections let go: an allocation that found the
+ * arena short may fit then, though the acknowledgements came on connections
+ * nobody sends on.  Returns whether anything came back.  A connection in
+ * the table stays allocated while rpal_g.lock is held (rpal_close() clears
+ * its entry under the lock before freeing it).
+ */
+bool conns_reap_acks(void)
+{
+	uint64_t used = load_relaxed(&rpal_g.arena_used);
+
+	pthread_mutex_lock(&rpal_g.lock);
+	obj_walk(reap_one);
+	pthread_mutex_unlock(&rpal_g.lock);
+	linger_sweep(false);
+	return load_relaxed(&rpal_g.arena_used) < used;
+}
+
 /*
  * This connection's peer is gone: it closed (hang-up) or its process exited
  * (pidfd: then the whole mapping is a dead incarnation, which a newcomer

@@ -125,7 +125,7 @@ int rpal_ensure_init(void)
 }
 
 /* Call fn for every object in the table: its descriptor and table slot. */
-static void obj_walk(void (*fn)(int fd, struct rpal_obj *_Atomic *slot))
+void obj_walk(void (*fn)(int fd, struct rpal_obj *_Atomic *slot))
 {
 	int top, i;
 

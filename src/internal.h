@@ -363,6 +363,7 @@ static inline struct rpal_obj *obj_get_kind(int fd, enum rpal_kind k)
 	return o && o->kind == k ? o : NULL;
 }
 void obj_clear(int fd);
+void obj_walk(void (*fn)(int fd, struct rpal_obj *_Atomic *slot));
 int conn_get_failed(int fd);
 
 /* The connection named by fd, or NULL. */
@@ -399,6 +400,7 @@ static inline void conn_violation(struct rpal_conn *c)
 bool conn_poll_peer_if_idle(struct rpal_conn *c, int flags);
 void conn_reclaim(struct rpal_conn *c);
 bool linger_sweep(bool teardown);      /* true while some still linger */
+bool conns_reap_acks(void);
 
 /* handshake.c: pure functions of their arguments (fuzzed). */
 /* Our place in the address map: what our hellos say, and what a peer's

@@ -75,6 +75,18 @@ static RPAL_WARM void publish_buf(struct rpal_conn *c, void *buf, size_t len, ui
 	ring_publish(c, NULL, (uint32_t)len, (uintptr_t)buf, RPAL_SLOT_BUF);
 }
 
+/* A block of size bytes for a len-byte message that does not fit a slot,
+ * beside the last of the arena, which is kept for connection blocks. */
+static RPAL_WARM void *arena_alloc_msg(size_t len, uint64_t size)
+{
+	for (bool reaped = false;; reaped = true) {
+		void *p = arena_free_bytes() >= size + arena_reserve() ? arena_alloc(len) : NULL;
+
+		if (p || reaped || !conns_reap_acks())
+			return p;
+	}
+}
+
 /* A message too large for a slot: copied into a buffer of our arena. */
 static RPAL_WARM ssize_t send_large(struct rpal_conn *c, const void *buf, size_t len, int flags)
 {
@@ -88,8 +100,8 @@ static RPAL_WARM ssize_t send_large(struct rpal_conn *c, const void *buf, size_t
 	ret = send_prepare(c, WANT_SLOT | WANT_QUOTA, flags, size, false);
 	if (ret)
 		return ret;
-	/* The last of the arena is kept for connection blocks. */
-	if (arena_free_bytes() < size + arena_reserve() || !(copy = arena_alloc(len)))
+	copy = arena_alloc_msg(len, size);
+	if (!copy)
 		return rpal_fail(ENOMEM, "arena exhausted: no room for a %zu-byte message beside the %" PRIu64
 				 " bytes kept for new connections (do peers release what they receive?)",
 				 len, arena_reserve());
@@ -199,9 +211,16 @@ RPAL_EXPORT int rpal_flush(int fd)
 
 RPAL_EXPORT void *rpal_buf_alloc(size_t len)
 {
+	void *p;
+
 	if (len == 0 || rpal_ensure_init() || len > rpal_g.cfg.arena_size / 2)
 		return NULL;
-	return arena_alloc(len);
+	p = arena_alloc(len);
+	/* Buffers the peers released come back when some connection looks:
+	 * look at them all before saying there is no room. */
+	if (!p && conns_reap_acks())
+		p = arena_alloc(len);
+	return p;
 }
 
 RPAL_EXPORT void rpal_buf_free(void *buf)
