@@ -321,8 +321,8 @@ int cmd_stat(int argc, char **argv)
 	if (none) {
 		/* A service is found by its connections: a listener alone has none. */
 		if (filter.service)
-			fprintf(stderr, "rpal stat: no connection of service %s (a server that no client has "
-				"connected to yet is not listed)\n", filter.service);
+			fprintf(stderr, "rpal stat: no open connection of service %s (a server is found by "
+				"its open connections: one with none now is not listed)\n", filter.service);
 		else
 			fprintf(stderr, "rpal stat: no rpal process has pid %s\n", optind < argc ? argv[optind] : "");
 		c = 1;

@@ -4,7 +4,7 @@
  *
  * NOTE: conventions for the whole header.
  *  - Calls return 0 or a count on success and -errno on failure; errno is not
- *    set.  rpal_strerror(-ret) gives a sentence that says what went wrong,
+ *    set.  rpal_strerror(ret) gives a sentence that says what went wrong,
  *    including the detail of the most recent failure on this thread.
  *  - The epoll replacements (rpal_epoll_create/ctl/wait) keep POSIX's own
  *    convention (-1 and errno) so that swapping them in changes nothing else.
@@ -397,8 +397,9 @@ int rpal_stats(struct rpal_stats *st);
 int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_t len);
 
 /*
- * A sentence for -err: the detail of this thread's most recent rpal failure
- * if it ended with that errno, else strerror(err).  Never NULL.
+ * A sentence for err, a call's negative result or a positive errno: the
+ * detail of this thread's most recent rpal failure if it ended with that
+ * errno, else strerror().  Never NULL.
  */
 const char *rpal_strerror(int err);
 

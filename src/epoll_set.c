@@ -183,14 +183,17 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 	switch (op) {
 	case EPOLL_CTL_ADD:
 		if (r) {
-			ret = r->ep == ep ? -EEXIST : -EBUSY;   /* one rpal set per connection */
+			/* One rpal set per connection. */
+			ret = r->ep == ep ? rpal_fail(EEXIST, "connection %d is already in this set", c->fd)
+					  : rpal_fail(EBUSY, "connection %d is in another rpal epoll set: a connection can be in one at a time",
+						      c->fd);
 			break;
 		}
 		if (ep->nregs == ep->cap) {
 			unsigned cap = ep->cap ? 2 * ep->cap : 16;
 			void *p = realloc(ep->regs, cap * sizeof(*ep->regs));
 			if (!p) {
-				ret = -ENOMEM;
+				ret = rpal_fail(ENOMEM, "no memory for the set's registrations");
 				break;
 			}
 			ep->regs = p;
@@ -198,7 +201,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		}
 		r = calloc(1, sizeof(*r));
 		if (!r) {
-			ret = -ENOMEM;
+			ret = rpal_fail(ENOMEM, "no memory for the set's registrations");
 			break;
 		}
 		r->c = c;
@@ -219,19 +222,16 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		}
 		break;
 	case EPOLL_CTL_MOD:
-		if (!r || r->ep != ep)
-			ret = -ENOENT;
-		else
-			reg_arm(r, ev);
-		break;
 	case EPOLL_CTL_DEL:
 		if (!r || r->ep != ep)
-			ret = -ENOENT;
+			ret = rpal_fail(ENOENT, "connection %d is not in this set", c->fd);
+		else if (op == EPOLL_CTL_MOD)
+			reg_arm(r, ev);
 		else
 			reg_remove(ep, r);
 		break;
 	default:
-		ret = -EINVAL;
+		ret = rpal_fail(EINVAL, "unknown epoll_ctl operation %d", op);
 	}
 	other_give(ep, counted);
 	/* A thread asleep in rpal_epoll_wait() must look at the new state,
@@ -249,6 +249,12 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 
 	if (!ep || !c) {
 		ret = epoll_ctl(epfd, op, fd, event);
+		if (ret) {
+			/* A detail of its own, not an earlier call's. */
+			int err = errno;
+			rpal_fail(err, "epoll_ctl(%d, %d, %d) failed", epfd, op, fd);
+			errno = err;
+		}
 		if (ep && !ret) {
 			/* Counted so a set of rpal connections only may sleep on
 			 * futexes; see ep_wait().  The count and the watch change
@@ -266,7 +272,7 @@ RPAL_EXPORT int rpal_epoll_ctl(int epfd, int op, int fd, struct epoll_event *eve
 		return ret;
 	}
 	if (op != EPOLL_CTL_DEL && !event) {
-		errno = EFAULT;
+		errno = -rpal_fail(EFAULT, "rpal_epoll_ctl: event is NULL");
 		return -1;
 	}
 	ret = conn_ctl(ep, op, c, event);

@@ -5,7 +5,9 @@
  * a release of a message that was not received on that connection (a
  * forged token, a copy of a released struct, another connection's
  * message) returns -EINVAL and sends the peer nothing, so the connection
- * keeps working.
+ * keeps working.  rpal_epoll_ctl() mistakes (a second set, removal from
+ * a set the connection is not in) leave their own detail for
+ * rpal_strerror(), not an earlier call's of the same errno.
  */
 #include "helpers.h"
 
@@ -57,6 +59,28 @@ int main(void)
 	t_ok(rpal_msg_release(b, &m, 1));       /* the same struct again: nothing to do */
 	t_check(rpal_msg_release(b, &copy, 1) == -EINVAL, "release through a copy");
 	printf("  a copy of a released struct: %s\n", rpal_strerror(-EINVAL));
+
+	printf("epoll_ctl mistakes say what they were, not what an earlier call said\n");
+	{
+		int ep1 = t_ok(rpal_epoll_create(0)), ep2 = t_ok(rpal_epoll_create(0));
+		struct epoll_event ev = { .events = EPOLLIN };
+		void *buf = rpal_buf_alloc(64);
+
+		t_check(buf, "rpal_buf_alloc");
+		t_ok(rpal_send_buf(a, buf, 64, 0));
+		t_check(rpal_send_buf(a, buf, 64, 0) == -EBUSY, "a buffer in flight sent again");
+		t_ok(rpal_epoll_ctl(ep1, EPOLL_CTL_ADD, b, &ev));
+		t_check(rpal_epoll_ctl(ep2, EPOLL_CTL_ADD, b, &ev) == -1 && errno == EBUSY, "a second set");
+		printf("  %s\n", rpal_strerror(-EBUSY));
+		t_check(strstr(rpal_strerror(-EBUSY), "another rpal epoll set"), "EBUSY's detail is an earlier call's");
+		t_check(rpal_epoll_ctl(ep2, EPOLL_CTL_DEL, b, NULL) == -1 && errno == ENOENT, "removal from a set it is not in");
+		t_check(strstr(rpal_strerror(-ENOENT), "not in this set"), "ENOENT's detail: %s", rpal_strerror(-ENOENT));
+		t_ok(rpal_epoll_ctl(ep1, EPOLL_CTL_DEL, b, NULL));
+		t_check(rpal_recv_msg(b, &m, 1, 0) == 1, "the buffer message");
+		t_ok(rpal_msg_release(b, &m, 1));
+		rpal_close(ep1);
+		rpal_close(ep2);
+	}
 
 	printf("both connections still work\n");
 	echo_works(a, b, "bad releases");

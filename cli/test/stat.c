@@ -262,7 +262,7 @@ static void unmatched(const char *rpal)
 	struct out o;
 
 	CHECK(!runcmd(by_name, &o) && o.status == 1 && !o.len[0] &&
-	      strstr(o.buf[1], "no connection of service no-such-service"),
+	      strstr(o.buf[1], "no open connection of service no-such-service"),
 	      "rpal stat no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
 	CHECK(!runcmd(by_pid, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], "no rpal process has pid 4000000"),
