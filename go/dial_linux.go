@@ -38,7 +38,7 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 	ok := false
 	defer func() {
 		if !ok {
-			uc.Close()
+			closePeerConn(uc) // the server's, and what it queued there
 		}
 	}()
 	if err := uc.SetDeadline(deadline); err != nil {

@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -56,12 +57,10 @@ func closeFds(fds []int) {
 // lingering socket would block it.
 const scmMaxFd = 253
 
-// Nesting of Unix sockets passed inside Unix sockets: the kernel refuses
-// more than a few levels; queued messages drained per socket.
-const (
-	peerFdDepth = 5
-	peerFdDrain = 1024
-)
+// peerFdDrain is how many messages are taken out of one socket at a time:
+// a socket shut for reading holds finitely many, and the closer comes back
+// for the rest.
+const peerFdDrain = 1024
 
 // rightsOf returns the descriptors in a control buffer.
 func rightsOf(oob []byte) []int {
@@ -78,41 +77,131 @@ func rightsOf(oob []byte) []int {
 
 // closePeerFd closes a descriptor a peer sent us without blocking on it.
 // Releasing a socket with unsent data and SO_LINGER set waits for the
-// linger time, on whichever thread drops the last reference: so a socket's
-// linger is turned off, and the descriptors queued in a Unix socket (which
-// its release would drop) are taken out and closed the same way first.
-func closePeerFd(fd int) { closePeerFdAt(fd, 0) }
-
-func closePeerFdAt(fd, depth int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-		_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
-		if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX && depth < peerFdDepth {
-			shutUnixDrain(fd, depth+1)
-		}
+// linger time, on whichever thread drops the last reference, and a Unix
+// socket releases the descriptors queued in it, Unix sockets among them,
+// as deep as the kernel lets them nest.  So a socket's linger is turned
+// off, and a Unix socket is shut for reading and emptied before it is
+// closed: the caller's thread empties the one it closes, and a Unix socket
+// found inside goes to the closer goroutine, which empties it the same way.
+// Honest peers never nest them.
+func closePeerFd(fd int) {
+	if preparePeerFd(fd) && drainPeerFds(fd) != drained {
+		deferClose(fd)
+		return
 	}
 	unix.Close(fd)
 }
 
-// shutUnixDrain shuts the Unix socket fd for reading, so that nothing more
-// can be queued in it before it is closed, and drains it (drainPeerFds).
-func shutUnixDrain(fd, depth int) {
-	_ = unix.Shutdown(fd, unix.SHUT_RD)
-	drainPeerFds(fd, depth)
+// closePeerConn closes a Unix socket a peer writes to (a handshake's) as
+// closePeerFd does: what it queued there is taken out first.
+func closePeerConn(uc *net.UnixConn) {
+	if raw, err := uc.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) {
+			if preparePeerFd(int(fd)) && drainPeerFds(int(fd)) != drained {
+				// The rest for the closer, on a copy of its own.
+				if d, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
+					deferClose(d)
+				}
+			}
+		})
+	}
+	uc.Close()
 }
 
+// preparePeerFd turns a socket's linger off; a Unix socket it also shuts
+// for reading, so that nothing more can be queued in it, and reports true:
+// it is to be emptied before its close.
+func preparePeerFd(fd int) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return false
+	}
+	_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
+	if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
+		return false
+	}
+	_ = unix.Shutdown(fd, unix.SHUT_RD)
+	return true
+}
+
+// shutUnixDrain shuts the Unix socket fd for reading and empties it; what
+// it cannot take out now goes with a copy of fd to the closer.
+func shutUnixDrain(fd int) {
+	_ = unix.Shutdown(fd, unix.SHUT_RD)
+	if drainPeerFds(fd) != drained {
+		if d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+			deferClose(d)
+		}
+	}
+}
+
+type drainResult int
+
+const (
+	drained drainResult = iota
+	drainMore
+	drainFailed
+)
+
 // drainPeerFds receives what waits in the Unix socket fd and closes every
-// descriptor that came with it (closePeerFdAt).
-func drainPeerFds(fd, depth int) {
+// descriptor that came with it: a Unix socket by the closer.
+func drainPeerFds(fd int) drainResult {
 	var buf [4096]byte
 	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
-	for i := 0; i < peerFdDrain; i++ {
+	for range peerFdDrain {
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
-		if err != nil || (n == 0 && oobn == 0) {
-			return
+		if err == unix.EAGAIN || (err == nil && n == 0 && oobn == 0) {
+			return drained
+		}
+		if err != nil {
+			return drainFailed
 		}
 		for _, got := range rightsOf(oob[:oobn]) {
-			closePeerFdAt(got, depth)
+			if preparePeerFd(got) {
+				deferClose(got)
+			} else {
+				unix.Close(got)
+			}
+		}
+	}
+	return drainMore
+}
+
+// The closer: one goroutine, started by the first Unix socket found inside
+// another, empties and closes them.  Only it can block on a socket that
+// failed to empty.
+var closer struct {
+	mu      sync.Mutex
+	fds     []int
+	running bool
+}
+
+func deferClose(fd int) {
+	closer.mu.Lock()
+	closer.fds = append(closer.fds, fd)
+	start := !closer.running
+	closer.running = true
+	closer.mu.Unlock()
+	if start {
+		go runCloser()
+	}
+}
+
+func runCloser() {
+	for {
+		closer.mu.Lock()
+		if len(closer.fds) == 0 {
+			closer.running = false
+			closer.mu.Unlock()
+			return
+		}
+		fd := closer.fds[len(closer.fds)-1]
+		closer.fds = closer.fds[:len(closer.fds)-1]
+		closer.mu.Unlock()
+		if drainPeerFds(fd) == drainMore {
+			deferClose(fd)
+		} else {
+			unix.Close(fd)
 		}
 	}
 }

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -472,15 +473,74 @@ func TestCloseWithPassedFdInBell(t *testing.T) {
 	}
 }
 
+// nestedLingering returns a Unix socket holding, queued in it, a Unix
+// socket holding ... depth levels deep, with a lingering socket at the
+// bottom.
+func nestedLingering(t *testing.T, depth int) int {
+	t.Helper()
+	inner := lingeringSocket(t)
+	for range depth {
+		sv, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Sendmsg(sv[0], []byte{1}, unix.UnixRights(inner), nil, 0); err != nil {
+			t.Skipf("the kernel does not nest Unix sockets this deep: %v", err)
+		}
+		unix.Close(inner) // the queued copy keeps it
+		unix.Close(sv[0])
+		inner = sv[1]
+	}
+	return inner
+}
+
+// sendBoth sends two datagrams with one sendmmsg(2), so that the second
+// already waits when the receiver reads the first.
+func sendBoth(t *testing.T, uc *net.UnixConn, first, second []byte, oob1, oob2 []byte) {
+	t.Helper()
+	type mmsghdr struct {
+		hdr unix.Msghdr
+		n   uint32
+		_   [4]byte
+	}
+	var msgs [2]mmsghdr
+	iov := [2]unix.Iovec{{Base: &first[0]}, {Base: &second[0]}}
+	iov[0].SetLen(len(first))
+	iov[1].SetLen(len(second))
+	for i, oob := range [][]byte{oob1, oob2} {
+		msgs[i].hdr.Iov = &iov[i]
+		msgs[i].hdr.SetIovlen(1)
+		if len(oob) > 0 {
+			msgs[i].hdr.Control = &oob[0]
+			msgs[i].hdr.SetControllen(len(oob))
+		}
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uintptr
+	var errno syscall.Errno
+	_ = raw.Control(func(fd uintptr) {
+		n, _, errno = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
+	})
+	if errno != 0 || n != 2 {
+		t.Fatalf("sendmmsg: %d sent: %v", n, errno)
+	}
+}
+
 // A peer's descriptors are closed without blocking: a lingering socket sent
-// beside the hello, or queued inside the doorbell it sends, is refused at
-// once and the listener closes at once.
+// beside the hello, queued inside the doorbell it sends, at the bottom of
+// Unix sockets nested 8 deep beside the hello, or sent with a second
+// message queued behind a hello that is refused, is refused at once and the
+// listener closes at once.
 func TestPeerDescriptorsDoNotBlock(t *testing.T) {
 	p, err := ensure()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, where := range []string{"beside the hello", "inside the doorbell"} {
+	for _, where := range []string{"beside the hello", "inside the doorbell", "nested 8 deep beside the hello",
+		"behind a refused hello"} {
 		name, l := newService(t)
 		path, _, _ := p.socketPath(name)
 		accepted := make(chan error, 1)
@@ -488,16 +548,24 @@ func TestPeerDescriptorsDoNotBlock(t *testing.T) {
 			_, err := l.Accept()
 			accepted <- err
 		}()
-		linger := lingeringSocket(t)
+		var linger int
+		if where == "nested 8 deep beside the hello" {
+			linger = nestedLingering(t, 8)
+		} else {
+			linger = lingeringSocket(t)
+		}
 		bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		fds := []int{p.memfd, bell[1]}
-		if where == "beside the hello" {
+		switch where {
+		case "beside the hello", "nested 8 deep beside the hello":
 			fds = append(fds, linger)
-		} else if err := unix.Sendmsg(bell[0], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
-			t.Fatal(err)
+		case "inside the doorbell":
+			if err := unix.Sendmsg(bell[0], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+				t.Fatal(err)
+			}
 		}
 		nc, err := net.Dial("unixpacket", path)
 		if err != nil {
@@ -510,7 +578,11 @@ func TestPeerDescriptorsDoNotBlock(t *testing.T) {
 		}
 		h := p.helloFor(hsHello, s, name)
 		p.dropSide(s)
-		if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fds...), nil); err != nil {
+		if where == "behind a refused hello" {
+			bad := h.marshal()
+			bad[0] ^= 1 // its magic
+			sendBoth(t, uc, bad, []byte{1}, unix.UnixRights(fds...), unix.UnixRights(linger))
+		} else if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fds...), nil); err != nil {
 			t.Fatal(err)
 		}
 		// The listener now holds the last references.

@@ -24,6 +24,8 @@ type Listener struct {
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
+	path    string        // the socket's, removed by Close
+	slots   chan struct{} // handshakes in progress (maxHandshakes)
 
 	mu      sync.Mutex
 	refused []error
@@ -63,11 +65,22 @@ func (lc *ListenConfig) Listen(service string) (*Listener, error) {
 	return l, nil
 }
 
+// maxHandshakes bounds a listener's handshakes in progress, as librpal's
+// does: clients beyond it wait in the socket's backlog, and each one in
+// progress ends by the handshake timeout.
+const maxHandshakes = 64
+
 func (l *Listener) loop() {
 	defer l.wg.Done()
 	for {
+		select {
+		case l.slots <- struct{}{}:
+		case <-l.done:
+			return
+		}
 		uc, err := l.ln.AcceptUnix()
 		if err != nil {
+			<-l.slots
 			select {
 			case <-l.done:
 				return
@@ -87,8 +100,9 @@ func (l *Listener) loop() {
 		go func() {
 			defer l.wg.Done()
 			c, err := l.serverHandshake(uc)
+			<-l.slots
 			if err != nil {
-				uc.Close()
+				closePeerConn(uc) // more messages may wait there, with descriptors
 				l.mu.Lock()
 				if len(l.refused) < 64 {
 					l.refused = append(l.refused, err)
@@ -143,6 +157,11 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		first = true
 		close(l.done)
+		// Clients not yet accepted may have sent messages, and
+		// descriptors with them, which closing the socket would
+		// release here: no new ones once the path is gone.
+		_ = os.Remove(l.path)
+		drainBacklog(l.ln)
 		l.ln.Close()
 		l.wg.Wait()
 		for {

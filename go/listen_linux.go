@@ -25,7 +25,8 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, 16), done: make(chan struct{})}
+	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, 16), done: make(chan struct{}),
+		path: path, slots: make(chan struct{}, maxHandshakes)}
 	if lockPath != "" {
 		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
@@ -48,10 +49,29 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	if lockPath != "" {
 		_ = os.Chmod(path, 0o600)
 	}
+	ln.SetUnlinkOnClose(false) // Close removes it before emptying the backlog
 	l.ln = ln
 	l.wg.Add(1)
 	go l.loop()
 	return l, nil
+}
+
+// drainBacklog accepts the connections waiting in ln's backlog and closes
+// them as sockets a peer writes to (closePeerFd).
+func drainBacklog(ln *net.UnixListener) {
+	raw, err := ln.SyscallConn()
+	if err != nil {
+		return
+	}
+	_ = raw.Control(func(fd uintptr) {
+		for range 4096 { // the backlog Go asks for: net.core.somaxconn, 4096 by default
+			nfd, _, err := unix.Accept4(int(fd), unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err != nil {
+				return
+			}
+			closePeerFd(nfd)
+		}
+	})
 }
 
 // serverHandshake runs the server's side of the handshake with one client

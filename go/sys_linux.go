@@ -47,7 +47,7 @@ var bellsRefuseFds atomic.Bool
 // that drops the last reference, so it is shut for reading and drained.
 func shutBell(raw syscall.RawConn) {
 	if !bellsRefuseFds.Load() {
-		_ = raw.Control(func(fd uintptr) { shutUnixDrain(int(fd), 1) })
+		_ = raw.Control(func(fd uintptr) { shutUnixDrain(int(fd)) })
 	}
 }
 

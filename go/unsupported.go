@@ -47,3 +47,5 @@ func wakeFutexPrivate(addr *uint32)                                    {}
 func futexWaitv(*uint32, uint32, *uint32, uint32, time.Duration) error { return errUnsupported }
 func osYield()                                                         {}
 func closeFd(fd int)                                                   {}
+func closePeerConn(uc *net.UnixConn)                                   {}
+func drainBacklog(*net.UnixListener)                                   {}

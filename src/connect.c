@@ -129,6 +129,6 @@ fail:
 		close(bell);
 	if (me)
 		block_destroy(me);
-	close(sock);
+	peer_fd_close(sock);    /* the server's, and what it queued there */
 	return ret;
 }

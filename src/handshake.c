@@ -179,118 +179,6 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 	return n == (ssize_t)len ? 0 : -EPROTO;
 }
 
-/* The most descriptors one message can carry (the kernel's SCM_MAX_FD): a
- * control buffer this large is never truncated, so the kernel never
- * releases a peer's descriptor on our thread. */
-#define SCM_MAX_FDS 253
-/* Unix sockets nest in Unix sockets a few levels deep at most; queued
- * messages taken out of each. */
-#define PEER_FD_DEPTH 5
-#define PEER_FD_DRAIN 1024
-
-static void peer_fd_close_at(int fd, int depth);
-
-/*
- * recvmsg(2) of one message, non-blocking, with room for every descriptor
- * it can carry: they land in fds (SCM_MAX_FDS of them), their count in
- * *nfds.  Returns the byte count or -errno; *flags are the message's.
- */
-static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags)
-{
-	union {
-		char buf[CMSG_SPACE(SCM_MAX_FDS * sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct iovec iov = { .iov_base = buf, .iov_len = len };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	ssize_t n;
-
-	*nfds = 0;
-	do
-		n = recvmsg(sock, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n < 0)
-		return -errno;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		size_t cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-
-		if (cnt > (size_t)(SCM_MAX_FDS - *nfds))
-			cnt = (size_t)(SCM_MAX_FDS - *nfds);
-		memcpy(fds + *nfds, CMSG_DATA(cm), cnt * sizeof(int));
-		*nfds += (int)cnt;
-	}
-	*flags = mh.msg_flags;
-	return n;
-}
-
-/* One read of a socket a peer writes to; the descriptors that came with it
- * are closed (peer_fd_close_at), *any says whether some did. */
-static ssize_t peer_recv_at(int fd, void *buf, size_t len, int depth, bool *any)
-{
-	int fds[SCM_MAX_FDS], nfds, flags;
-	ssize_t n = recv_fds(fd, buf, len, fds, &nfds, &flags);
-
-	*any = nfds > 0;
-	while (nfds)
-		peer_fd_close_at(fds[--nfds], depth);
-	return n < 0 ? (errno = (int)-n, -1) : n;
-}
-
-ssize_t peer_recv(int fd, void *buf, size_t len)
-{
-	bool any;
-
-	return peer_recv_at(fd, buf, len, 0, &any);
-}
-
-/* Take out what waits in the Unix socket fd, closing every descriptor
- * that came with it. */
-static void peer_fd_drain(int fd, int depth)
-{
-	char data[4096];
-
-	for (int i = 0; i < PEER_FD_DRAIN; i++) {
-		bool any;
-		ssize_t n = peer_recv_at(fd, data, sizeof(data), depth, &any);
-
-		if (n < 0 || (n == 0 && !any))
-			return;
-	}
-}
-
-static void peer_fd_close_at(int fd, int depth)
-{
-	struct linger off = { 0, 0 };
-	struct stat st;
-	int dom;
-	socklen_t len = sizeof(dom);
-
-	if (fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode)) {
-		setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
-		if (depth < PEER_FD_DEPTH && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) == 0 && dom == AF_UNIX) {
-			/* Nothing more can be queued between the drain and the close. */
-			shutdown(fd, SHUT_RD);
-			peer_fd_drain(fd, depth + 1);
-		}
-	}
-	close(fd);
-}
-
-/*
- * Close a descriptor a peer gave us without letting it block this thread.
- * Releasing a socket that has unsent data and SO_LINGER set waits up to the
- * time the peer chose, on whichever thread drops the last reference: so a
- * socket's linger is switched off, and the descriptors queued in a Unix
- * socket (which its release would drop) are taken out and closed the same
- * way first.
- */
-void peer_fd_close(int fd)
-{
-	peer_fd_close_at(fd, 0);
-}
-
 /*
  * Receive one handshake datagram and at most maxfds descriptors.  A message
  * with more descriptors than that fails with -E2BIG, and one that was
@@ -301,7 +189,7 @@ void peer_fd_close(int fd)
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 {
 	int all[SCM_MAX_FDS], nall, flags;
-	ssize_t n = recv_fds(sock, buf, cap, all, &nall, &flags);
+	ssize_t n = peer_recv_fds(sock, buf, cap, all, &nall, &flags);
 
 	*nfds = 0;
 	if (n < 0)

@@ -425,7 +425,18 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds);
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds);
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen);
 int doorbell_check(int fd, char *why, size_t whylen);
+/* peerfd.c: descriptors a peer passed us, closed without blocking. */
+/* The most descriptors one message can carry (the kernel's SCM_MAX_FD): a
+ * control buffer this large is never truncated, so the kernel never
+ * releases a peer's descriptor on our thread. */
+#define SCM_MAX_FDS 253
+/* recvmsg(2) of one message, non-blocking, with room for every descriptor
+ * it can carry: they land in fds, their count in *nfds.  The byte count or
+ * -errno; *flags are the message's. */
+ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags);
 void peer_fd_close(int fd);
+void peer_fd_defer(int fd);
+void peer_fd_forget_child(void);
 /* read(2) of a socket a peer writes to, non-blocking: the descriptors that
  * come with the bytes are closed without blocking (peer_fd_close). */
 ssize_t peer_recv(int fd, void *buf, size_t len);

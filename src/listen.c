@@ -129,7 +129,8 @@ fail:
 static void pending_drop(struct rpal_listener *l, unsigned i)
 {
 	epoll_ctl(l->fd, EPOLL_CTL_DEL, l->pending[i].fd, NULL);
-	close(l->pending[i].fd);
+	/* It may hold more of the client's messages, with descriptors. */
+	peer_fd_close(l->pending[i].fd);
 	l->pending[i] = l->pending[--l->nr_pending];
 }
 
@@ -200,7 +201,7 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		close(bell);
 		close(ring);
 		block_destroy(me);
-		close(sock);
+		peer_fd_close(sock);
 		l->pending[i] = l->pending[--l->nr_pending];
 		if (left)
 			return rpal_fail(ECONNRESET, "client pid %d hung up during the handshake (its hello no longer checked out: %s)",
@@ -345,6 +346,10 @@ void listener_close(struct rpal_listener *l)
 		pending_drop(l, 0);
 	if (l->path[0])
 		unlink(l->path);
+	/* Clients not yet accepted may have sent messages, and descriptors
+	 * with them, which closing the listening socket would release here. */
+	for (int i = 0, s; i < 1024 && (s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0; i++)
+		peer_fd_close(s);
 	close(l->sock);
 	close(l->timer);
 	close(l->fd);

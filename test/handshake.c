@@ -2,7 +2,9 @@
 /*
  * Description: the server refuses every malformed or lying hello with a
  * clear reason sent to the client, and afterwards holds nothing of it: no
- * mapping, no descriptor, no arena memory.  Also: credentials by policy
+ * mapping, no descriptor, no arena memory; a lingering TCP socket the
+ * client hid (in the doorbell, at the bottom of Unix sockets nested 8
+ * deep, in a second message behind the hello) never holds the refusal up.  Also: credentials by policy
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
  * client refuses it), a client without a wake page killed while we sleep

@@ -21,7 +21,8 @@
 enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
-	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL, RAW_NR
+	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
+	RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -31,6 +32,8 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch", "three descriptors",
 	"doorbell a lingering TCP socket", "a lingering TCP socket queued in the doorbell",
+	"a third descriptor nesting 8 deep", "the doorbell nesting 8 deep",
+	"garbage, then a message with a socket",
 };
 
 static inline int raw_connect(const char *service)
@@ -89,6 +92,30 @@ static int lingering_socket(int *listener)
 	if (listener)
 		*listener = l;
 	return s;               /* the listener stays open, unread */
+}
+
+/*
+ * A Unix socket holding, queued in it, a Unix socket holding ... depth
+ * levels deep, with a lingering TCP socket at the bottom; -1 where the
+ * machine has no loopback TCP or the kernel refuses to nest them.  What
+ * could not be sent is left open: its close would wait out the linger.
+ */
+static int nested_lingering(int depth)
+{
+	int inner = lingering_socket(NULL);
+
+	for (int i = 0; inner >= 0 && i < depth; i++) {
+		int sv[2];
+
+		if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+			return -1;
+		if (hs_sendmsg(sv[0], "x", 1, &inner, 1) < 0)
+			return -1;
+		close(inner);   /* the queued copy keeps it */
+		close(sv[0]);
+		inner = sv[1];
+	}
+	return inner;
 }
 
 /*
@@ -160,6 +187,54 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		if (extra >= 0)
 			t_check(hs_sendmsg(sv[0], "x", 1, &extra, 1) == 0, "queue a socket in the doorbell");
 		break;
+	case RAW_NESTED_THIRD:          /* deeper than the closing thread looks */
+		extra = nested_lingering(8);
+		fds[2] = extra >= 0 ? extra : memfd_create("third", MFD_CLOEXEC);
+		nfds = 3;
+		break;
+	case RAW_NESTED_IN_BELL: {
+		int nest = nested_lingering(8);
+		if (nest >= 0)
+			t_check(hs_sendmsg(sv[0], "x", 1, &nest, 1) == 0, "queue a nest in the doorbell");
+		extra = nest;
+		break;
+	}
+	case RAW_SECOND_MESSAGE: {      /* queued behind a hello that is refused */
+		struct mmsghdr mm[2];
+		struct iovec iov[2];
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u[2];
+		int tcp = lingering_socket(NULL), sent[2] = { fds[0], fds[1] };
+
+		memset(mm, 0, sizeof(mm));
+		memset(u, 0, sizeof(u));
+		for (unsigned i = 0; i < sizeof(junk); i++)
+			junk[i] = (unsigned char)(i * 29 + 3);
+		iov[0] = (struct iovec){ junk, sizeof(junk) };
+		iov[1] = (struct iovec){ junk, 1 };
+		for (int k = 0; k < 2; k++) {
+			struct cmsghdr *cm = (struct cmsghdr *)u[k].buf;
+			int fd = k ? tcp : sent[1];
+
+			mm[k].msg_hdr.msg_iov = &iov[k];
+			mm[k].msg_hdr.msg_iovlen = 1;
+			if (fd < 0)
+				continue;
+			mm[k].msg_hdr.msg_control = u[k].buf;
+			mm[k].msg_hdr.msg_controllen = sizeof(u[k].buf);
+			cm->cmsg_level = SOL_SOCKET;
+			cm->cmsg_type = SCM_RIGHTS;
+			cm->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(cm), &fd, sizeof(int));
+		}
+		/* Both at once: the server reads the first while the second waits. */
+		t_check(sendmmsg(s, mm, 2, 0) == 2, "sendmmsg: %s", strerror(errno));
+		if (tcp >= 0)
+			close(tcp);
+		return s;
+	}
 	case RAW_TCP_BELL:              /* whose release, if ours is the last, blocks */
 		extra = lingering_socket(NULL);
 		if (extra < 0)
