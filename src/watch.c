@@ -59,20 +59,29 @@ static void *watcher(void *arg)
 			continue;
 		if (n < 0)
 			return NULL;
-		for (i = 0; i < n; i++)
+		bool kicked = false, news = false;
+
+		for (i = 0; i < n; i++) {
 			if (ev[i].data.u64 == WATCH_STOP)
 				return NULL;
+			if (ev[i].data.u64 == WATCH_KICK)
+				kicked = true;
+			else
+				news = true;
+		}
+		/* The kick is level-triggered: read whenever it is reported,
+		 * or a kick that found nothing left to linger (its peer let go
+		 * first) would be reported, and watch_seq bumped, for ever. */
+		if (kicked)
+			(void)!eventfd_read(watch.kickfd, &(eventfd_t){ 0 });
 		/* A lingering block is freed as soon as its peer lets go, or
 		 * when its time is up, not at the application's next call: an
 		 * idle server would keep it, and the peer's slot, for ever. */
-		if (load_relaxed(&watch.lingering)) {
-			for (i = 0; i < n; i++)
-				if (ev[i].data.u64 == WATCH_KICK)
-					(void)!eventfd_read(watch.kickfd, &(eventfd_t){ 0 });
+		if (kicked || load_relaxed(&watch.lingering))
 			store_relaxed(&watch.lingering, linger_sweep(false));
-			if (n == 0)
-				continue;
-		}
+		/* Only hang-ups and deaths concern the sleepers. */
+		if (!news)
+			continue;
 		/* watch_seq first: a sleeper samples its word, then watch_seq,
 		 * so it either polls its peer or finds its word bumped. */
 		atomic_fetch_add(&watch_seq, 1);
