@@ -13,7 +13,7 @@
  * Unix socket found inside goes to the closer thread, which empties it the
  * same way.  However deep a peer nests them, the caller's thread does one
  * level and its stack none; honest peers never nest, so the closer thread
- * only starts for a hostile one.
+ * only runs for a hostile one.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -62,13 +62,14 @@ ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int 
 
 /* ------------------------------------------------------- closer thread */
 
+/* The closer runs while it has descriptors to close, then ends: an idle
+ * process keeps no thread for it, and none outlives the library's use. */
 static struct {
 	pthread_mutex_t lock;
-	pthread_cond_t more;
 	int *fds;
 	size_t n, cap;
-	bool started;
-} closer = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, false };
+	bool running;
+} closer = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, false };
 
 enum drained { DRAINED, DRAIN_MORE, DRAIN_FAILED };
 
@@ -82,8 +83,11 @@ static void *closer_main(void *arg)
 		int fd;
 
 		pthread_mutex_lock(&closer.lock);
-		while (!closer.n)
-			pthread_cond_wait(&closer.more, &closer.lock);
+		if (!closer.n) {
+			closer.running = false;
+			pthread_mutex_unlock(&closer.lock);
+			return NULL;
+		}
 		fd = closer.fds[--closer.n];
 		pthread_mutex_unlock(&closer.lock);
 		/* Shut and linger-free already.  A socket that failed to
@@ -104,7 +108,7 @@ void peer_fd_defer(int fd)
 	bool queued = false;
 
 	pthread_mutex_lock(&closer.lock);
-	if (!closer.started) {
+	if (!closer.running) {
 		pthread_t t;
 		pthread_attr_t a;
 		sigset_t all, old;
@@ -114,12 +118,12 @@ void peer_fd_defer(int fd)
 		pthread_sigmask(SIG_SETMASK, &all, &old);
 		if (!pthread_attr_init(&a)) {
 			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-			closer.started = !pthread_create(&t, &a, closer_main, NULL);
+			closer.running = !pthread_create(&t, &a, closer_main, NULL);
 			pthread_attr_destroy(&a);
 		}
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
-	if (closer.started && closer.n == closer.cap) {
+	if (closer.running && closer.n == closer.cap) {
 		size_t cap = closer.cap ? 2 * closer.cap : 64;
 		int *p = realloc(closer.fds, cap * sizeof(*p));
 
@@ -128,9 +132,8 @@ void peer_fd_defer(int fd)
 			closer.cap = cap;
 		}
 	}
-	if (closer.started && closer.n < closer.cap) {
+	if (closer.running && closer.n < closer.cap) {
 		closer.fds[closer.n++] = fd;
-		pthread_cond_signal(&closer.more);
 		queued = true;
 	}
 	pthread_mutex_unlock(&closer.lock);
@@ -146,8 +149,7 @@ void peer_fd_defer(int fd)
 void peer_fd_forget_child(void)
 {
 	pthread_mutex_init(&closer.lock, NULL);
-	pthread_cond_init(&closer.more, NULL);
-	closer.started = false;
+	closer.running = false;
 }
 
 /* ---------------------------------------------------------------- close */

@@ -173,9 +173,13 @@ for r in $(seq "$ROUNDS"); do
 		wait_gone $cj 10 || { hangs=$((hangs + 1)); echo "  round $r: the client hangs after its server was killed"; }
 		if [ $((r % 10)) = 0 ]; then
 			"$RPAL" join $name "$EX/echo_server" s$r >/dev/null 2>&1 &
-			sleep 0.1
-			timeout 20 "$RPAL" join $name "$EX/echo_client" s$r 2>&1 | grep -q "messages echoed" &&
-				renamed=$((renamed + 1))
+			# Until the new server listens (a loaded machine takes its
+			# time), a client finds the killed one's socket: refused.
+			for _ in $(seq 20); do
+				sleep 0.1
+				timeout 20 "$RPAL" join $name "$EX/echo_client" s$r 2>&1 | grep -q "messages echoed" &&
+					{ renamed=$((renamed + 1)); break; }
+			done
 		fi
 	else
 		# The server runs on, or failed if the client's thread was running its receiver.
