@@ -153,6 +153,11 @@ func drainPeerFds(fd int) drainResult {
 		if err == unix.EAGAIN || (err == nil && n == 0 && oobn == 0) {
 			return drained
 		}
+		// A reset (the peer closed with our data unread) is reported
+		// once; what waits behind it is still there to take.
+		if err == unix.ECONNRESET || err == unix.EPIPE {
+			continue
+		}
 		if err != nil {
 			return drainFailed
 		}

@@ -221,7 +221,9 @@ static enum drained peer_fd_drain(int fd)
 
 		if (n == -EAGAIN || (n == 0 && !any))
 			return DRAINED;
-		if (n < 0)
+		/* A reset (the peer closed with our data unread) is reported
+		 * once; what waits behind it is still there to take. */
+		if (n < 0 && n != -ECONNRESET && n != -EPIPE)
 			return DRAIN_FAILED;
 	}
 	return DRAIN_MORE;
