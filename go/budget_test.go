@@ -115,9 +115,6 @@ func TestConnBudget(t *testing.T) {
 	s2.Close()
 }
 
-// expectArenaBack fails t unless, within 5 s of its end, the arena is used
-// no more than now: the closed connections give it back before the next
-// test needs it.
 // A buffer the peer released comes back to the allocation that needs it,
 // whichever connection the release came on and though nothing was sent on
 // that connection since.  Blocks of a quarter of the arena plus a byte
@@ -180,6 +177,9 @@ func TestAllocReapsAcks(t *testing.T) {
 	buf.Free()
 }
 
+// expectArenaBack fails t unless, within 5 s of its end, the arena is used
+// no more than now: the closed connections give it back before the next
+// test needs it.
 func expectArenaBack(t *testing.T) {
 	st0, _ := ProcessStats()
 	t.Cleanup(func() {

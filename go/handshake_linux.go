@@ -62,6 +62,10 @@ const scmMaxFd = 253
 // for the rest.
 const peerFdDrain = 1024
 
+// seqpacketEndRun is how many zero reads in a row end a shut seqpacket
+// socket (see drainPeerFds).
+const seqpacketEndRun = 128
+
 // rightsOf returns the descriptors in a control buffer.
 func rightsOf(oob []byte) []int {
 	var fds []int
@@ -81,15 +85,17 @@ func rightsOf(oob []byte) []int {
 // socket releases the descriptors queued in it, Unix sockets among them,
 // as deep as the kernel lets them nest.  So a socket's linger is turned
 // off, and a Unix socket is shut for reading and emptied before it is
-// closed: the caller's thread empties the one it closes, and a Unix socket
-// found inside goes to the closer goroutine, which empties it the same way.
-// Honest peers never nest them.
+// closed (a listening one: its backlog accepted and emptied).  The
+// caller's goroutine takes out at most one message that holds Unix
+// sockets; those, and the rest, go to the closer goroutine, which empties
+// them the same way, the innermost first.  Honest peers never nest them.
 func closePeerFd(fd int) {
-	if preparePeerFd(fd) && drainPeerFds(fd) != drained {
-		deferClose(fd)
+	if !preparePeerFd(fd) {
+		unix.Close(fd)
 		return
 	}
-	unix.Close(fd)
+	r, nested := drainPeerFds(fd)
+	handOn(fd, nested, r, false)
 }
 
 // closePeerConn closes a Unix socket a peer writes to (a handshake's) as
@@ -97,20 +103,42 @@ func closePeerFd(fd int) {
 func closePeerConn(uc *net.UnixConn) {
 	if raw, err := uc.SyscallConn(); err == nil {
 		_ = raw.Control(func(fd uintptr) {
-			if preparePeerFd(int(fd)) && drainPeerFds(int(fd)) != drained {
-				// The rest for the closer, on a copy of its own.
-				if d, err := unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0); err == nil {
-					deferClose(d)
-				}
+			if preparePeerFd(int(fd)) {
+				handOnCopy(int(fd))
 			}
 		})
 	}
 	uc.Close()
 }
 
+// shutUnixDrain shuts the Unix socket fd, which its owner closes, for
+// reading and empties it; what it cannot take out now goes with a copy of
+// fd to the closer.
+func shutUnixDrain(fd int) {
+	_ = unix.Shutdown(fd, unix.SHUT_RD)
+	handOnCopy(fd)
+}
+
+// handOnCopy empties the prepared fd, which its owner closes, handing the
+// rest with a copy of it to the closer.
+func handOnCopy(fd int) {
+	r, nested := drainPeerFds(fd)
+	if r == drained {
+		deferClose(nested, false)
+		return
+	}
+	d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		deferClose(nested, false) // out of descriptors: fd's rest goes with its close
+		return
+	}
+	handOn(d, nested, r, false)
+}
+
 // preparePeerFd turns a socket's linger off; a Unix socket it also shuts
-// for reading, so that nothing more can be queued in it, and reports true:
-// it is to be emptied before its close.
+// for reading, so that nothing more can be queued in it nor connect to it,
+// and reports true: it is to be emptied before its close.  A seqpacket
+// socket is shut once it reads empty (see drainPeerFds).
 func preparePeerFd(fd int) bool {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
@@ -120,19 +148,10 @@ func preparePeerFd(fd int) bool {
 	if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
 		return false
 	}
-	_ = unix.Shutdown(fd, unix.SHUT_RD)
-	return true
-}
-
-// shutUnixDrain shuts the Unix socket fd for reading and empties it; what
-// it cannot take out now goes with a copy of fd to the closer.
-func shutUnixDrain(fd int) {
-	_ = unix.Shutdown(fd, unix.SHUT_RD)
-	if drainPeerFds(fd) != drained {
-		if d, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0); err == nil {
-			deferClose(d)
-		}
+	if typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || typ != unix.SOCK_SEQPACKET {
+		_ = unix.Shutdown(fd, unix.SHUT_RD)
 	}
+	return true
 }
 
 type drainResult int
@@ -143,50 +162,138 @@ const (
 	drainFailed
 )
 
-// drainPeerFds receives what waits in the Unix socket fd and closes every
-// descriptor that came with it: a Unix socket by the closer.
-func drainPeerFds(fd int) drainResult {
+// peerShut says whether the peer of the connected socket fd closed or shut
+// down writing.
+func peerShut(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
+	n, _ := unix.Poll(pfd, 0)
+	return n == 1 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP) != 0
+}
+
+// drainPeerFds takes out what waits in the prepared Unix socket fd
+// (messages, or a listener's backlog), closing what came with it, until
+// it is empty or something brings Unix sockets: those are returned
+// (prepared), and fd has more to take after them.
+func drainPeerFds(fd int) (drainResult, []int) {
+	var nested []int
+	shut, zeros := false, 0
+	listening, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
+	typ, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	var buf [4096]byte
 	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
 	for range peerFdDrain {
+		if listening != 0 {
+			s, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+			if err == unix.EAGAIN {
+				return drained, nested
+			}
+			if err != nil {
+				return drainFailed, nested
+			}
+			preparePeerFd(s) // a connected Unix socket, what its client sent queued
+			if nested = append(nested, s); len(nested) == scmMaxFd {
+				return drainMore, nested
+			}
+			continue
+		}
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		// Once shut for reading (by us, or by the peer's close or
+		// shutdown), a seqpacket socket reads 0 both at its end and for
+		// an empty message.  So it is read while not shut,
+		// until empty (EAGAIN), then shut: what came in between is read
+		// after it, and a run of zero reads longer than such a burst can
+		// be is its end.  A stream reads 0 only at its end.
+		if err == unix.EAGAIN && typ == unix.SOCK_SEQPACKET && !shut {
+			_ = unix.Shutdown(fd, unix.SHUT_RD)
+			shut = true
+			continue
+		}
+		if err == nil && n == 0 && oobn == 0 && typ == unix.SOCK_SEQPACKET {
+			if !shut && !peerShut(fd) {
+				continue // an empty message
+			}
+			shut = true
+			if zeros++; zeros < seqpacketEndRun {
+				continue
+			}
+		}
 		if err == unix.EAGAIN || (err == nil && n == 0 && oobn == 0) {
-			return drained
+			return drained, nested
 		}
 		// A reset (the peer closed with our data unread) is reported
 		// once; what waits behind it is still there to take.
-		if err == unix.ECONNRESET || err == unix.EPIPE {
-			continue
+		if err != nil && err != unix.ECONNRESET && err != unix.EPIPE {
+			return drainFailed, nested
 		}
 		if err != nil {
-			return drainFailed
+			continue
 		}
+		zeros = 0
 		for _, got := range rightsOf(oob[:oobn]) {
 			if preparePeerFd(got) {
-				deferClose(got)
+				nested = append(nested, got)
 			} else {
 				unix.Close(got)
 			}
 		}
+		if len(nested) > 0 {
+			break
+		}
 	}
-	return drainMore
+	// More to take later: no more to come meanwhile.  (The closer may
+	// then take a long run of empty messages for the end, and block on
+	// what follows them; only the closer.)
+	if typ == unix.SOCK_SEQPACKET && !shut {
+		_ = unix.Shutdown(fd, unix.SHUT_RD)
+	}
+	return drainMore, nested
 }
 
-// The closer: one goroutine, started by the first Unix socket found inside
-// another, empties and closes them.  Only it can block on a socket that
-// failed to empty.
+// handOn closes the drained fd, or hands it to the closer below what it
+// brought; one that failed to empty is the closer's to close (only it may
+// block on one).
+func handOn(fd int, nested []int, r drainResult, onCloser bool) {
+	if r == drained || (r == drainFailed && onCloser) {
+		unix.Close(fd)
+		deferClose(nested, onCloser)
+		return
+	}
+	deferClose(append([]int{fd}, nested...), onCloser)
+}
+
+// closerMax: past this many, the closer closes what it finds instead of
+// keeping it, so the descriptor table never runs out (only the closer may
+// then block).
+const closerMax = 4096
+
+// The closer: one goroutine, running while it has sockets to empty.  Its
+// list is a stack: what a socket brings is emptied before the rest of that
+// socket, so a nest costs about its depth in descriptors held.
 var closer struct {
 	mu      sync.Mutex
 	fds     []int
 	running bool
 }
 
-func deferClose(fd int) {
+func deferClose(fds []int, onCloser bool) {
+	if len(fds) == 0 {
+		return
+	}
 	closer.mu.Lock()
-	closer.fds = append(closer.fds, fd)
-	start := !closer.running
-	closer.running = true
+	var drop []int
+	for _, fd := range fds {
+		if onCloser && len(closer.fds) >= closerMax {
+			drop = append(drop, fd)
+		} else {
+			closer.fds = append(closer.fds, fd)
+		}
+	}
+	start := !closer.running && len(closer.fds) > 0
+	closer.running = closer.running || start
 	closer.mu.Unlock()
+	for _, fd := range drop {
+		unix.Close(fd)
+	}
 	if start {
 		go runCloser()
 	}
@@ -203,11 +310,8 @@ func runCloser() {
 		fd := closer.fds[len(closer.fds)-1]
 		closer.fds = closer.fds[:len(closer.fds)-1]
 		closer.mu.Unlock()
-		if drainPeerFds(fd) == drainMore {
-			deferClose(fd)
-		} else {
-			unix.Close(fd)
-		}
+		r, nested := drainPeerFds(fd)
+		handOn(fd, nested, r, true)
 	}
 }
 

@@ -494,124 +494,182 @@ func nestedLingering(t *testing.T, depth int) int {
 	return inner
 }
 
-// sendBoth sends two datagrams with one sendmmsg(2), so that the second
-// already waits when the receiver reads the first.
-func sendBoth(t *testing.T, uc *net.UnixConn, first, second []byte, oob1, oob2 []byte) {
+// sendAll sends datagrams (an empty one where msgs[i] is empty) with one
+// sendmmsg(2), so that the later ones usually wait already when the
+// receiver reads the first, and returns how many went: a receiver woken on
+// our CPU may run first, and shut the socket before the rest.
+func sendAll(t *testing.T, sock int, msgs, oobs [][]byte) int {
 	t.Helper()
 	type mmsghdr struct {
 		hdr unix.Msghdr
 		n   uint32
 		_   [4]byte
 	}
-	var msgs [2]mmsghdr
-	iov := [2]unix.Iovec{{Base: &first[0]}, {Base: &second[0]}}
-	iov[0].SetLen(len(first))
-	iov[1].SetLen(len(second))
-	for i, oob := range [][]byte{oob1, oob2} {
-		msgs[i].hdr.Iov = &iov[i]
-		msgs[i].hdr.SetIovlen(1)
-		if len(oob) > 0 {
-			msgs[i].hdr.Control = &oob[0]
-			msgs[i].hdr.SetControllen(len(oob))
+	hdrs := make([]mmsghdr, len(msgs))
+	iovs := make([]unix.Iovec, len(msgs))
+	for i := range msgs {
+		if len(msgs[i]) > 0 {
+			iovs[i].Base = &msgs[i][0]
+			iovs[i].SetLen(len(msgs[i]))
+			hdrs[i].hdr.Iov = &iovs[i]
+			hdrs[i].hdr.SetIovlen(1)
+		}
+		if len(oobs[i]) > 0 {
+			hdrs[i].hdr.Control = &oobs[i][0]
+			hdrs[i].hdr.SetControllen(len(oobs[i]))
 		}
 	}
-	raw, err := uc.SyscallConn()
+	n, _, errno := unix.Syscall6(unix.SYS_SENDMMSG, uintptr(sock), uintptr(unsafe.Pointer(&hdrs[0])), uintptr(len(hdrs)), 0, 0, 0)
+	if errno != 0 {
+		t.Fatalf("sendmmsg: %v", errno)
+	}
+	return int(n)
+}
+
+// listenerHolding returns a listening Unix socket with a connection in its
+// backlog, never accepted, that holds fd queued in it.
+func listenerHolding(t *testing.T, fd int) int {
+	t.Helper()
+	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var n uintptr
-	var errno syscall.Errno
-	_ = raw.Control(func(fd uintptr) {
-		n, _, errno = unix.Syscall6(unix.SYS_SENDMMSG, fd, uintptr(unsafe.Pointer(&msgs[0])), 2, 0, 0, 0)
-	})
-	if errno != 0 || n != 2 {
-		t.Fatalf("sendmmsg: %d sent: %v", n, errno)
+	sa := &unix.SockaddrUnix{Name: "@rpal-test-backlog-" + strconv.Itoa(os.Getpid())}
+	if err := unix.Bind(l, sa); err != nil {
+		t.Fatal(err)
 	}
+	if err := unix.Listen(l, 4); err != nil {
+		t.Fatal(err)
+	}
+	c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(c, sa); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendmsg(c, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd) // the queued copy keeps it
+	unix.Close(c)
+	return l
 }
 
 // A peer's descriptors are closed without blocking: a lingering socket sent
 // beside the hello, queued inside the doorbell it sends, at the bottom of
-// Unix sockets nested 8 deep beside the hello, or sent with a second
-// message queued behind a hello that is refused, is refused at once and the
-// listener closes at once.
+// Unix sockets nested 8 deep beside the hello, in a connection waiting in
+// the backlog of a listening socket sent beside the hello, or sent with a
+// message queued behind a hello that is refused (next to it, or after an
+// empty one), is refused at once and the listener closes at once.
 func TestPeerDescriptorsDoNotBlock(t *testing.T) {
 	p, err := ensure()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, where := range []string{"beside the hello", "inside the doorbell", "nested 8 deep beside the hello",
-		"behind a refused hello"} {
-		name, l := newService(t)
-		path, _, _ := p.socketPath(name)
-		accepted := make(chan error, 1)
-		go func() {
-			_, err := l.Accept()
-			accepted <- err
-		}()
-		var linger int
-		if where == "nested 8 deep beside the hello" {
-			linger = nestedLingering(t, 8)
-		} else {
-			linger = lingeringSocket(t)
-		}
-		bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fds := []int{p.memfd, bell[1]}
-		switch where {
-		case "beside the hello", "nested 8 deep beside the hello":
-			fds = append(fds, linger)
-		case "inside the doorbell":
-			if err := unix.Sendmsg(bell[0], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+		"in a listener's backlog", "behind a refused hello", "behind a refused hello and an empty message"} {
+		t.Run(where, func(t *testing.T) {
+			name, l := newService(t)
+			path, _, _ := p.socketPath(name)
+			accepted := make(chan error, 1)
+			go func() {
+				_, err := l.Accept()
+				accepted <- err
+			}()
+			var linger int
+			switch where {
+			case "nested 8 deep beside the hello":
+				linger = nestedLingering(t, 8)
+			case "in a listener's backlog":
+				linger = listenerHolding(t, lingeringSocket(t))
+			default:
+				linger = lingeringSocket(t)
+			}
+			bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		nc, err := net.Dial("unixpacket", path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		uc := nc.(*net.UnixConn)
-		s, err := p.newSide()
-		if err != nil {
-			t.Fatal(err)
-		}
-		h := p.helloFor(hsHello, s, name)
-		p.dropSide(s)
-		if where == "behind a refused hello" {
+			fds := []int{p.memfd, bell[1]}
+			switch where {
+			case "beside the hello", "nested 8 deep beside the hello", "in a listener's backlog":
+				fds = append(fds, linger)
+			case "inside the doorbell":
+				if err := unix.Sendmsg(bell[0], []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := p.newSide()
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := p.helloFor(hsHello, s, name)
+			p.dropSide(s)
 			bad := h.marshal()
 			bad[0] ^= 1 // its magic
-			sendBoth(t, uc, bad, []byte{1}, unix.UnixRights(fds...), unix.UnixRights(linger))
-		} else if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fds...), nil); err != nil {
-			t.Fatal(err)
-		}
-		// The listener now holds the last references.
-		unix.Close(linger)
-		unix.Close(bell[0])
-		unix.Close(bell[1])
-		t0 := time.Now()
-		buf := make([]byte, 256)
-		uc.SetReadDeadline(time.Now().Add(5 * time.Second))
-		k, err := uc.Read(buf)
-		if err != nil {
-			t.Fatalf("%s: no answer: %v", where, err)
-		}
-		if r, ok := parseRefuse(buf[:k]); !ok {
-			t.Errorf("%s: want a REFUSE, got %d bytes", where, k)
-		} else {
-			t.Logf("%s: refused in %v: %s", where, time.Since(t0).Round(time.Millisecond), r.Reason)
-		}
-		uc.Close()
-		closed := make(chan struct{})
-		go func() { l.Close(); close(closed) }()
-		select {
-		case <-closed:
-		case <-time.After(5 * time.Second):
-			t.Fatalf("%s: Listener.Close still blocked after 5 s: a peer's descriptor holds it", where)
-		}
-		<-accepted
-		if d := time.Since(t0); d > 3*time.Second {
-			t.Errorf("%s: refusing and closing took %v", where, d)
-		}
+			// Connected and sent with nothing between; tried again
+			// until every message was queued before the listener
+			// read the first.
+			var sock int
+			for try := 0; ; try++ {
+				if sock, err = unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0); err != nil {
+					t.Fatal(err)
+				}
+				if err := unix.Connect(sock, &unix.SockaddrUnix{Name: path}); err != nil {
+					t.Fatal(err)
+				}
+				var msgs, oobs [][]byte
+				switch where {
+				case "behind a refused hello":
+					msgs, oobs = [][]byte{bad, {1}}, [][]byte{unix.UnixRights(fds...), unix.UnixRights(linger)}
+				case "behind a refused hello and an empty message":
+					msgs, oobs = [][]byte{bad, nil, {1}}, [][]byte{unix.UnixRights(fds...), nil, unix.UnixRights(linger)}
+				default:
+					msgs, oobs = [][]byte{h.marshal()}, [][]byte{unix.UnixRights(fds...)}
+				}
+				if sendAll(t, sock, msgs, oobs) == len(msgs) {
+					break
+				}
+				unix.Close(sock)
+				if try == 50 {
+					t.Skip("the listener read every first message before the rest came")
+				}
+			}
+			f := os.NewFile(uintptr(sock), "client")
+			nc, err := net.FileConn(f)
+			f.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			uc := nc.(*net.UnixConn)
+			// The listener now holds the last references.
+			unix.Close(linger)
+			unix.Close(bell[0])
+			unix.Close(bell[1])
+			t0 := time.Now()
+			buf := make([]byte, 256)
+			uc.SetReadDeadline(time.Now().Add(5 * time.Second))
+			k, err := uc.Read(buf)
+			if err != nil {
+				t.Fatalf("%s: no answer: %v", where, err)
+			}
+			if r, ok := parseRefuse(buf[:k]); !ok {
+				t.Errorf("%s: want a REFUSE, got %d bytes", where, k)
+			} else {
+				t.Logf("%s: refused in %v: %s", where, time.Since(t0).Round(time.Millisecond), r.Reason)
+			}
+			uc.Close()
+			closed := make(chan struct{})
+			go func() { l.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(5 * time.Second):
+				t.Fatalf("%s: Listener.Close still blocked after 5 s: a peer's descriptor holds it", where)
+			}
+			<-accepted
+			if d := time.Since(t0); d > 3*time.Second {
+				t.Errorf("%s: refusing and closing took %v", where, d)
+			}
+		})
 	}
 }

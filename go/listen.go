@@ -24,8 +24,7 @@ type Listener struct {
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
-	path    string        // the socket's, removed by Close
-	slots   chan struct{} // handshakes in progress (maxHandshakes)
+	path    string // the socket's, removed by Close where it is a file
 
 	mu      sync.Mutex
 	refused []error
@@ -65,22 +64,11 @@ func (lc *ListenConfig) Listen(service string) (*Listener, error) {
 	return l, nil
 }
 
-// maxHandshakes bounds a listener's handshakes in progress, as librpal's
-// does: clients beyond it wait in the socket's backlog, and each one in
-// progress ends by the handshake timeout.
-const maxHandshakes = 64
-
 func (l *Listener) loop() {
 	defer l.wg.Done()
 	for {
-		select {
-		case l.slots <- struct{}{}:
-		case <-l.done:
-			return
-		}
 		uc, err := l.ln.AcceptUnix()
 		if err != nil {
-			<-l.slots
 			select {
 			case <-l.done:
 				return
@@ -100,7 +88,6 @@ func (l *Listener) loop() {
 		go func() {
 			defer l.wg.Done()
 			c, err := l.serverHandshake(uc)
-			<-l.slots
 			if err != nil {
 				closePeerConn(uc) // more messages may wait there, with descriptors
 				l.mu.Lock()
@@ -160,7 +147,9 @@ func (l *Listener) Close() error {
 		// Clients not yet accepted may have sent messages, and
 		// descriptors with them, which closing the socket would
 		// release here: no new ones once the path is gone.
-		_ = os.Remove(l.path)
+		if l.lock != nil { // a file, not an abstract name
+			_ = os.Remove(l.path)
+		}
 		drainBacklog(l.ln)
 		l.ln.Close()
 		l.wg.Wait()

@@ -26,7 +26,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 		return nil, err
 	}
 	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, 16), done: make(chan struct{}),
-		path: path, slots: make(chan struct{}, maxHandshakes)}
+		path: path}
 	if lockPath != "" {
 		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
@@ -49,7 +49,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	if lockPath != "" {
 		_ = os.Chmod(path, 0o600)
 	}
-	ln.SetUnlinkOnClose(false) // Close removes it before emptying the backlog
+	ln.SetUnlinkOnClose(false) // Close removes the file before emptying the backlog
 	l.ln = ln
 	l.wg.Add(1)
 	go l.loop()

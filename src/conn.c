@@ -271,12 +271,13 @@ static void reap_one(int fd, struct rpal_obj *_Atomic *slot)
 }
 
 /*
- * Take back what the peers of every connection have acknowledged, and what
- * the peers of closed connections let go: an allocation that found the
- * arena short may fit then, though the acknowledgements came on connections
- * nobody sends on.  Returns whether anything came back.  A connection in
- * the table stays allocated while rpal_g.lock is held (rpal_close() clears
- * its entry under the lock before freeing it).
+ * Take back what the peers of every connection have acknowledged: an
+ * allocation that found the arena short may fit then, though the
+ * acknowledgements came on connections nobody sends on.  No system call
+ * (closed connections' blocks are freed by the watcher when their peers
+ * let go).  Returns whether anything came back.  A connection in the
+ * table stays allocated while rpal_g.lock is held (rpal_close() clears its
+ * entry under the lock before freeing it).
  */
 bool conns_reap_acks(void)
 {
@@ -285,7 +286,6 @@ bool conns_reap_acks(void)
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_walk(reap_one);
 	pthread_mutex_unlock(&rpal_g.lock);
-	linger_sweep(false);
 	return load_relaxed(&rpal_g.arena_used) < used;
 }
 

@@ -209,7 +209,6 @@ static void atfork_child(void)
 	pthread_mutex_init(&rpal_g.lock, NULL);
 	lock_init(&rpal_g.alloc_lock);
 	watch_forget_child();
-	peer_fd_forget_child();
 	host_forget_child();    /* not one of the launcher's programs any more */
 	obj_walk(forget_one);
 	while (rpal_g.lingering) {

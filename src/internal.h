@@ -435,8 +435,6 @@ int doorbell_check(int fd, char *why, size_t whylen);
  * -errno; *flags are the message's. */
 ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags);
 void peer_fd_close(int fd);
-void peer_fd_defer(int fd);
-void peer_fd_forget_child(void);
 /* read(2) of a socket a peer writes to, non-blocking: the descriptors that
  * come with the bytes are closed without blocking (peer_fd_close). */
 ssize_t peer_recv(int fd, void *buf, size_t len);

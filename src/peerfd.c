@@ -11,11 +11,14 @@
  * shut for reading (nothing more can be queued in it) and emptied before
  * it is closed.  The caller's thread empties the descriptor it closes; a
  * Unix socket found inside goes to the closer thread, which empties it the
- * same way.  However deep a peer nests them, the caller's thread does one
- * level and its stack none; honest peers never nest, so the closer thread
- * only runs for a hostile one.
+ * same way, the innermost first.  However deep a peer nests them, the
+ * caller's thread takes out at most one message that holds Unix sockets,
+ * and its stack nothing; honest peers never nest, so the closer thread
+ * only runs for a hostile one.  A listening Unix socket is shut (no new
+ * connections) and what waits in its backlog is taken out the same way.
  */
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -29,6 +32,8 @@
 /* Messages taken out of one socket at a time: a socket shut for reading
  * holds finitely many, and the closer comes back for the rest. */
 #define PEER_FD_DRAIN 1024
+/* Zero reads in a row that end a shut seqpacket socket (see peer_fd_drain). */
+#define SEQPACKET_END_RUN 128
 
 ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags)
 {
@@ -60,10 +65,132 @@ ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int 
 	return n;
 }
 
+/* ------------------------------------------------------------ emptying */
+
+enum drained { DRAINED, DRAIN_MORE, DRAIN_FAILED };
+
+/*
+ * Switch a socket's linger off; for a Unix socket, also shut it for
+ * reading (nothing more can be queued in it, nor connect to it) and return
+ * true: it is to be emptied before its close.  A seqpacket socket is shut
+ * once it reads empty (see peer_fd_drain).
+ */
+static bool peer_fd_prepare(int fd)
+{
+	struct linger off = { 0, 0 };
+	struct stat st;
+	int dom, type = 0;
+	socklen_t len = sizeof(dom), tlen = sizeof(type);
+
+	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+		return false;
+	setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 || dom != AF_UNIX)
+		return false;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
+		shutdown(fd, SHUT_RD);
+	return true;
+}
+
+/* Has the peer of the connected socket fd closed or shut down writing? */
+static bool peer_shut(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+
+	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
+}
+
+/* Descriptors that came out of a socket: closed, or, Unix sockets, kept in
+ * nested[] (prepared) for the caller to hand on. */
+static void sort_out(const int *fds, int nfds, int *nested, int *nn)
+{
+	for (int i = 0; i < nfds; i++) {
+		if (peer_fd_prepare(fds[i]))
+			nested[(*nn)++] = fds[i];
+		else
+			close(fds[i]);
+	}
+}
+
+/*
+ * Take out what waits in the prepared Unix socket fd (messages, or a
+ * listener's backlog), closing what came with it, until it is empty or
+ * something brings Unix sockets: those are left in nested[] (room for
+ * SCM_MAX_FDS), and fd has more to take after them.
+ */
+static enum drained peer_fd_drain(int fd, int *nested, int *nn)
+{
+	char data[4096];
+	int listening = 0, type = 0, zeros = 0;
+	socklen_t len = sizeof(listening), tlen = sizeof(type);
+	bool shut = false;
+
+	*nn = 0;
+	getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
+	getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen);
+	for (int i = 0; i < PEER_FD_DRAIN; i++) {
+		int fds[SCM_MAX_FDS], nfds = 0, flags;
+		ssize_t n;
+
+		if (listening) {
+			int s = accept4(fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+			if (s < 0)
+				return errno == EAGAIN ? DRAINED : DRAIN_FAILED;
+			nested[(*nn)++] = s;    /* a connected Unix socket, what its client sent queued */
+			peer_fd_prepare(s);
+			if (*nn == SCM_MAX_FDS)
+				return DRAIN_MORE;
+			continue;
+		}
+		n = peer_recv_fds(fd, data, sizeof(data), fds, &nfds, &flags);
+		/*
+		 * Once shut for reading (by us, or by the peer's close or
+		 * shutdown), a seqpacket socket reads 0 both at its end and for
+		 * an empty message.  So it is read while not shut, until empty
+		 * (EAGAIN), then shut: what came in between is read after it,
+		 * and a run of zero reads longer than such a burst can be is
+		 * its end.  A stream reads 0 only at its end; a datagram
+		 * socket says EAGAIN when empty.
+		 */
+		if (n == -EAGAIN && type == SOCK_SEQPACKET && !shut) {
+			shutdown(fd, SHUT_RD);
+			shut = true;
+			continue;
+		}
+		if (n == 0 && !nfds && type == SOCK_SEQPACKET) {
+			if (!shut && !peer_shut(fd))
+				continue;       /* an empty message */
+			shut = true;
+			if (++zeros < SEQPACKET_END_RUN)
+				continue;
+		}
+		if (n == -EAGAIN || (n == 0 && !nfds))
+			return DRAINED;
+		/* A reset (the peer closed with our data unread) is reported
+		 * once; what waits behind it is still there to take. */
+		if (n < 0 && n != -ECONNRESET && n != -EPIPE)
+			return DRAIN_FAILED;
+		if (n != 0 || nfds)
+			zeros = 0;
+		sort_out(fds, nfds, nested, nn);
+		if (*nn)
+			break;
+	}
+	/* More to take later: no more to come meanwhile.  (The closer may
+	 * then take a long run of empty messages for the end, and block on
+	 * what follows them; only the closer.) */
+	if (type == SOCK_SEQPACKET && !shut)
+		shutdown(fd, SHUT_RD);
+	return DRAIN_MORE;
+}
+
 /* ------------------------------------------------------- closer thread */
 
 /* The closer runs while it has descriptors to close, then ends: an idle
- * process keeps no thread for it, and none outlives the library's use. */
+ * process keeps no thread for it.  Its list is a stack: what a socket
+ * brings is emptied before the rest of that socket, so a nest costs about
+ * its depth in descriptors held, not its size. */
 static struct {
 	pthread_mutex_t lock;
 	int *fds;
@@ -71,14 +198,21 @@ static struct {
 	bool running;
 } closer = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, false };
 
-enum drained { DRAINED, DRAIN_MORE, DRAIN_FAILED };
+/* Past this many, the closer closes what it finds instead of keeping it:
+ * only the closer may then block (a peer nesting sockets 253 wide at every
+ * level), never the descriptor table run out. */
+#define CLOSER_MAX 4096
 
-static enum drained peer_fd_drain(int fd);
-static bool peer_fd_prepare(int fd);
+static __thread bool on_closer;
+
+static void closer_hand_on(int fd, const int *nested, int nn, enum drained r);
 
 static void *closer_main(void *arg)
 {
+	int nested[SCM_MAX_FDS], nn;
+
 	(void)arg;
+	on_closer = true;
 	for (;;) {
 		int fd;
 
@@ -90,22 +224,18 @@ static void *closer_main(void *arg)
 		}
 		fd = closer.fds[--closer.n];
 		pthread_mutex_unlock(&closer.lock);
-		/* Shut and linger-free already.  A socket that failed to
-		 * empty is closed here all the same: only this thread can
-		 * block on it then. */
-		if (peer_fd_drain(fd) == DRAIN_MORE)
-			peer_fd_defer(fd);
-		else
-			close(fd);
+		enum drained r = peer_fd_drain(fd, nested, &nn);
+		closer_hand_on(fd, nested, nn, r);
 	}
 	return NULL;
 }
 
-/* Hand a prepared Unix socket to the closer thread.  Where the thread
- * cannot start or the list cannot grow, it is closed here after all. */
-void peer_fd_defer(int fd)
+/* Hand prepared Unix sockets to the closer thread, fds[0] the last to be
+ * taken.  Where the thread cannot start or the list cannot grow, or the
+ * closer itself finds its list full, they are closed here after all. */
+static void peer_fd_defer(const int *fds, int n)
 {
-	bool queued = false;
+	int queued = 0;
 
 	pthread_mutex_lock(&closer.lock);
 	if (!closer.running) {
@@ -123,117 +253,77 @@ void peer_fd_defer(int fd)
 		}
 		pthread_sigmask(SIG_SETMASK, &old, NULL);
 	}
-	if (closer.running && closer.n == closer.cap) {
+	while (closer.running && closer.cap - closer.n < (size_t)n && !(on_closer && closer.n >= CLOSER_MAX)) {
 		size_t cap = closer.cap ? 2 * closer.cap : 64;
 		int *p = realloc(closer.fds, cap * sizeof(*p));
 
-		if (p) {
-			closer.fds = p;
-			closer.cap = cap;
-		}
+		if (!p)
+			break;
+		closer.fds = p;
+		closer.cap = cap;
 	}
-	if (closer.running && closer.n < closer.cap) {
-		closer.fds[closer.n++] = fd;
-		queued = true;
-	}
+	for (; queued < n && closer.running && closer.n < closer.cap && !(on_closer && closer.n >= CLOSER_MAX); queued++)
+		closer.fds[closer.n++] = fds[queued];
 	pthread_mutex_unlock(&closer.lock);
-	if (!queued)
-		close(fd);
+	for (int i = queued; i < n; i++)
+		close(fds[i]);
 }
 
-/*
- * In a child after fork(): no closer thread runs there.  What the parent
- * had queued stays open in the child (copies: the parent closes its own)
- * until the child's first deferral starts a thread of its own.
- */
-void peer_fd_forget_child(void)
+/* After a drain of fd: close it, or hand it on with what it brought above
+ * it.  A socket that failed to empty is the closer's to close (only it may
+ * block on one). */
+static void closer_hand_on(int fd, const int *nested, int nn, enum drained r)
 {
-	pthread_mutex_init(&closer.lock, NULL);
+	int all[SCM_MAX_FDS + 1];
+
+	if (r == DRAINED || (r == DRAIN_FAILED && on_closer)) {
+		close(fd);
+		peer_fd_defer(nested, nn);
+		return;
+	}
+	all[0] = fd;
+	memcpy(all + 1, nested, (size_t)nn * sizeof(int));
+	peer_fd_defer(all, nn + 1);
+}
+
+/* fork(): the child gets the list whole (the parent's lock held across),
+ * and no thread to work it until its own first deferral. */
+static void closer_fork_prepare(void) { pthread_mutex_lock(&closer.lock); }
+static void closer_fork_parent(void) { pthread_mutex_unlock(&closer.lock); }
+static void closer_fork_child(void)
+{
 	closer.running = false;
+	on_closer = false;
+	pthread_mutex_unlock(&closer.lock);
+}
+
+static void closer_atfork(void)
+{
+	pthread_atfork(closer_fork_prepare, closer_fork_parent, closer_fork_child);
 }
 
 /* ---------------------------------------------------------------- close */
 
-/* Switch a socket's linger off; for a Unix socket, also shut it for
- * reading and return true: it is to be emptied before its close. */
-static bool peer_fd_prepare(int fd)
+void peer_fd_close(int fd)
 {
-	struct linger off = { 0, 0 };
-	struct stat st;
-	int dom;
-	socklen_t len = sizeof(dom);
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+	int nested[SCM_MAX_FDS], nn = 0;
 
-	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
-		return false;
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 || dom != AF_UNIX)
-		return false;
-	/* Nothing more can be queued between the drain and the close. */
-	shutdown(fd, SHUT_RD);
-	return true;
-}
-
-/* A descriptor that came out of one a peer passed us: closed at once, or,
- * a Unix socket, by the closer thread once it is empty. */
-static void peer_fd_close_nested(int fd)
-{
-	if (peer_fd_prepare(fd))
-		peer_fd_defer(fd);
-	else
+	if (!peer_fd_prepare(fd)) {
 		close(fd);
-}
-
-/* One read of a socket a peer writes to; the descriptors that came with
- * it are closed, nested or not.  *any says whether some came. */
-static ssize_t peer_recv_any(int fd, void *buf, size_t len, bool nested, bool *any)
-{
-	int fds[SCM_MAX_FDS], nfds, flags;
-	ssize_t n = peer_recv_fds(fd, buf, len, fds, &nfds, &flags);
-
-	*any = nfds > 0;
-	while (nfds) {
-		int got = fds[--nfds];
-
-		if (nested)
-			peer_fd_close_nested(got);
-		else
-			peer_fd_close(got);
+		return;
 	}
-	return n;
+	pthread_once(&once, closer_atfork);
+	enum drained r = peer_fd_drain(fd, nested, &nn);
+	closer_hand_on(fd, nested, nn, r);
 }
 
 ssize_t peer_recv(int fd, void *buf, size_t len)
 {
-	bool any;
-	ssize_t n = peer_recv_any(fd, buf, len, false, &any);
+	int fds[SCM_MAX_FDS], nfds, flags;
+	ssize_t n = peer_recv_fds(fd, buf, len, fds, &nfds, &flags);
 
+	while (nfds)
+		peer_fd_close(fds[--nfds]);
 	return n < 0 ? (errno = (int)-n, -1) : n;
-}
-
-/* Take out what waits in the prepared Unix socket fd. */
-static enum drained peer_fd_drain(int fd)
-{
-	char data[4096];
-
-	for (int i = 0; i < PEER_FD_DRAIN; i++) {
-		bool any;
-		ssize_t n = peer_recv_any(fd, data, sizeof(data), true, &any);
-
-		if (n == -EAGAIN || (n == 0 && !any))
-			return DRAINED;
-		/* A reset (the peer closed with our data unread) is reported
-		 * once; what waits behind it is still there to take. */
-		if (n < 0 && n != -ECONNRESET && n != -EPIPE)
-			return DRAIN_FAILED;
-	}
-	return DRAIN_MORE;
-}
-
-void peer_fd_close(int fd)
-{
-	/* A socket that did not empty here is the closer thread's to finish. */
-	if (peer_fd_prepare(fd) && peer_fd_drain(fd) != DRAINED)
-		peer_fd_defer(fd);
-	else
-		close(fd);
 }

@@ -112,6 +112,14 @@ int main(void)
 			s = raw_hello("hs", (enum raw_fault)f, myslot);
 			err = raw_answer(s, why, sizeof(why));
 			printf("  %-32s -> refused: %s (%s)\n", raw_fault_name[f], why, strerror(err));
+			if (f >= RAW_LINGER_IN_BELL) {
+				/* We still hold what keeps the hidden socket lingering:
+				 * a server blocked on it would not answer this. */
+				int s2 = raw_hello("hs", RAW_GARBAGE, myslot);
+				char why2[128];
+				t_check(raw_answer(s2, why2, sizeof(why2)) > 0, "%s: the next client was not answered",
+					raw_fault_name[f]);
+			}
 			exit(err > 0 ? 0 : 2);
 		}
 		uint64_t t0 = t_now_ns();

@@ -22,7 +22,7 @@ enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
-	RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_NR
+	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -32,8 +32,9 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"pid differs from SO_PEERCRED", "different region geometry", "block outside the arena",
 	"claims the server's slot", "block nonce mismatch", "three descriptors",
 	"doorbell a lingering TCP socket", "a lingering TCP socket queued in the doorbell",
-	"a third descriptor nesting 8 deep", "the doorbell nesting 8 deep",
-	"garbage, then a message with a socket",
+	"a third descriptor listening, a socket in its backlog", "a third descriptor nesting 8 deep",
+	"the doorbell nesting 8 deep", "garbage, then a message with a socket",
+	"garbage, an empty message, one with a socket",
 };
 
 static inline int raw_connect(const char *service)
@@ -118,6 +119,56 @@ static int nested_lingering(int depth)
 	return inner;
 }
 
+/* A listening Unix socket with a connection in its backlog, never
+ * accepted, holding fd queued in it. */
+static int listener_holding(int fd)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	socklen_t len = offsetof(struct sockaddr_un, sun_path) + 1 +
+			(socklen_t)snprintf(sa.sun_path + 1, sizeof(sa.sun_path) - 1, "rpal-backlog-%d", (int)getpid());
+	int l = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), c = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	t_check(l >= 0 && c >= 0, "socket");
+	t_check(bind(l, (struct sockaddr *)&sa, len) == 0 && listen(l, 4) == 0, "bind: %s", strerror(errno));
+	t_check(connect(c, (struct sockaddr *)&sa, len) == 0, "connect: %s", strerror(errno));
+	t_check(hs_sendmsg(c, "x", 1, &fd, 1) == 0, "queue a socket in the connection");
+	close(fd);      /* the queued copy keeps it */
+	close(c);
+	return l;
+}
+
+/* Send n datagrams with one sendmmsg(2), so that the later ones already
+ * wait when the receiver reads the first; fds[i] < 0: none with message
+ * i, len[i] 0: an empty one. */
+static void send_all(int s, unsigned n, const void *const *msg, const size_t *len, const int *fds)
+{
+	struct mmsghdr mm[4];
+	struct iovec iov[4];
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u[4];
+
+	memset(mm, 0, sizeof(mm));
+	memset(u, 0, sizeof(u));
+	for (unsigned k = 0; k < n; k++) {
+		struct cmsghdr *cm = (struct cmsghdr *)u[k].buf;
+
+		iov[k] = (struct iovec){ (void *)msg[k], len[k] };
+		mm[k].msg_hdr.msg_iov = &iov[k];
+		mm[k].msg_hdr.msg_iovlen = len[k] ? 1 : 0;
+		if (fds[k] < 0)
+			continue;
+		mm[k].msg_hdr.msg_control = u[k].buf;
+		mm[k].msg_hdr.msg_controllen = sizeof(u[k].buf);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(cm), &fds[k], sizeof(int));
+	}
+	t_check(sendmmsg(s, mm, n, 0) == (int)n, "sendmmsg: %s", strerror(errno));
+}
+
 /*
  * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
  * Returns the socket; the caller reads the answer.
@@ -199,38 +250,26 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		extra = nest;
 		break;
 	}
-	case RAW_SECOND_MESSAGE: {      /* queued behind a hello that is refused */
-		struct mmsghdr mm[2];
-		struct iovec iov[2];
-		union {
-			char buf[CMSG_SPACE(sizeof(int))];
-			struct cmsghdr align;
-		} u[2];
-		int tcp = lingering_socket(NULL), sent[2] = { fds[0], fds[1] };
+	case RAW_LISTENER_THIRD:        /* whose backlog holds a connection that holds more */
+		extra = lingering_socket(NULL);
+		extra = extra >= 0 ? listener_holding(extra) : memfd_create("third", MFD_CLOEXEC);
+		fds[2] = extra;
+		nfds = 3;
+		break;
+	case RAW_SECOND_MESSAGE:        /* queued behind a hello that is refused */
+	case RAW_AFTER_EMPTY: {         /* an empty message reads as the end once shut */
+		int tcp = lingering_socket(NULL);
+		const void *msg[3] = { junk, "", junk };
+		size_t len[3] = { sizeof(junk), 0, 1 };
+		int with[3] = { fds[1], -1, tcp };
 
-		memset(mm, 0, sizeof(mm));
-		memset(u, 0, sizeof(u));
 		for (unsigned i = 0; i < sizeof(junk); i++)
 			junk[i] = (unsigned char)(i * 29 + 3);
-		iov[0] = (struct iovec){ junk, sizeof(junk) };
-		iov[1] = (struct iovec){ junk, 1 };
-		for (int k = 0; k < 2; k++) {
-			struct cmsghdr *cm = (struct cmsghdr *)u[k].buf;
-			int fd = k ? tcp : sent[1];
-
-			mm[k].msg_hdr.msg_iov = &iov[k];
-			mm[k].msg_hdr.msg_iovlen = 1;
-			if (fd < 0)
-				continue;
-			mm[k].msg_hdr.msg_control = u[k].buf;
-			mm[k].msg_hdr.msg_controllen = sizeof(u[k].buf);
-			cm->cmsg_level = SOL_SOCKET;
-			cm->cmsg_type = SCM_RIGHTS;
-			cm->cmsg_len = CMSG_LEN(sizeof(int));
-			memcpy(CMSG_DATA(cm), &fd, sizeof(int));
-		}
-		/* Both at once: the server reads the first while the second waits. */
-		t_check(sendmmsg(s, mm, 2, 0) == 2, "sendmmsg: %s", strerror(errno));
+		if (f == RAW_SECOND_MESSAGE)
+			send_all(s, 2, (const void *const[]){ msg[0], msg[2] }, (size_t[]){ len[0], len[2] },
+				 (int[]){ with[0], with[2] });
+		else
+			send_all(s, 3, msg, len, with);
 		if (tcp >= 0)
 			close(tcp);
 		return s;

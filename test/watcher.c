@@ -25,7 +25,15 @@ int main(void)
 	printf("a kick while the watcher's sweep waits for the lock, for nothing left to linger\n");
 	pthread_mutex_lock(&rpal_g.lock);
 	watch_linger(a[0]);             /* starts the watcher, which sweeps and waits for the lock */
-	usleep(50000);
+	/* glibc's mutex word is 2 once a thread waits for it: the watcher,
+	 * having read the first kick. */
+	for (int i = 0; atomic_load((_Atomic int *)&rpal_g.lock.__data.__lock) != 2; i++) {
+		if (i == 2000) {
+			pthread_mutex_unlock(&rpal_g.lock);
+			t_skip("the watcher never waited for the lock: the race cannot be set up");
+		}
+		usleep(1000);
+	}
 	watch_linger(b[0]);             /* the second kick, after the watcher read the first */
 	pthread_mutex_unlock(&rpal_g.lock);
 	usleep(50000);
