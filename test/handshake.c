@@ -4,7 +4,9 @@
  * clear reason sent to the client, and afterwards holds nothing of it: no
  * mapping, no descriptor, no arena memory; a lingering TCP socket the
  * client hid (in the doorbell, at the bottom of Unix sockets nested 8
- * deep, in a second message behind the hello) never holds the refusal up.  Also: credentials by policy
+ * deep, in the backlog of a listening socket, in a message behind the
+ * hello, next to it or after an empty one) never holds up the refusal or
+ * the next client's answer.  Also: credentials by policy
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
  * client refuses it), a client without a wake page killed while we sleep
