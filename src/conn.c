@@ -248,7 +248,10 @@ bool linger_sweep(bool teardown)
 		peer_put(l->peer);
 		if (!teardown)
 			watch_del(l->sock);
-		peer_fd_close(l->sock);
+		if (l->sock_empty)
+			close(l->sock);
+		else
+			peer_fd_close(l->sock);
 		free(l);
 	}
 	more = rpal_g.lingering != NULL;
@@ -454,7 +457,9 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 			 * refuse descriptors on it where the kernel can. */
 			int no = 0;
 
-			setsockopt(sock, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no));   /* ENOPROTOOPT before 6.16 */
+			/* ENOPROTOOPT before 6.16: then emptied at the close. */
+			(*out)->sock_empty = setsockopt(sock, SOL_SOCKET, SO_PASSRIGHTS, &no, sizeof(no)) == 0 &&
+					     peer_fd_take_queued(sock);
 			close(fds[0]);    /* the mapping keeps the memory */
 			if (want == 3)
 				close(fds[2]);
@@ -487,6 +492,7 @@ void conn_close(struct rpal_conn *c)
 		l = calloc(1, sizeof(*l));
 		if (l) {
 			l->sock = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+			l->sock_empty = c->sock_empty;
 			if (l->sock < 0) {
 				free(l);
 				l = NULL;
@@ -526,7 +532,7 @@ void conn_close(struct rpal_conn *c)
 	/* What an older kernel let the peer pass on it is released with the
 	 * socket's last descriptor: the lingering copy's, if there is one (a
 	 * shutdown here would end the linger at once). */
-	if (l)
+	if (l || c->sock_empty)
 		close(c->fd);
 	else
 		peer_fd_close(c->fd);

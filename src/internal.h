@@ -207,6 +207,7 @@ struct rpal_conn {
 	_Atomic uint32_t idle_polls;      /* empty non-blocking calls, to ration clock reads */
 	_Atomic uint32_t watch_seen;      /* watch_seq when we last polled the peer */
 	bool shut_wr;                 /* P: we shut down writing */
+	bool sock_empty;              /* fd refuses descriptors and held none: a plain close is safe */
 
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
 	/* That set, for the watcher thread (read under rpal_g.lock). */
@@ -255,6 +256,7 @@ struct rpal_listener {
 struct rpal_linger {
 	struct rpal_linger *next;
 	int sock;
+	bool sock_empty;              /* as the connection's */
 	struct rpal_block *me;
 	struct rpal_peer *peer;
 	struct bufset out;
@@ -435,6 +437,7 @@ int doorbell_check(int fd, char *why, size_t whylen);
  * -errno; *flags are the message's. */
 ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags);
 void peer_fd_close(int fd);
+bool peer_fd_take_queued(int sock);
 /* read(2) of a socket a peer writes to, non-blocking: the descriptors that
  * come with the bytes are closed without blocking (peer_fd_close). */
 ssize_t peer_recv(int fd, void *buf, size_t len);

@@ -32,8 +32,10 @@
 /* Messages taken out of one socket at a time: a socket shut for reading
  * holds finitely many, and the closer comes back for the rest. */
 #define PEER_FD_DRAIN 1024
-/* Zero reads in a row that end a shut seqpacket socket (see peer_fd_drain). */
-#define SEQPACKET_END_RUN 128
+/* Zero reads in a row that end a seqpacket socket we shut, and one its
+ * peer shut first (see peer_fd_drain). */
+#define SEQPACKET_END_RUN 16
+#define SEQPACKET_PEER_END_RUN 1024
 
 ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags)
 {
@@ -100,6 +102,8 @@ static bool peer_shut(int fd)
 	return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP));
 }
 
+static void peer_fd_defer(const int *fds, int n);
+
 /* Descriptors that came out of a socket: closed, or, Unix sockets, kept in
  * nested[] (prepared) for the caller to hand on. */
 static void sort_out(const int *fds, int nfds, int *nested, int *nn)
@@ -117,18 +121,27 @@ static void sort_out(const int *fds, int nfds, int *nested, int *nn)
  * listener's backlog), closing what came with it, until it is empty or
  * something brings Unix sockets: those are left in nested[] (room for
  * SCM_MAX_FDS), and fd has more to take after them.
+ *
+ * Once shut for reading (by us, or by the peer's close or shutdown), a
+ * seqpacket socket reads 0 both at its end and for an empty message.  So
+ * it is read while not shut, until empty (EAGAIN), then shut: what came
+ * in between is read after it, and a run of zero reads longer than such a
+ * burst can be is its end.  Where the peer shut it first, the run must be
+ * longer than all the empty messages it could queue: its send buffer
+ * (at most 416 KiB unless raised by root) holds fewer than 1024.  A stream
+ * reads 0 only at its end; a datagram socket says EAGAIN when empty.
  */
 static enum drained peer_fd_drain(int fd, int *nested, int *nn)
 {
 	char data[4096];
-	int listening = 0, type = 0, zeros = 0;
+	int listening = 0, type = 0;
+	unsigned msgs = 0, zeros = 0, run = 0;
 	socklen_t len = sizeof(listening), tlen = sizeof(type);
-	bool shut = false;
 
 	*nn = 0;
 	getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &len);
 	getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen);
-	for (int i = 0; i < PEER_FD_DRAIN; i++) {
+	while (msgs < PEER_FD_DRAIN) {
 		int fds[SCM_MAX_FDS], nfds = 0, flags;
 		ssize_t n;
 
@@ -144,25 +157,19 @@ static enum drained peer_fd_drain(int fd, int *nested, int *nn)
 			continue;
 		}
 		n = peer_recv_fds(fd, data, sizeof(data), fds, &nfds, &flags);
-		/*
-		 * Once shut for reading (by us, or by the peer's close or
-		 * shutdown), a seqpacket socket reads 0 both at its end and for
-		 * an empty message.  So it is read while not shut, until empty
-		 * (EAGAIN), then shut: what came in between is read after it,
-		 * and a run of zero reads longer than such a burst can be is
-		 * its end.  A stream reads 0 only at its end; a datagram
-		 * socket says EAGAIN when empty.
-		 */
-		if (n == -EAGAIN && type == SOCK_SEQPACKET && !shut) {
+		if (n == -EAGAIN && type == SOCK_SEQPACKET && !run) {
 			shutdown(fd, SHUT_RD);
-			shut = true;
+			run = SEQPACKET_END_RUN;
 			continue;
 		}
 		if (n == 0 && !nfds && type == SOCK_SEQPACKET) {
-			if (!shut && !peer_shut(fd))
-				continue;       /* an empty message */
-			shut = true;
-			if (++zeros < SEQPACKET_END_RUN)
+			if (!run && !peer_shut(fd)) {
+				msgs++;         /* an empty message */
+				continue;
+			}
+			if (!run)
+				run = SEQPACKET_PEER_END_RUN;
+			if (++zeros < run)
 				continue;
 		}
 		if (n == -EAGAIN || (n == 0 && !nfds))
@@ -171,7 +178,8 @@ static enum drained peer_fd_drain(int fd, int *nested, int *nn)
 		 * once; what waits behind it is still there to take. */
 		if (n < 0 && n != -ECONNRESET && n != -EPIPE)
 			return DRAIN_FAILED;
-		if (n != 0 || nfds)
+		msgs++;
+		if (n > 0 || nfds)
 			zeros = 0;
 		sort_out(fds, nfds, nested, nn);
 		if (*nn)
@@ -180,9 +188,35 @@ static enum drained peer_fd_drain(int fd, int *nested, int *nn)
 	/* More to take later: no more to come meanwhile.  (The closer may
 	 * then take a long run of empty messages for the end, and block on
 	 * what follows them; only the closer.) */
-	if (type == SOCK_SEQPACKET && !shut)
+	if (type == SOCK_SEQPACKET && !run)
 		shutdown(fd, SHUT_RD);
 	return DRAIN_MORE;
+}
+
+/*
+ * At the end of a handshake, once the socket refuses descriptors: take out
+ * the messages a peer queued before that, the peer still there, without
+ * shutting the socket.  True if it is empty now, so that closing it can
+ * release nothing that blocks.
+ */
+bool peer_fd_take_queued(int sock)
+{
+	int nested[SCM_MAX_FDS], nn = 0;
+	char data[512];
+
+	for (unsigned msgs = 0; msgs < PEER_FD_DRAIN; msgs++) {
+		int fds[SCM_MAX_FDS], nfds = 0, flags;
+		ssize_t n = peer_recv_fds(sock, data, sizeof(data), fds, &nfds, &flags);
+
+		if (n == -EAGAIN)
+			return true;
+		if (n < 0 || (n == 0 && !nfds && peer_shut(sock)))
+			return false;   /* gone, or at its end: emptied at the close */
+		sort_out(fds, nfds, nested, &nn);
+		peer_fd_defer(nested, nn);
+		nn = 0;
+	}
+	return false;
 }
 
 /* ------------------------------------------------------- closer thread */
@@ -237,6 +271,8 @@ static void peer_fd_defer(const int *fds, int n)
 {
 	int queued = 0;
 
+	if (!n)
+		return;
 	pthread_mutex_lock(&closer.lock);
 	if (!closer.running) {
 		pthread_t t;
