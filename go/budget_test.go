@@ -27,19 +27,7 @@ func TestConnBudget(t *testing.T) {
 	budget := p.cfg.connBudget()
 	expectArenaBack(t)
 	name, l := newService(t)
-	dial := func() (*Conn, *Conn) {
-		t.Helper()
-		c, err := DialConn(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := l.AcceptConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(); s.Close() })
-		return c, s
-	}
+	dial := func() (*Conn, *Conn) { t.Helper(); return dialPair(t, name, l) }
 	// Stopped peers, each sent messages whose blocks are larger than
 	// they are (1 MiB + 16 B takes 2 MiB), or 256 KiB, or zero-copy
 	// buffers, until a write times out.
@@ -126,21 +114,8 @@ func TestAllocReapsAcks(t *testing.T) {
 	}
 	expectArenaBack(t)
 	name, l := newService(t)
-	pair := func() (*Conn, *Conn) {
-		t.Helper()
-		c, err := DialConn(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := l.AcceptConn()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close(); s.Close() })
-		return c, s
-	}
-	a, as := pair()
-	b, bs := pair()
+	a, as := dialPair(t, name, l)
+	b, bs := dialPair(t, name, l)
 	n := int(p.cfg.ArenaSize/4 + 1)
 	buf, err := Alloc(n)
 	if err != nil {
@@ -175,6 +150,22 @@ func TestAllocReapsAcks(t *testing.T) {
 		t.Fatalf("Alloc(%d) after the peer released what it held: %v", n, err)
 	}
 	buf.Free()
+}
+
+// dialPair dials service name and accepts the connection on l; both ends
+// close when t ends.
+func dialPair(t *testing.T, name string, l *Listener) (*Conn, *Conn) {
+	t.Helper()
+	c, err := DialConn(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
 }
 
 // expectArenaBack fails t unless, within 5 s of its end, the arena is used
