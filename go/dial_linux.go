@@ -80,6 +80,10 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 		if errors.As(err, &re) && re.errno == syscall.ECONNRESET {
 			return nil, refused(syscall.ECONNREFUSED, "%s closed the connection during the handshake", service)
 		}
+		if errors.As(err, &re) && re.errno == syscall.EPROTO {
+			sendRefuse(uc, re.errno, re.msg)
+			return nil, fmt.Errorf("bad welcome from %s: %w", service, err)
+		}
 		return nil, err
 	}
 	if r, isRefuse := parseRefuse(msg); isRefuse {

@@ -481,7 +481,11 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		return fail(refused(syscall.EPROTO, "hello says pid %d, the socket says %d", h.Pid, cred.Pid))
 	}
 	if len(fds) != 2 {
-		return fail(refused(syscall.EPROTO, "hello carried %d descriptors, expected 2", len(fds)))
+		what := "hello"
+		if typ == hsWelcome {
+			what = "welcome"
+		}
+		return fail(refused(syscall.EPROTO, "%s carried %d descriptors, expected 2", what, len(fds)))
 	}
 	if err := p.checkPeer(&h); err != nil {
 		return fail(err)

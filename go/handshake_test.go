@@ -94,6 +94,31 @@ func TestPolicyRefused(t *testing.T) {
 	}
 }
 
+// A peer's refusal text is taken as printable ASCII only: it goes into
+// our errors and logs, where escape sequences would drive a terminal.
+func TestRefuseReasonPrintable(t *testing.T) {
+	b := (&refuse{Errno: -5}).marshal()
+	for i := 16; i < 128; i++ {
+		b[i] = 0x80 // no NUL at all
+	}
+	copy(b[16:], "\x1b[2J%n\r\n\x7f")
+	r, ok := parseRefuse(b)
+	if !ok {
+		t.Fatal("parseRefuse refused a well-formed REFUSE")
+	}
+	if r.Errno != eproto {
+		t.Errorf("errno %d passed on", r.Errno)
+	}
+	if len(r.Reason) != 111 {
+		t.Errorf("reason of %d bytes, want 111", len(r.Reason))
+	}
+	for i := 0; i < len(r.Reason); i++ {
+		if c := r.Reason[i]; c < 0x20 || c > 0x7e {
+			t.Fatalf("byte %#x at %d of %q", c, i, r.Reason)
+		}
+	}
+}
+
 // A client that sends garbage, or nothing, is refused without disturbing
 // the listener.
 func TestBadHello(t *testing.T) {

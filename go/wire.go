@@ -226,11 +226,16 @@ func parseRefuse(b []byte) (r refuse, ok bool) {
 	if r.Errno <= 0 || r.Errno >= 4096 {
 		r.Errno = eproto
 	}
-	reason := b[16:127]
+	reason := append([]byte(nil), b[16:127]...)
 	for i, c := range reason {
 		if c == 0 {
 			reason = reason[:i]
 			break
+		}
+		// A peer's text goes into our errors and logs: printable ASCII
+		// only, so that it cannot drive a terminal.
+		if c < 0x20 || c > 0x7e {
+			reason[i] = '?'
 		}
 	}
 	r.Reason = string(reason)

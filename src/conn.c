@@ -430,7 +430,8 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 	if (!ret && type == RPAL_HS_WELCOME && (h.features & RPAL_FEAT_WAKE_PAGE))
 		want = 3;
 	if (!ret && nfds != want)
-		ret = (snprintf(why, whylen, "hello carried %d descriptors, expected %d", nfds, want), -EPROTO);
+		ret = (snprintf(why, whylen, "%s carried %d descriptors, expected %d", type == RPAL_HS_HELLO ? "hello" : "welcome",
+				nfds, want), -EPROTO);
 	if (!ret && want == 3) {
 		ret = wake_page_check(fds[2], why, whylen);
 		if (!ret && !(page = wake_page_map(fds[2])))

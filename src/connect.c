@@ -102,8 +102,11 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		goto fail;
 	}
 	n = hs_recvmsg(sock, buf, sizeof(buf), fds, 3, &nfds);
-	if (n == -E2BIG) {
-		ret = rpal_fail(EPROTO, "%s answered with more than 3 descriptors", service);
+	if (n == -E2BIG || n == -EPROTO) {
+		const char *what = n == -E2BIG ? "welcome carried more than 3 descriptors" : "welcome was truncated";
+
+		send_refuse(sock, EPROTO, what);
+		ret = rpal_fail(EPROTO, "bad welcome from %s: %s", service, what);
 		goto fail;
 	}
 	if (n < 0) {

@@ -142,6 +142,11 @@ int refuse_parse(const void *buf, size_t len, int *err, char *reason, size_t rle
 	if (r.magic != RPAL_HELLO_MAGIC || r.type != RPAL_HS_REFUSE || r.size != sizeof(r))
 		return -EPROTO;
 	r.reason[sizeof(r.reason) - 1] = 0;
+	/* A peer's text goes into our error messages and logs: printable
+	 * ASCII only, so that it cannot drive a terminal. */
+	for (char *p = r.reason; *p; p++)
+		if (*p < 0x20 || *p > 0x7e)
+			*p = '?';
 	*err = (r.error > 0 && r.error < 4096) ? r.error : EPROTO;
 	snprintf(reason, rlen, "%s", r.reason);
 	return 0;

@@ -97,6 +97,23 @@ int main(void)
 	int fds0, f, status, r;
 	size_t used0;
 
+	printf("a peer's refusal text is shown as printable ASCII only\n");
+	{
+		struct rpal_refuse rf;
+		char why[200];
+		int err;
+
+		refuse_fill(&rf, -5, "");
+		memset(rf.reason, 0x80, sizeof(rf.reason));     /* no NUL at all */
+		memcpy(rf.reason, "\x1b[2J%n\r\n\x7f", 9);
+		t_check(refuse_parse(&rf, sizeof(rf), &err, why, sizeof(why)) == 0, "refuse_parse");
+		t_check(err == EPROTO, "errno %d passed on", err);
+		t_check(strlen(why) == sizeof(rf.reason) - 1, "reason of %zu bytes", strlen(why));
+		for (size_t i = 0; why[i]; i++)
+			t_check(why[i] >= 0x20 && why[i] < 0x7f, "byte %#x at %zu", (unsigned char)why[i], i);
+		printf("  %.24s...\n", why);
+	}
+
 	t_ok(rpal_init(NULL));
 	lfd = t_ok(rpal_listen("hs", NULL));
 	t_ok(rpal_self(&myslot, NULL, NULL));
@@ -322,10 +339,10 @@ int main(void)
 		}
 	}
 
-	printf("a server whose WELCOME carries a bad wake page is refused; the client keeps nothing\n");
+	printf("a server whose WELCOME carries a bad wake page, or too many descriptors, is refused; the client keeps nothing\n");
 	{
 		static const char *const bad_page[] = { "an unsealed memfd", "a sealed memfd of 8 KiB", "a pipe",
-							"no third descriptor" };
+							"no third descriptor", "a fourth descriptor" };
 		char path[64];
 		int ls, fds1 = t_count_fds();  /* the watcher thread may have started since fds0 */
 		struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -336,7 +353,7 @@ int main(void)
 		ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		t_check(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0,
 			"raw server socket");
-		for (f = 0; f < 4; f++) {
+		for (f = 0; f < 5; f++) {
 			pid_t pid = fork();
 			if (pid == 0) {
 				rpal_fini();
@@ -372,6 +389,7 @@ int main(void)
 				fcntl(bad, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
 				break;
 			case 2:
+			case 4:
 				bad = dup(p[0]);
 				break;
 			}
@@ -381,9 +399,28 @@ int main(void)
 			out[0] = rpal_g.memfd;
 			out[1] = p[1];
 			out[2] = bad;
-			t_check(hs_sendmsg(s, &w, sizeof(w), out, bad >= 0 ? 3 : 2) == 0, "raw welcome");
+			if (f == 4) {       /* hs_sendmsg() sends at most 3 */
+				union {
+					char buf[CMSG_SPACE(4 * sizeof(int))];
+					struct cmsghdr align;
+				} u = { 0 };
+				struct iovec iov = { &w, sizeof(w) };
+				struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+						     .msg_controllen = sizeof(u.buf) };
+				struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+				int four[4] = { out[0], out[1], bad, p[0] };
+
+				cm->cmsg_level = SOL_SOCKET;
+				cm->cmsg_type = SCM_RIGHTS;
+				cm->cmsg_len = CMSG_LEN(sizeof(four));
+				memcpy(CMSG_DATA(cm), four, sizeof(four));
+				t_check(sendmsg(s, &mh, 0) == (ssize_t)sizeof(w), "raw welcome: %s", strerror(errno));
+			} else {
+				t_check(hs_sendmsg(s, &w, sizeof(w), out, bad >= 0 ? 3 : 2) == 0, "raw welcome");
+			}
 			r = raw_answer(s, why, sizeof(why));
-			t_check(r == EPROTO && (strstr(why, "wake page") || strstr(why, "expected 3")),
+			t_check(r == EPROTO && (strstr(why, "wake page") || strstr(why, "expected 3") ||
+						strstr(why, "more than 3")),
 				"%s: the client answered %d (%s)", bad_page[f], r, why);
 			if (bad >= 0)
 				close(bad);
