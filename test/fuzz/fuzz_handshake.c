@@ -204,6 +204,9 @@ static void check_refuse(const uint8_t *msg, size_t mlen, size_t wl)
 		CHECK(mlen == sizeof(copy), "refuse of %zu bytes accepted", mlen);
 		memcpy(&copy, r, sizeof(copy));
 		copy.reason[sizeof(copy.reason) - 1] = 0;
+		for (char *p = copy.reason; *p; p++)     /* shown as printable ASCII */
+			if (*p < 0x20 || *p > 0x7e)
+				*p = '?';
 		CHECK(copy.magic == RPAL_HELLO_MAGIC && copy.type == RPAL_HS_REFUSE && copy.size == sizeof(copy),
 		      "malformed refuse accepted");
 		CHECK(err > 0 && err < 4096, "refuse errno %d not clamped", err);
@@ -213,6 +216,8 @@ static void check_refuse(const uint8_t *msg, size_t mlen, size_t wl)
 			CHECK(strlen(reason) < sizeof(copy.reason), "refuse reason too long");
 			CHECK(strncmp(reason, copy.reason, wl - 1) == 0 || strlen(reason) == wl - 1,
 			      "refuse reason differs from the datagram");
+			for (const char *p = reason; *p; p++)
+				CHECK(*p >= 0x20 && *p <= 0x7e, "refuse reason passes byte %#x on", (unsigned char)*p);
 		}
 	} else {
 		CHECK(err == -12345, "refuse_parse wrote *err on failure");
@@ -221,7 +226,8 @@ static void check_refuse(const uint8_t *msg, size_t mlen, size_t wl)
 	free(reason2);
 }
 
-/* refuse_fill -> refuse_parse gives back what went in (clamped, truncated). */
+/* refuse_fill -> refuse_parse gives back what went in (clamped, truncated,
+ * bytes other than printable ASCII shown as '?'). */
 static void roundtrip_refuse(const uint8_t *msg, size_t mlen)
 {
 	struct rpal_refuse r;
@@ -238,6 +244,9 @@ static void roundtrip_refuse(const uint8_t *msg, size_t mlen)
 	CHECK(refuse_parse(&r, sizeof(r), &err_out, back, sizeof(back)) == 0, "own refuse rejected");
 	CHECK(err_out == ((err_in > 0 && err_in < 4096) ? err_in : EPROTO), "errno %d came back as %d",
 	      err_in, err_out);
+	for (size_t i = 0; i < n; i++)
+		if (text[i] && (text[i] < 0x20 || text[i] > 0x7e))
+			text[i] = '?';
 	CHECK(strncmp(back, text, sizeof(back) - 1) == 0, "reason did not round-trip");
 }
 
