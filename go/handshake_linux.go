@@ -62,9 +62,13 @@ const scmMaxFd = 253
 // for the rest.
 const peerFdDrain = 1024
 
-// seqpacketEndRun is how many zero reads in a row end a shut seqpacket
-// socket (see drainPeerFds).
-const seqpacketEndRun = 128
+// How many zero reads in a row end a seqpacket socket we shut, and one its
+// peer shut first: more than its send buffer (at most 416 KiB unless raised
+// by root) can queue empty messages (see drainPeerFds).
+const (
+	seqpacketEndRun     = 16
+	seqpacketPeerEndRun = 1024
+)
 
 // rightsOf returns the descriptors in a control buffer.
 func rightsOf(oob []byte) []int {
@@ -162,8 +166,9 @@ const (
 	drainFailed
 )
 
-// peerShut says whether the peer of the connected socket fd closed or shut
-// down writing.
+// peerShut says whether the connected socket fd is shut for reading: its
+// peer closed or shut down writing, or we shut it on an earlier pass (taken
+// as the peer's: the longer run, to be safe).
 func peerShut(fd int) bool {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLRDHUP}}
 	n, _ := unix.Poll(pfd, 0)
@@ -176,12 +181,12 @@ func peerShut(fd int) bool {
 // (prepared), and fd has more to take after them.
 func drainPeerFds(fd int) (drainResult, []int) {
 	var nested []int
-	shut, zeros := false, 0
+	msgs, zeros, run := 0, 0, 0 // run: 0 until the socket is shut
 	listening, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ACCEPTCONN)
 	typ, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	var buf [4096]byte
 	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
-	for range peerFdDrain {
+	for msgs < peerFdDrain {
 		if listening != 0 {
 			s, _, err := unix.Accept4(fd, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
 			if err == unix.EAGAIN {
@@ -199,21 +204,25 @@ func drainPeerFds(fd int) (drainResult, []int) {
 		n, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		// Once shut for reading (by us, or by the peer's close or
 		// shutdown), a seqpacket socket reads 0 both at its end and for
-		// an empty message.  So it is read while not shut,
-		// until empty (EAGAIN), then shut: what came in between is read
-		// after it, and a run of zero reads longer than such a burst can
-		// be is its end.  A stream reads 0 only at its end.
-		if err == unix.EAGAIN && typ == unix.SOCK_SEQPACKET && !shut {
+		// an empty message.  So it is read while not shut, until empty
+		// (EAGAIN), then shut: what came in between is read after it,
+		// and a run of zero reads longer than such a burst can be is its
+		// end; where the peer shut it first, longer than all the empty
+		// messages it could queue.  A stream reads 0 only at its end.
+		if err == unix.EAGAIN && typ == unix.SOCK_SEQPACKET && run == 0 {
 			_ = unix.Shutdown(fd, unix.SHUT_RD)
-			shut = true
+			run = seqpacketEndRun
 			continue
 		}
 		if err == nil && n == 0 && oobn == 0 && typ == unix.SOCK_SEQPACKET {
-			if !shut && !peerShut(fd) {
-				continue // an empty message
+			if run == 0 && !peerShut(fd) {
+				msgs++ // an empty message
+				continue
 			}
-			shut = true
-			if zeros++; zeros < seqpacketEndRun {
+			if run == 0 {
+				run = seqpacketPeerEndRun
+			}
+			if zeros++; zeros < run {
 				continue
 			}
 		}
@@ -225,6 +234,7 @@ func drainPeerFds(fd int) (drainResult, []int) {
 		if err != nil && err != unix.ECONNRESET && err != unix.EPIPE {
 			return drainFailed, nested
 		}
+		msgs++
 		if err != nil {
 			continue
 		}
@@ -243,7 +253,7 @@ func drainPeerFds(fd int) (drainResult, []int) {
 	// More to take later: no more to come meanwhile.  (The closer may
 	// then take a long run of empty messages for the end, and block on
 	// what follows them; only the closer.)
-	if typ == unix.SOCK_SEQPACKET && !shut {
+	if typ == unix.SOCK_SEQPACKET && run == 0 {
 		_ = unix.Shutdown(fd, unix.SHUT_RD)
 	}
 	return drainMore, nested

@@ -94,7 +94,9 @@ static bool peer_fd_prepare(int fd)
 	return true;
 }
 
-/* Has the peer of the connected socket fd closed or shut down writing? */
+/* Is the connected socket fd shut for reading: its peer closed or shut
+ * down writing, or we shut it on an earlier pass (taken as the peer's: the
+ * longer run, to be safe)? */
 static bool peer_shut(int fd)
 {
 	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
