@@ -180,8 +180,10 @@ int rpal_accept(int lfd, int flags);
 int rpal_connect(const char *service, const struct rpal_policy *policy, int flags);
 
 /*
- * Stop sending: after draining, the peer reads end-of-stream (rpal_recv
- * returns 0) and sees EPOLLRDHUP.  how is SHUT_WR (others: -EINVAL).
+ * SHUT_WR: stop sending; after draining, the peer reads end-of-stream
+ * (rpal_recv returns 0) and sees EPOLLRDHUP.  SHUT_RD: stop receiving; our
+ * threads blocked on fd wake, receives return what was queued then 0, and
+ * the peer's sends fail with -EPIPE.  SHUT_RDWR: both.  Others: -EINVAL.
  */
 int rpal_shutdown(int fd, int how);
 

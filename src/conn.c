@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -105,6 +106,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->obj.kind = OBJ_CONN;
 	c->fd = sock;
 	c->pidfd = -1;
+	c->shut_kick = -1;
 	if (page) {
 		c->wake_mine = &page->word[side][0];
 		c->wake_peer = &page->word[!side][0];
@@ -136,6 +138,14 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 		goto fail;
 	}
 	fcntl(c->pidfd, F_SETFD, FD_CLOEXEC);
+	if (conn_sleeps_in_poll(c)) {
+		c->shut_kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+		if (c->shut_kick < 0) {
+			ret = -errno;
+			snprintf(why, whylen, "cannot create an eventfd: %s", strerror(errno));
+			goto fail;
+		}
+	}
 	/* Hang-up or death wakes futex sleepers through the watcher thread;
 	 * a bump from here on makes a sleeper poll this peer (conn_wait). */
 	store_relaxed(&c->watch_seen, load_acquire(&watch_seq));
@@ -187,6 +197,8 @@ fail:
 		stat_conn_close(c->st);
 	if (c->pidfd >= 0)
 		close(c->pidfd);
+	if (c->shut_kick >= 0)
+		close(c->shut_kick);
 	bufset_free(&c->out);
 	bufset_free(&c->held);
 	peer_put(c->peer);
@@ -530,6 +542,8 @@ void conn_close(struct rpal_conn *c)
 	peer_fd_close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
+	if (c->shut_kick >= 0)
+		close(c->shut_kick);
 	/* What an older kernel let the peer pass on it is released with the
 	 * socket's last descriptor: the lingering copy's, if there is one (a
 	 * shutdown here would end the linger at once). */
@@ -546,16 +560,28 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 	struct rpal_conn *c;
 	int err;
 
-	if (how != SHUT_WR)
-		return rpal_fail(EINVAL, "rpal_shutdown: only SHUT_WR is supported");
+	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
+		return rpal_fail(EINVAL, "rpal_shutdown: how is %d, not SHUT_RD, SHUT_WR or SHUT_RDWR", how);
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_shutdown(fd, how));
-	c->shut_wr = true;
-	store_release(&c->me->state, load_relaxed(&c->me->state) | RPAL_STATE_SHUT_WR);
-	if (!conn_dead(c))
-		notify_peer_rx_nocall(c);
+	if (how != SHUT_RD) {
+		c->shut_wr = true;
+		/* R3: after our last slot.  An RMW: SHUT_RD may be stored at once. */
+		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_SHUT_WR, memory_order_release);
+		if (!conn_dead(c))
+			notify_peer_rx_nocall(c);
+	}
+	if (how != SHUT_WR && !atomic_exchange(&c->shut_rd, true)) {
+		/* The peer's sends fail from now on, as on a socket whose peer
+		 * shut down reading; what it sent before stays readable. */
+		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_CLOSED, memory_order_release);
+		if (!conn_dead(c))
+			notify_peer_tx_closed(c);
+		/* Our threads blocked in a receive or a set return. */
+		watch_wake_conn(c);
+	}
 	return 0;
 }
 
@@ -578,6 +604,8 @@ static void conn_forget_child(struct rpal_obj *o)
 	close(c->doorbell);
 	close(c->peer_doorbell);
 	close(c->pidfd);
+	if (c->shut_kick >= 0)
+		close(c->shut_kick);
 	bufset_free(&c->out);
 	bufset_free(&c->held);
 	if (c->wake_page)

@@ -47,7 +47,8 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 		hup |= EPOLLERR | EPOLLHUP;
 	if (conn_dead(c))
 		hup |= EPOLLHUP | EPOLLRDHUP;
-	if (state & RPAL_STATE_SHUT_WR)
+	/* Either side's shutdown ends what we read. */
+	if ((state & RPAL_STATE_SHUT_WR) || load_relaxed(&c->shut_rd))
 		hup |= EPOLLRDHUP;
 
 	if (want & IN_BITS) {
@@ -78,6 +79,14 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 				ev |= OUT_BITS;
 			r->out_mark = mark;
 		}
+	} else if ((want & OUT_BITS) && (state & (RPAL_STATE_CLOSED | RPAL_STATE_SHUT_WR)) == RPAL_STATE_CLOSED &&
+		   !conn_dead(c) && !conn_err(c)) {
+		/* A peer that shut down reading alone keeps its socket: no
+		 * hang-up comes.  A send fails at once (EPIPE), so report it
+		 * ready, as a socket whose peer shut down reading is. */
+		if (!et || r->fresh || r->out_mark != UINT64_MAX)
+			ev |= OUT_BITS;
+		r->out_mark = UINT64_MAX;
 	}
 	if (hup) {
 		uint32_t news = et && !r->fresh ? hup & ~r->hup_seen : hup;

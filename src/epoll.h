@@ -142,6 +142,5 @@ static inline void other_give(struct rpal_ep *ep, bool counted)
 
 /* epoll_set.c */
 void reg_remove(struct rpal_ep *ep, struct rpal_ep_reg *r);
-void ep_kick(struct rpal_ep *ep);       /* wake a thread asleep in the set */
 
 #endif /* RPAL_EPOLL_H */

@@ -207,6 +207,12 @@ struct rpal_conn {
 	_Atomic uint32_t idle_polls;      /* empty non-blocking calls, to ration clock reads */
 	_Atomic uint32_t watch_seen;      /* watch_seq when we last polled the peer */
 	bool shut_wr;                 /* P: we shut down writing */
+	/* We shut down reading (any thread): receives end once the ring is
+	 * empty, and our sleepers look again. */
+	_Atomic bool shut_rd;
+	/* Written when reading is shut down, for sleepers in poll() (no wake
+	 * page, no futex_waitv); -1 where none sleeps there. */
+	int shut_kick;
 	bool sock_empty;              /* fd refuses descriptors and held none: a plain close is safe */
 
 	struct rpal_ep_reg *reg;      /* at most one rpal epoll set */
@@ -561,6 +567,8 @@ static inline bool send_ready(const struct rpal_conn *c, uint64_t *head)
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
 void notify_wake_rx(struct rpal_conn *c, uint64_t w);
 void notify_peer_tx_now(struct rpal_conn *c);
+void notify_peer_tx_closed(struct rpal_conn *c);
+bool conn_sleeps_in_poll(const struct rpal_conn *c);
 
 /*
  * After consuming or acking: wake a producer waiting for room.  It sleeps
@@ -606,6 +614,7 @@ void watch_del(int fd);
 void watch_linger(int sock);
 void watch_stop(void);
 void watch_forget_child(void);
+void watch_wake_conn(struct rpal_conn *c);
 
 /* futex_waitv(2) (Linux 5.16); -1 with errno ENOSYS before that. */
 #include <linux/futex.h>
@@ -773,5 +782,6 @@ static inline void notify_peer_rx_nocall(struct rpal_conn *c)
 /* epoll.c */
 void epoll_conn_gone(struct rpal_conn *c);
 void epoll_wake_futex(struct rpal_ep *ep);
+void ep_kick(struct rpal_ep *ep);       /* wake a thread asleep in the set */
 
 #endif /* RPAL_INTERNAL_H */

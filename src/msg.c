@@ -19,7 +19,7 @@ static inline int send_error(struct rpal_conn *c)
 	if (c->shut_wr)
 		return rpal_fail(EPIPE, "connection was shut down for writing");
 	if (peer_update(c) & RPAL_STATE_CLOSED)
-		return rpal_fail(EPIPE, "peer pid %d closed the connection", (int)c->peer_pid);
+		return rpal_fail(EPIPE, "peer pid %d closed the connection or shut down reading", (int)c->peer_pid);
 	if (conn_dead(c))
 		return rpal_fail(ECONNRESET, "peer pid %d is gone", (int)c->peer_pid);
 	return 0;
@@ -278,6 +278,11 @@ static RPAL_HOT int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 			*eof = true;
 			return 0;
 		}
+		return 0;
+	}
+	/* We shut down reading: what was queued has been read. */
+	if (load_acquire(&c->shut_rd) && !ring_readable(c)) {
+		*eof = true;
 		return 0;
 	}
 	if (conn_poll_peer_if_idle(c, flags)) {

@@ -212,12 +212,42 @@ RPAL_HOT void notify_peer_tx_now(struct rpal_conn *c)
 		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &c->last_rung_tx, &c->st->rx.wakeups);
 }
 
+/*
+ * We shut down reading: the peer's senders asleep on a full ring must wake
+ * to see it.  Any thread may call this, so the ring is not deduplicated
+ * against the consumer's last (a spare wake-up at worst).
+ */
+void notify_peer_tx_closed(struct rpal_conn *c)
+{
+	uint64_t w, never = UINT64_MAX;
+
+	smp_mb();       /* W1: our state store before the load of its flag */
+	w = load_relaxed(&c->pb->waiting);
+	if (w & RPAL_WAIT_TX)
+		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &never, &c->st->rx.wakeups);
+}
+
+/*
+ * Whether c's sleepers wait in poll(): no wake page to sleep on, and a
+ * kernel without futex_waitv() (an empty wait is EINVAL where it exists).
+ * Asked when the connection is made, so that it gets a descriptor those
+ * sleepers can be woken through (c->shut_kick).
+ */
+bool conn_sleeps_in_poll(const struct rpal_conn *c)
+{
+	if (c->wake_mine)
+		return false;
+	if (!load_relaxed(&no_futex_waitv) && futex_waitv(NULL, 0, NULL) < 0 && errno == ENOSYS)
+		store_relaxed(&no_futex_waitv, true);
+	return load_relaxed(&no_futex_waitv);
+}
+
 static RPAL_HOT bool wait_done(struct rpal_conn *c, unsigned what)
 {
 	if (conn_dead(c) || conn_err(c))
 		return true;
 	if (what & WANT_RX)
-		return ring_readable(c) || (peer_update(c) & RPAL_STATE_SHUT_WR);
+		return ring_readable(c) || load_relaxed(&c->shut_rd) || (peer_update(c) & RPAL_STATE_SHUT_WR);
 	if (peer_update(c) & RPAL_STATE_CLOSED)
 		return true;
 	if ((what & WANT_SLOT) && ring_reserve(c))
@@ -315,6 +345,10 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		}
 		if (!futex && load_relaxed(&c->bell_dirty))
 			doorbell_drain(c);
+		/* Sampled before the look below: a shutdown after that look
+		 * finds this sleeper on its kick (rpal_shutdown writes it after
+		 * setting shut_rd). */
+		int shut_kick = load_relaxed(&c->shut_rd) ? -1 : c->shut_kick;
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);
@@ -341,12 +375,13 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		} else {
 			/* A doorbell at end of file (its peer end closed or
 			 * shut down) is readable for ever: poll() would spin. */
-			struct pollfd pfd[3] = {
+			struct pollfd pfd[4] = {
 				{ .fd = load_relaxed(&c->bell_eof) ? -1 : c->doorbell, .events = POLLIN },
 				{ .fd = c->fd, .events = POLLRDHUP },
 				{ .fd = c->pidfd, .events = POLLIN },
+				{ .fd = shut_kick, .events = POLLIN },
 			};
-			if (poll(pfd, 3, -1) > 0) {
+			if (poll(pfd, 4, -1) > 0) {
 				if (pfd[0].revents & POLLIN)
 					store_relaxed(&c->bell_dirty, true);
 				if ((pfd[1].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[2].revents & POLLIN))

@@ -47,6 +47,44 @@ static struct {
 
 _Atomic uint32_t watch_seq;
 
+/*
+ * Wake our threads asleep on c: those on its wake page word, and its set's
+ * on futexes (and, with kernel, in epoll_wait too: a set with ordinary
+ * descriptors sleeps there, and only the watched descriptors' own events
+ * reach it).  rpal_g.lock held: a set frees c only after obj_clear().
+ */
+static void conn_wake_locked(struct rpal_conn *c, bool kernel)
+{
+	struct rpal_ep *ep;
+
+	if (c->wake_mine) {
+		atomic_fetch_add(c->wake_mine, 1);
+		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+	}
+	if ((ep = load_acquire(&c->set)) != NULL) {
+		if (kernel)
+			ep_kick(ep);
+		else
+			epoll_wake_futex(ep);
+	}
+}
+
+/*
+ * Something of ours changed on c that its sleepers must look at (we shut
+ * down reading): wake them all, wherever they sleep.  watch_seq first, as
+ * the watcher does, for sleepers with neither a wake page nor a set.
+ */
+void watch_wake_conn(struct rpal_conn *c)
+{
+	atomic_fetch_add(&watch_seq, 1);
+	pthread_mutex_lock(&rpal_g.lock);
+	conn_wake_locked(c, true);
+	pthread_mutex_unlock(&rpal_g.lock);
+	syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	if (c->shut_kick >= 0)
+		(void)!eventfd_write(c->shut_kick, 1);
+}
+
 static void *watcher(void *arg)
 {
 	struct epoll_event ev[16];
@@ -93,7 +131,6 @@ static void *watcher(void *arg)
 			uint64_t who = ev[i].data.u64 & ~(uint64_t)UINT32_MAX;
 			struct rpal_obj *o = obj_get((int)(uint32_t)ev[i].data.u64);
 			struct rpal_conn *c = (struct rpal_conn *)o;
-			struct rpal_ep *ep;
 
 			if (!o)
 				continue;
@@ -102,13 +139,7 @@ static void *watcher(void *arg)
 				 * (conn_poll_peer): say it here. */
 				if (c->local)
 					store_release(&c->local_gone, true);
-				if (c->wake_mine) {
-					atomic_fetch_add(c->wake_mine, 1);
-					syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
-				}
-				/* Its set frees it only after obj_clear(), under the lock. */
-				if ((ep = load_acquire(&c->set)) != NULL)
-					epoll_wake_futex(ep);
+				conn_wake_locked(c, false);
 			} else if (who == WATCH_SET && o->kind == OBJ_EPOLL) {
 				epoll_wake_futex((struct rpal_ep *)o);
 			}

@@ -1,0 +1,257 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Description: rpal_shutdown() in each direction.  SHUT_RD wakes every
+ * thread of ours blocked on the connection (a receive, a set on futexes,
+ * a set in epoll_wait with an ordinary descriptor, a receive on a peer
+ * without a wake page), delivers what was queued, then end of stream; the
+ * peer's sends, blocked ones too, fail with EPIPE while ours still arrive.
+ * SHUT_RDWR does both; any other how is EINVAL.
+ */
+#include <sys/prctl.h>
+#include <sys/socket.h>
+
+#include "rawpeer.h"
+
+struct blocked {
+	int fd, ep;
+	int zerocopy;
+	long ret;
+	struct epoll_event ev;
+	_Atomic int done;
+};
+
+static void *recv_blocked(void *arg)
+{
+	struct blocked *b = arg;
+	char buf[64];
+
+	if (b->zerocopy) {
+		struct rpal_msg m;
+		b->ret = rpal_recv_msg(b->fd, &m, 1, 0);
+	} else {
+		b->ret = rpal_recv(b->fd, buf, sizeof(buf), 0);
+	}
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+static void *wait_blocked(void *arg)
+{
+	struct blocked *b = arg;
+
+	b->ret = rpal_epoll_wait(b->ep, &b->ev, 1, -1);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+static void *send_blocked(void *arg)
+{
+	struct blocked *b = arg;
+
+	b->ret = rpal_send(b->fd, "full", 4, 0);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
+/* Start fn on b, check that it blocks, shut fd down for reading, and
+ * check that fn returns within a second (else fail, leaving it blocked). */
+static void shut_while_blocked(void *(*fn)(void *), struct blocked *b, int fd, const char *what)
+{
+	pthread_t th;
+
+	t_check(pthread_create(&th, NULL, fn, b) == 0, "pthread_create");
+	usleep(100000);
+	t_check(!atomic_load(&b->done), "%s returned %ld before the shutdown", what, b->ret);
+	uint64_t t0 = t_now_ns();
+	t_ok(rpal_shutdown(fd, SHUT_RD));
+	while (!atomic_load(&b->done) && t_now_ns() - t0 < 1000000000ull)
+		usleep(1000);
+	t_check(atomic_load(&b->done), "%s still blocked a second after SHUT_RD", what);
+	pthread_join(th, NULL);
+}
+
+int main(void)
+{
+	char buf[64];
+	int a, b, lfd;
+
+	t_ok(rpal_init(NULL));
+	lfd = t_self_pair("shut", &a, &b);
+
+	printf("how other than SHUT_RD, SHUT_WR, SHUT_RDWR: EINVAL\n");
+	t_check(rpal_shutdown(b, 42) == -EINVAL, "how 42");
+
+	printf("a blocking receive wakes with end of stream when its own side shuts down reading\n");
+	{
+		struct blocked r = { .fd = b };
+		shut_while_blocked(recv_blocked, &r, b, "rpal_recv");
+		t_check(r.ret == 0, "rpal_recv after SHUT_RD: %ld (%s), not end of stream", r.ret,
+			rpal_strerror((int)r.ret));
+	}
+	printf("and stays at end of stream, blocking or not; a second SHUT_RD is harmless\n");
+	t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "a later blocking receive");
+	t_check(rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK) == 0, "a later non-blocking receive");
+	t_ok(rpal_shutdown(b, SHUT_RD));
+
+	printf("the peer's sends fail with EPIPE; ours still arrive\n");
+	long r = rpal_send(a, "late", 4, 0);
+	t_check(r == -EPIPE, "the peer's send after our SHUT_RD: %ld (%s)", r, rpal_strerror((int)r));
+	t_ok(rpal_send(b, "back", 4, 0));
+	t_check(rpal_recv(a, buf, sizeof(buf), 0) == 4 && !memcmp(buf, "back", 4), "our message after SHUT_RD");
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("what was queued before SHUT_RD is delivered, then end of stream\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut2", &a, &b);
+	for (int i = 0; i < 3; i++)
+		t_ok(rpal_send(a, &i, sizeof(i), 0));
+	t_ok(rpal_shutdown(b, SHUT_RD));
+	for (int i = 0; i < 3; i++) {
+		int v = -1;
+		t_check(rpal_recv(b, &v, sizeof(v), 0) == sizeof(v) && v == i, "queued message %d", i);
+	}
+	t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "end of stream after the queued messages");
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("a receive of messages in place (rpal_recv_msg) wakes too\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut3", &a, &b);
+	{
+		struct blocked m = { .fd = b, .zerocopy = 1 };
+		shut_while_blocked(recv_blocked, &m, b, "rpal_recv_msg");
+		t_check(m.ret == 0, "rpal_recv_msg after SHUT_RD: %ld", m.ret);
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("a peer blocked sending on a full ring wakes with EPIPE\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut4", &a, &b);
+	{
+		int n = 0;
+		while (rpal_send(a, "fill", 4, RPAL_NONBLOCK) == 4)
+			n++;
+		t_check(n > 0, "the ring took nothing");
+		struct blocked s = { .fd = a };
+		shut_while_blocked(send_blocked, &s, b, "the peer's blocked rpal_send");
+		t_check(s.ret == -EPIPE, "the peer's blocked send: %ld (%s)", s.ret, rpal_strerror((int)s.ret));
+		for (int i = 0; i < n; i++)
+			t_check(rpal_recv(b, buf, sizeof(buf), 0) == 4, "queued message %d of %d", i, n);
+		t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "end of stream after the full ring");
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("a peer asleep in a set for EPOLLOUT on a full ring wakes with EPOLLOUT; its send fails with EPIPE\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut4b", &a, &b);
+	{
+		while (rpal_send(a, "fill", 4, RPAL_NONBLOCK) == 4)
+			;
+		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
+		struct epoll_event ev = { .events = EPOLLOUT | EPOLLET, .data.u64 = 6 };
+		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, a, &ev));
+		struct epoll_event first;
+		t_check(rpal_epoll_wait(w.ep, &first, 1, 0) == 0, "EPOLLOUT on a full ring");
+		shut_while_blocked(wait_blocked, &w, b, "the peer's rpal_epoll_wait for EPOLLOUT");
+		t_check(w.ret == 1 && w.ev.data.u64 == 6 && (w.ev.events & EPOLLOUT), "rpal_epoll_wait returned %ld, events %#x",
+			w.ret, w.ev.events);
+		t_check(rpal_send(a, "x", 1, RPAL_NONBLOCK) == -EPIPE, "the send it reported");
+		t_check(rpal_epoll_wait(w.ep, &first, 1, 0) == 0, "EPOLLOUT reported once (edge-triggered)");
+		t_ok(rpal_close(w.ep));
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("a thread asleep in an rpal-only set wakes with EPOLLIN | EPOLLRDHUP\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut5", &a, &b);
+	{
+		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = 7 };
+		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, b, &ev));
+		shut_while_blocked(wait_blocked, &w, b, "rpal_epoll_wait (futexes)");
+		t_check(w.ret == 1 && w.ev.data.u64 == 7 && (w.ev.events & EPOLLIN) && (w.ev.events & EPOLLRDHUP),
+			"rpal_epoll_wait returned %ld, events %#x", w.ret, w.ev.events);
+		t_check(rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK) == 0, "the receive it reported");
+		t_ok(rpal_close(w.ep));
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("a thread asleep in a set that also holds a pipe (in epoll_wait) wakes the same way\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut6", &a, &b);
+	{
+		int p[2];
+		t_check(pipe(p) == 0, "pipe");
+		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = 8 };
+		struct epoll_event pev = { .events = EPOLLIN, .data.u64 = 9 };
+		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, b, &ev));
+		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, p[0], &pev));
+		shut_while_blocked(wait_blocked, &w, b, "rpal_epoll_wait (epoll_wait)");
+		t_check(w.ret == 1 && w.ev.data.u64 == 8 && (w.ev.events & EPOLLRDHUP),
+			"rpal_epoll_wait returned %ld, data %llu, events %#x", w.ret,
+			(unsigned long long)w.ev.data.u64, w.ev.events);
+		t_ok(rpal_close(w.ep));
+		close(p[0]);
+		close(p[1]);
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
+	printf("SHUT_RDWR: the peer reads end of stream and its sends fail; we read end of stream\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut7", &a, &b);
+	t_ok(rpal_shutdown(b, SHUT_RDWR));
+	t_check(rpal_recv(a, buf, sizeof(buf), 0) == 0, "the peer's receive");
+	t_check(rpal_send(a, "x", 1, 0) == -EPIPE, "the peer's send");
+	t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "our receive");
+	t_check(rpal_send(b, "x", 1, 0) == -EPIPE, "our send");
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+	t_ok(rpal_close(lfd));
+
+	printf("a receive from a peer without a wake page (as the Go package is) wakes too\n");
+	{
+		unsigned myslot;
+		int ready[2];
+		char c;
+		t_ok(rpal_self(&myslot, NULL, NULL));
+		lfd = t_ok(rpal_listen("shut8", NULL));
+		t_check(pipe(ready) == 0, "pipe");
+		pid_t pid = fork();
+		if (pid == 0) {
+			char why[128] = "";
+			prctl(PR_SET_PDEATHSIG, SIGKILL);
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int s = raw_hello("shut8", RAW_NONE, myslot);
+			t_check(raw_answer(s, why, sizeof(why)) == 0, "raw client refused: %s", why);
+			(void)!write(ready[1], "k", 1);
+			pause();
+			_exit(0);
+		}
+		int fd;
+		do
+			fd = rpal_accept(lfd, RPAL_NONBLOCK);
+		while (fd == -EAGAIN);
+		t_check(fd >= 0, "raw client refused: %s", rpal_strerror(fd));
+		t_check(read(ready[0], &c, 1) == 1, "the raw client did not get its welcome");
+		struct blocked rr = { .fd = fd };
+		shut_while_blocked(recv_blocked, &rr, fd, "rpal_recv (no wake page)");
+		t_check(rr.ret == 0, "rpal_recv after SHUT_RD: %ld (%s)", rr.ret, rpal_strerror((int)rr.ret));
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		t_ok(rpal_close(fd));
+		t_ok(rpal_close(lfd));
+		close(ready[0]);
+		close(ready[1]);
+	}
+	rpal_fini();
+	printf("PASS\n");
+	return T_EXIT_PASS;
+}
