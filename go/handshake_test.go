@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -696,5 +698,87 @@ func TestPeerDescriptorsDoNotBlock(t *testing.T) {
 				t.Errorf("%s: refusing and closing took %v", where, d)
 			}
 		})
+	}
+}
+
+// A listener nobody accepts from holds no more than a socket's backlog
+// would let it: maxReady connections made, the rest refused (EAGAIN) at
+// their handshake timeout; what Accept takes makes room for the next.
+func TestListenerBoundsUnaccepted(t *testing.T) {
+	name, l := newService(t)
+	const clients = 3 * maxReady
+	var wg sync.WaitGroup
+	var made, again atomic.Int32
+	var conns sync.Map
+	for i := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := DialConn(name)
+			switch {
+			case err == nil:
+				made.Add(1)
+				conns.Store(i, c)
+			case errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.ETIMEDOUT):
+				again.Add(1)
+			default:
+				t.Errorf("dial %d: %v", i, err)
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d clients: %d connections made, %d refused or timed out", clients, made.Load(), again.Load())
+	if made.Load() != maxReady || again.Load() != clients-maxReady {
+		t.Fatalf("without Accept: %d made and %d refused, want %d and %d", made.Load(), again.Load(),
+			maxReady, clients-maxReady)
+	}
+	if _, err := l.AcceptConn(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := DialConn(name)
+	if err != nil {
+		t.Fatalf("a dial after one Accept: %v", err)
+	}
+	c.Close()
+	conns.Range(func(_, v any) bool { v.(*Conn).Close(); return true })
+}
+
+// Clients that connect and never speak cannot hold every handshake: the
+// oldest of them makes room for the next client, who is served at once.
+func TestListenerDropsSilentClients(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, l := newService(t)
+	path, _, _ := p.socketPath(name)
+	for range maxHandshakes + 8 {
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(s)
+		if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		for {
+			c, err := l.AcceptConn()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	time.Sleep(50 * time.Millisecond) // the silent ones take every handshake
+	t0 := time.Now()
+	c, err := DialConn(name)
+	if err != nil {
+		t.Fatalf("a client behind %d silent ones: %v", maxHandshakes+8, err)
+	}
+	c.Close()
+	if d := time.Since(t0); d > p.cfg.HandshakeTimeout/2 {
+		t.Fatalf("a client behind silent ones took %v", d)
 	}
 }

@@ -13,7 +13,13 @@ import (
 // Listener accepts rpal connections on a service name, as byte streams
 // (Accept) or message connections (AcceptConn).  Handshakes run
 // concurrently: a client that stalls is dropped after the handshake timeout
-// without delaying others.
+// without delaying others.  What clients can make a listener hold is
+// bounded, as it is for a socket's backlog: at most maxHandshakes
+// handshakes run at once (when all are taken, the oldest client that has
+// not spoken yet is dropped to make room), and at most maxReady
+// connections wait for Accept; a client that finds them all waiting is
+// refused (EAGAIN) at its handshake timeout.  The rest wait in the
+// kernel's backlog.
 type Listener struct {
 	p       *process
 	service string
@@ -21,6 +27,7 @@ type Listener struct {
 	lock    *os.File
 	policy  *Policy
 	conns   chan *Conn
+	ready   chan struct{} // a token per connection made and not yet accepted
 	done    chan struct{}
 	once    sync.Once
 	wg      sync.WaitGroup
@@ -28,6 +35,19 @@ type Listener struct {
 
 	mu      sync.Mutex
 	refused []error
+	running map[*handshake]struct{} // under mu
+}
+
+const (
+	maxHandshakes = 64
+	maxReady      = 16
+)
+
+// handshake is one client's, while it runs.
+type handshake struct {
+	uc    *net.UnixConn
+	start time.Time
+	spoke bool // its HELLO came (under Listener.mu)
 }
 
 // A Listener is what net.Listener users (http.Serve, grpc.Server.Serve)
@@ -67,6 +87,9 @@ func (lc *ListenConfig) Listen(service string) (*Listener, error) {
 func (l *Listener) loop() {
 	defer l.wg.Done()
 	for {
+		if !l.roomForHandshake() {
+			return
+		}
 		uc, err := l.ln.AcceptUnix()
 		if err != nil {
 			select {
@@ -84,26 +107,86 @@ func (l *Listener) loop() {
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like
 			continue
 		}
+		h := &handshake{uc: uc, start: time.Now()}
+		l.mu.Lock()
+		l.running[h] = struct{}{}
+		l.mu.Unlock()
 		l.wg.Add(1)
 		go func() {
 			defer l.wg.Done()
-			c, err := l.serverHandshake(uc)
+			c, err := l.serverHandshake(h)
+			l.mu.Lock()
+			delete(l.running, h)
+			if err != nil && len(l.refused) < 64 {
+				l.refused = append(l.refused, err)
+			}
+			l.mu.Unlock()
 			if err != nil {
 				closePeerConn(uc) // more messages may wait there, with descriptors
-				l.mu.Lock()
-				if len(l.refused) < 64 {
-					l.refused = append(l.refused, err)
-				}
-				l.mu.Unlock()
 				return
 			}
-			select {
-			case l.conns <- c:
-			case <-l.done:
-				c.Close()
-			}
+			l.conns <- c // never blocks: c holds a ready token
 		}()
 	}
+}
+
+// roomForHandshake returns once fewer than maxHandshakes run, dropping the
+// oldest client that has not spoken when all are taken; false once the
+// listener is closed.
+func (l *Listener) roomForHandshake() bool {
+	for {
+		l.mu.Lock()
+		n := len(l.running)
+		var silent *handshake
+		if n >= maxHandshakes {
+			for h := range l.running {
+				if !h.spoke && (silent == nil || h.start.Before(silent.start)) {
+					silent = h
+				}
+			}
+			if silent != nil {
+				// Its read fails at once; its goroutine refuses it
+				// and empties the socket as for any stalled client.
+				_ = silent.uc.SetReadDeadline(time.Unix(1, 0))
+				silent.spoke = true // dropped: not picked again
+			}
+		}
+		l.mu.Unlock()
+		if n < maxHandshakes {
+			return true
+		}
+		select {
+		case <-l.done:
+			return false
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// spoke notes that h's HELLO came: it is no longer dropped to make room.
+func (l *Listener) spoke(h *handshake) {
+	l.mu.Lock()
+	h.spoke = true
+	l.mu.Unlock()
+}
+
+// waitReady takes a ready token for a connection about to be made, waiting
+// while maxReady made ones wait for Accept, until deadline.
+func (l *Listener) waitReady(deadline time.Time) bool {
+	select {
+	case l.ready <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(time.Until(deadline))
+	defer t.Stop()
+	select {
+	case l.ready <- struct{}{}:
+		return true
+	case <-t.C:
+	case <-l.done:
+	}
+	return false
 }
 
 // AcceptConn waits for the next connection and returns it with its message
@@ -111,6 +194,7 @@ func (l *Listener) loop() {
 func (l *Listener) AcceptConn() (*Conn, error) {
 	select {
 	case c := <-l.conns:
+		<-l.ready
 		return c, nil
 	case <-l.done:
 		return nil, &net.OpError{Op: "accept", Net: "rpal", Addr: Addr{l.service}, Err: net.ErrClosed}

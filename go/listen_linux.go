@@ -25,8 +25,9 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, 16), done: make(chan struct{}),
-		path: path}
+	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, maxReady),
+		ready: make(chan struct{}, maxReady), done: make(chan struct{}), path: path,
+		running: make(map[*handshake]struct{})}
 	if lockPath != "" {
 		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
@@ -76,12 +77,14 @@ func drainBacklog(ln *net.UnixListener) {
 
 // serverHandshake runs the server's side of the handshake with one client
 // (docs/PROTOCOL.md §3): HELLO in, checks, WELCOME out.
-func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
-	p := l.p
-	if err := uc.SetDeadline(time.Now().Add(p.cfg.HandshakeTimeout)); err != nil {
+func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
+	p, uc := l.p, h.uc
+	deadline := time.Now().Add(p.cfg.HandshakeTimeout)
+	if err := uc.SetDeadline(deadline); err != nil {
 		return nil, err
 	}
 	msg, fds, err := recvHandshake(uc)
+	l.spoke(h)
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
@@ -106,6 +109,25 @@ func (l *Listener) serverHandshake(uc *net.UnixConn) (*Conn, error) {
 		sendRefuse(uc, syscall.EACCES, why)
 		return nil, refused(syscall.EACCES, "refused a client: %s", why)
 	}
+	// Only now does the client cost us a connection: not more of them
+	// than Accept takes, however many clients come.
+	if !l.waitReady(deadline) {
+		closeFds(fds)
+		why := fmt.Sprintf("server is not accepting connections: %d made are waiting for Accept", maxReady)
+		sendRefuse(uc, syscall.EAGAIN, why)
+		return nil, refused(syscall.EAGAIN, "refused client pid %d: %s", cred.Pid, why)
+	}
+	c, err := l.makeConn(uc, msg, fds, cred)
+	if err != nil {
+		<-l.ready
+	}
+	return c, err
+}
+
+// makeConn answers a client whose HELLO passed the policy: the rest of
+// the server's handshake.
+func (l *Listener) makeConn(uc *net.UnixConn, msg []byte, fds []int, cred *unix.Ucred) (*Conn, error) {
+	p := l.p
 	s, err := p.newSide()
 	if err != nil {
 		closeFds(fds)

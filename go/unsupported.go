@@ -37,7 +37,7 @@ func (p *process) setup() error                                        { return 
 func (p *process) unmapPeer(slot uint32, addr, size uint64)            {}
 func (d *Dialer) dial(context.Context, string) (*Conn, error)          { return nil, errUnsupported }
 func (lc *ListenConfig) listen(string) (*Listener, error)              { return nil, errUnsupported }
-func (l *Listener) serverHandshake(*net.UnixConn) (*Conn, error)       { return nil, errUnsupported }
+func (l *Listener) serverHandshake(*handshake) (*Conn, error)          { return nil, errUnsupported }
 func ringSocket(fd int)                                                {}
 func monoNs() uint64                                                   { return 0 }
 func drainBell(fd int, buf []byte) bool                                { return false }
