@@ -34,6 +34,7 @@ func (c *Conn) drainAcks() int {
 	if n > 0 {
 		atomic.StoreUint64(c.u64(c.me, bAckHead), c.ackHead)
 		c.st.Load().tx.bufsOut.Store(uint64(len(c.out)))
+		c.outBytesSeen.Store(c.outBytes)
 	}
 	return n
 }
@@ -46,6 +47,7 @@ func (c *Conn) reclaim() {
 	clear(c.out)
 	c.outBytes = 0
 	c.st.Load().tx.bufsOut.Store(0)
+	c.outBytesSeen.Store(0)
 }
 
 // hold records a buffer published to the peer; caller holds txMu.
@@ -53,6 +55,7 @@ func (c *Conn) hold(addr, size uint64) {
 	c.out[addr] = size
 	c.outBytes += size
 	c.st.Load().tx.bufsOut.Store(uint64(len(c.out)))
+	c.outBytesSeen.Store(c.outBytes)
 }
 
 // allocBuf allocates n bytes for a BUF message within the connection's

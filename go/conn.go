@@ -80,8 +80,11 @@ type Conn struct {
 	out       map[uint64]uint64 // my buffers the peer holds: address -> block size
 	outBytes  uint64            // the sum of those block sizes
 	outLimit  int
-	shutWr    bool
-	txSpin    spinner
+	// outBytesSeen is outBytes for Info while a sender holds txMu.
+	outBytesSeen atomic.Uint64
+	// shutWr: CloseWrite was called (any goroutine); a blocked send fails.
+	shutWr atomic.Bool
+	txSpin spinner
 
 	rxMu      sync.Mutex
 	rxHead    uint64
@@ -198,13 +201,19 @@ func (c *Conn) markDead(processExited bool) {
 }
 
 // CloseWrite stops sending: after draining, the peer reads end of stream.
+// A write blocked for room meanwhile fails with EPIPE, as over TCP.
 func (c *Conn) CloseWrite() error {
+	if c.closed.Load() {
+		return c.opErr("close", net.ErrClosed)
+	}
+	c.shutWr.Store(true)
+	c.kickFutex(1) // a blocked sender sees shutWr and lets go of txMu
+	c.kick(1)
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
 	if c.closed.Load() {
 		return c.opErr("close", net.ErrClosed)
 	}
-	c.shutWr = true
 	atomic.OrUint32(c.u32(c.me, bState), stateShutWr) // R3: after the last slot
 	if !c.dead.Load() {
 		c.notifyRX()
@@ -359,18 +368,21 @@ type ConnInfo struct {
 	BytesOutstanding          uint64 // the arena those buffers take (allocator blocks); see Config.ConnBudget
 }
 
-// Info returns the connection's counters; it also takes the peer's acks.
+// Info returns the connection's counters; it also takes the peer's acks
+// unless a send blocked for room holds the sending side.
 func (c *Conn) Info() ConnInfo {
-	c.txMu.Lock()
-	if !c.closed.Load() {
-		c.drainAcks()
-		if c.dead.Load() {
-			c.reclaim()
-		}
-	}
-	out, outBytes := len(c.out), c.outBytes
-	c.txMu.Unlock()
 	st := c.st.Load()
+	// Not behind a sender blocked for room: what it last saw then.
+	if c.txMu.TryLock() {
+		if !c.closed.Load() {
+			c.drainAcks()
+			if c.dead.Load() {
+				c.reclaim()
+			}
+		}
+		c.txMu.Unlock()
+	}
+	out, outBytes := int(st.tx.bufsOut.Load()), c.outBytesSeen.Load()
 	return ConnInfo{
 		PeerPid: c.peerPid, PeerUID: c.peerUID, PeerGID: c.peerGID, PeerSlot: c.peer.slot,
 		PeerAlive: !c.dead.Load(), TxMsgs: st.tx.msgs.Load(), RxMsgs: st.rx.msgs.Load(),

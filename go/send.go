@@ -48,7 +48,7 @@ func (c *Conn) sendError() error {
 	if c.closed.Load() {
 		return net.ErrClosed
 	}
-	if c.shutWr {
+	if c.shutWr.Load() {
 		return fmt.Errorf("connection was shut down for writing: %w", errPipe)
 	}
 	if c.updatePeerState()&stateClosed != 0 {
@@ -69,7 +69,8 @@ const (
 )
 
 func (c *Conn) txReady(what int) bool {
-	if c.dead.Load() || c.closed.Load() || c.violation.Load() != nil || c.updatePeerState()&stateClosed != 0 {
+	if c.dead.Load() || c.closed.Load() || c.shutWr.Load() || c.violation.Load() != nil ||
+		c.updatePeerState()&stateClosed != 0 {
 		return true
 	}
 	if what&wantSlot != 0 && !c.reserve() {

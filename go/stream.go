@@ -98,10 +98,13 @@ const slotsMax = 8 * InlineMax
 
 // Read reads up to len(b) bytes of the stream.
 func (s *Stream) Read(b []byte) (int, error) {
+	c := s.c
 	if len(b) == 0 {
+		if c.closed.Load() {
+			return 0, c.opErr("read", net.ErrClosed)
+		}
 		return 0, nil
 	}
-	c := s.c
 	// Copies from the peer's arena happen under rxMu, which Close takes
 	// before it unmaps anything.
 	c.rxMu.Lock()
@@ -161,6 +164,12 @@ func (s *Stream) Write(b []byte) (int, error) {
 	defer c.txMu.Unlock()
 	if err := expired(&c.wrDeadline); err != nil {
 		return 0, c.opErr("write", err)
+	}
+	if len(b) == 0 { // nothing to send, but a closed side says so, as TCP's does
+		if c.closed.Load() || c.shutWr.Load() {
+			return 0, c.opErr("write", c.sendError())
+		}
+		return 0, nil
 	}
 	n := 0
 	chunk := s.chunk()

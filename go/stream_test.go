@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -97,5 +98,63 @@ func testStreamDeadlineAndClose(t *testing.T) {
 	}
 	if _, err := c2.Write([]byte("x")); err == nil {
 		t.Fatal("write to a closed peer succeeded")
+	}
+}
+
+// CloseWrite and Info do not wait behind a Write blocked for room (the
+// peer reads nothing): CloseWrite returns at once, the Write fails with
+// EPIPE as over TCP, and the peer reads what was written, then io.EOF.
+func TestCloseWriteWhileWriteBlocked(t *testing.T) { bothSleeps(t, testCloseWriteWhileWriteBlocked) }
+
+func testCloseWriteWhileWriteBlocked(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	type res struct {
+		n   int
+		err error
+	}
+	wrote := make(chan res, 1)
+	go func() {
+		n, err := c1.Write(make([]byte, 64<<20)) // more than the peer's budget: blocks
+		wrote <- res{n, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case r := <-wrote:
+		t.Fatalf("the Write did not block: %d, %v", r.n, r.err)
+	default:
+	}
+	info := make(chan ConnInfo, 1)
+	go func() { info <- s.Conn().Info() }()
+	select {
+	case ci := <-info:
+		if !ci.PeerAlive || ci.TxMsgs == 0 {
+			t.Errorf("Info during the blocked Write: %+v", ci)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("Info waited behind the blocked Write")
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.CloseWrite() }()
+	var r res
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("CloseWrite: %v", err)
+		}
+		r = <-wrote
+	case <-time.After(time.Second):
+		t.Fatal("CloseWrite waited behind the blocked Write")
+	}
+	if !errors.Is(r.err, syscall.EPIPE) || r.n == 0 {
+		t.Fatalf("the blocked Write after CloseWrite: %d bytes, %v; want some and EPIPE", r.n, r.err)
+	}
+	got, err := io.Copy(io.Discard, c2)
+	if err != nil || got != int64(r.n) {
+		t.Fatalf("the peer read %d bytes (%v), the Write reported %d", got, err, r.n)
 	}
 }
