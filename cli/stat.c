@@ -179,6 +179,14 @@ static void print_prometheus(const struct snap *s)
 	G(bufs_held, "buffers_held", "The peer's zero-copy buffers received and not released")
 	G(since, "connection_start_time_seconds", "When the connection was made, in seconds since the epoch")
 #undef G
+	printf("# HELP rpal_connection_peer_gone 1 once the peer hung up or exited.\n"
+	       "# TYPE rpal_connection_peer_gone gauge\n");
+	for (i = 0; i < s->nprocs; i++)
+		for (j = 0; j < s->procs[i].nconns; j++) {
+			printf("rpal_connection_peer_gone");
+			prom_labels(&s->procs[i], &s->procs[i].conns[j]);
+			printf(" %d\n", !!(s->procs[i].conns[j].status & RPAL_STAT_PEER_GONE));
+		}
 /* A gauge of each process, or of those where only is true. */
 #define P(f, name, help, only)							\
 	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n");	\

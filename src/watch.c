@@ -139,6 +139,9 @@ static void *watcher(void *arg)
 				 * (conn_poll_peer): say it here. */
 				if (c->local)
 					store_release(&c->local_gone, true);
+				/* Seen now, by whoever reads the statistics page,
+				 * not only after the application's next call. */
+				atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE, memory_order_relaxed);
 				conn_wake_locked(c, false);
 			} else if (who == WATCH_SET && o->kind == OBJ_EPOLL) {
 				epoll_wake_futex((struct rpal_ep *)o);

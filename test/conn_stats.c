@@ -158,6 +158,32 @@ static void counts(void)
 	rpal_close(lfd);
 }
 
+/* A peer's death shows on the statistics page while we make no call on
+ * the connection: an operator's rpal stat sees it at once. */
+static void peer_gone(void)
+{
+	int lfd = t_ok(rpal_listen("gone", NULL)), fd;
+	pid_t pid = fork();
+
+	if (pid == 0) {
+		rpal_fini();
+		t_ok(rpal_init(NULL));
+		t_ok(rpal_connect("gone", NULL, 0));
+		pause();
+		_exit(0);
+	}
+	fd = t_ok(rpal_accept(lfd, 0));
+	struct rpal_conn *c = conn_of(fd);
+	printf("conn_stats: a peer killed while we make no call shows as gone\n");
+	t_check(!(load_relaxed(&c->st->status) & RPAL_STAT_PEER_GONE), "gone before it died");
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	t_check(t_eventually(load_relaxed(&c->st->status) & RPAL_STAT_PEER_GONE, 2000),
+		"the page still says the peer is alive 2 s after its death");
+	rpal_close(fd);
+	rpal_close(lfd);
+}
+
 /* A process that ends without rpal_fini() leaves its page unlocked; a
  * forked child of a live owner does not keep the lock once it is gone. */
 static void liveness(const char *mine)
@@ -205,6 +231,7 @@ int main(void)
 	page_path(mine, sizeof(mine));
 	t_check(access(mine, R_OK) == 0, "no statistics page %s: %s", mine, strerror(errno));
 	counts();
+	peer_gone();
 	liveness(mine);
 	rpal_fini();
 	t_check(access(mine, F_OK) < 0 && errno == ENOENT, "%s outlives rpal_fini()", mine);

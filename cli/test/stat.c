@@ -271,6 +271,60 @@ static void unmatched(const char *rpal)
 	printf("stat: a service or pid that matches nothing exits 1 and says so on stderr only\n");
 }
 
+/* A peer killed while this process makes no rpal call shows as gone: in
+ * the JSON's state, and as rpal_connection_peer_gone 1. */
+static void gone(const char *rpal)
+{
+	char pidarg[16], prom[160];
+	int lfd = rpal_init(NULL), fd;
+	pid_t pid;
+
+	if (lfd >= 0)
+		lfd = rpal_listen("stat-gone", NULL);
+	if (lfd < 0)
+		die("rpal_listen", lfd);
+	pid = fork();
+	if (pid == 0) {
+		rpal_fini();
+		if (rpal_init(NULL) < 0 || rpal_connect("stat-gone", NULL, 0) < 0)
+			_exit(1);
+		pause();
+		_exit(0);
+	}
+	fd = rpal_accept(lfd, 0);
+	if (fd < 0)
+		die("rpal_accept", fd);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)getpid());
+	const char *state = "";
+	for (int i = 0; i < 40; i++) {
+		struct out o;
+		struct jval *doc = stat_json(rpal, pidarg, &o);
+		const struct jval *c = doc ? conn_of(proc_of(doc, getpid()), "accepted") : NULL;
+
+		state = c && !strcmp(str(c, "state"), "peer-gone") ? "peer-gone" : "open";
+		json_free(doc);
+		out_free(&o);
+		if (!strcmp(state, "peer-gone"))
+			break;
+		usleep(50000);
+	}
+	CHECK(!strcmp(state, "peer-gone"), "rpal stat: the peer died 2 s ago, and its connection still reads %s", state);
+	char *argv[] = { (char *)rpal, "stat", "--prometheus", pidarg, NULL };
+	struct out o;
+	CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --prometheus failed");
+	snprintf(prom, sizeof(prom), "rpal_connection_peer_gone{pid=\"%d\",", (int)getpid());
+	const char *at = strstr(o.buf[0], prom);
+	const char *end = at ? strchr(at, '\n') : NULL;
+	CHECK(at && end && end[-1] == '1' && end[-2] == ' ', "--prometheus: no %s... 1 line", prom);
+	out_free(&o);
+	printf("stat: a peer killed while we make no call reads peer-gone (JSON, Prometheus)\n");
+	fflush(stdout);
+	rpal_close(fd);
+	rpal_close(lfd);
+}
+
 /* A sleep and a wake-up are sampled, and their costs shown. */
 static void costs(const char *rpal)
 {
@@ -610,6 +664,7 @@ int main(int argc, char **argv)
 		exact(argv[1]);
 		unmatched(argv[1]);
 		costs(argv[1]);
+		gone(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
 	}
