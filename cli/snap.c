@@ -13,6 +13,8 @@
 #define _GNU_SOURCE
 #endif
 #include <ctype.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -290,6 +292,49 @@ static int add_skip(struct snap *s, const char *path, const char *why)
 	return 0;
 }
 
+/*
+ * Is the process that made a page (pid, rpal initialised at started,
+ * seconds since the epoch) still running?  A hosted program's page lives
+ * in the address space it shares with its host, whose mapping keeps the
+ * file, and its lock, after the program is killed: there the lock says
+ * nothing.  Dead is no such process, a zombie, or a process that started
+ * after the page did (the pid was reused).  Unknown counts as alive.
+ */
+static bool owner_alive(uint32_t pid, int64_t started)
+{
+	char path[40], buf[1024], *p;
+	unsigned long long start_ticks, btime = 0;
+	char state;
+	FILE *f;
+
+	if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+		return false;
+	snprintf(path, sizeof(path), "/proc/%u/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno != ENOENT;
+	p = fgets(buf, sizeof(buf), f) ? strrchr(buf, ')') : NULL;
+	fclose(f);
+	/* After the command's closing parenthesis: state, then 18 fields
+	 * to starttime (field 22). */
+	if (!p || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+			 &state, &start_ticks) != 2)
+		return true;
+	if (state == 'Z' || state == 'X')
+		return false;
+	f = fopen("/proc/stat", "re");
+	while (f && fgets(buf, sizeof(buf), f))
+		if (sscanf(buf, "btime %llu", &btime) == 1)
+			break;
+	if (f)
+		fclose(f);
+	long hz = sysconf(_SC_CLK_TCK);
+	if (!btime || hz <= 0)
+		return true;
+	/* Whole seconds, and a clock that may have been set since: slack. */
+	return (int64_t)(btime + start_ticks / (unsigned long long)hz) <= started + 5;
+}
+
 static int scan_dir(const char *dir, struct snap *s)
 {
 	char path[300], why[160];
@@ -330,6 +375,11 @@ static int scan_dir(const char *dir, struct snap *s)
 			continue;
 		}
 		close(fd);
+		if ((p.flags & RPAL_STAT_HOSTED) && !owner_alive(p.pid, p.started)) {
+			s->stale++;     /* its host holds it: left for the slot's next owner */
+			free(p.conns);
+			continue;
+		}
 		if (p.slot != (uint32_t)slot) {
 			snprintf(why, sizeof(why), "names slot %u in the page of slot %ld", p.slot, slot);
 			add_skip(s, path, why);

@@ -78,6 +78,11 @@ rc=$?
 [ $rc -eq 137 ] && ok "kill -9 of the server: its joiner exits 137" || bad "the server's joiner exited $rc"
 kill -0 $hpid 2>/dev/null && "$RPAL" ps h | grep -q "killed" && ok "the host runs on and lists the server as killed" ||
 	bad "host after kill -9 of a program"
+# Its statistics page stays mapped in the host, locked: rpal stat must not take it for a live process.
+"$RPAL" stat "$spid" >"$tmp/stat.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && ok "rpal stat no longer lists the killed server" ||
+	bad "rpal stat $spid after its kill -9: rc $rc, $(head -3 "$tmp/stat.out")"
 "$RPAL" join h "$EX/echo_server" h >/dev/null 2>&1 &
 sleep 0.3
 out=$(timeout 30 "$RPAL" join h "$EX/echo_client" h 2>&1)
