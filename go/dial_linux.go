@@ -26,8 +26,9 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 		return nil, err
 	}
 	deadline := time.Now().Add(p.cfg.HandshakeTimeout)
+	ctxDeadline := false
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		deadline, ctxDeadline = dl, true
 	}
 	var nd net.Dialer
 	nc, err := nd.DialContext(ctx, "unixpacket", path)
@@ -74,6 +75,14 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 		p.dropSide(s)
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
+			// The context's end, or the handshake timeout: say which.
+			cerr := ctx.Err()
+			if cerr == nil && ctxDeadline && !time.Now().Before(deadline) {
+				cerr = context.DeadlineExceeded
+			}
+			if cerr != nil {
+				return nil, &ctxError{msg: fmt.Sprintf("no answer from %s: %v", service, cerr), err: cerr}
+			}
 			return nil, refused(syscall.ETIMEDOUT, "no answer from %s within %v", service, p.cfg.HandshakeTimeout)
 		}
 		var re *refusedError

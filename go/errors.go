@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -45,6 +46,23 @@ type refusedError struct {
 func (e *refusedError) Error() string { return e.msg }
 
 func (e *refusedError) Unwrap() error { return e.errno }
+
+// Timeout makes a handshake that timed out a net.Error timeout, as a
+// net.Dialer's is.
+func (e *refusedError) Timeout() bool { return e.errno == syscall.ETIMEDOUT }
+
+// ctxError is a handshake that its context ended: it unwraps to
+// context.DeadlineExceeded (a timeout) or context.Canceled.
+type ctxError struct {
+	msg string
+	err error
+}
+
+func (e *ctxError) Error() string { return e.msg }
+
+func (e *ctxError) Unwrap() error { return e.err }
+
+func (e *ctxError) Timeout() bool { return errors.Is(e.err, context.DeadlineExceeded) }
 
 func refused(errno syscall.Errno, format string, a ...any) error {
 	return &refusedError{errno: errno, msg: fmt.Sprintf(format, a...)}

@@ -475,3 +475,83 @@ func TestListenTCPErrors(t *testing.T) {
 		t.Fatal("ListenTCP took the network unix")
 	}
 }
+
+// silentService serves a socket at service's path that accepts and never
+// answers, as a stopped or hung server's would.
+func silentService(t *testing.T, service string) {
+	st, err := ProcessStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := st.RuntimeDir + "/" + service + ".sock"
+	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+}
+
+// A local server that does not answer takes at most half of the dial's
+// timeout: the TCP dial gets the rest, and Fallback hears of a timeout.
+func TestTCPDialerSilentLocalServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	echoTCP(ln, nil)
+	silentService(t, tcpService(ln.Addr().(*net.TCPAddr).Port))
+	var reasons []error
+	d := TCPDialer{TCP: net.Dialer{Timeout: 200 * time.Millisecond},
+		Fallback: func(_ string, err error) { reasons = append(reasons, err) }}
+	t0 := time.Now()
+	c, err := d.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatalf("dial with a silent local server: %v", err)
+	}
+	defer c.Close()
+	if _, ok := c.(*net.TCPConn); !ok {
+		t.Fatalf("a %T, want a *net.TCPConn", c)
+	}
+	roundTrip(t, c, 4096)
+	var ne net.Error
+	if len(reasons) != 1 || !errors.As(reasons[0], &ne) || !ne.Timeout() {
+		t.Fatalf("fallback reasons %v, want one timeout", reasons)
+	}
+	t.Logf("over TCP after %v; fallback: %v", time.Since(t0), reasons[0])
+}
+
+// A handshake that gets no answer says what ended it: the context's
+// deadline or cancellation (errors.Is), or the handshake timeout; the
+// timeouts are net.Error timeouts.
+func TestDialContextErrors(t *testing.T) {
+	name := uniqueName("silent")
+	silentService(t, name)
+	var d Dialer
+	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
+	defer cancel()
+	_, err := d.DialContext(ctx, name)
+	var ne net.Error
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a dial past its context's deadline: %v (timeout %v)", err, ne != nil && ne.Timeout())
+	}
+	ctx, cancel = context.WithCancel(t.Context())
+	time.AfterFunc(50*time.Millisecond, cancel)
+	if _, err = d.DialContext(ctx, name); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled dial: %v", err)
+	}
+	_, err = d.DialContext(t.Context(), name)
+	if !errors.Is(err, syscall.ETIMEDOUT) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("a dial past the handshake timeout: %v", err)
+	}
+}

@@ -53,7 +53,9 @@ import (
 // On systems other than Linux it always dials TCP.
 type TCPDialer struct {
 	// TCP dials the TCP connections and resolves host names.  Its Timeout
-	// and Deadline bound the whole dial, the rpal attempt included.
+	// and Deadline bound the whole dial, the rpal attempt included, which
+	// takes at most half of it: a local server that does not answer
+	// leaves the TCP dial the other half.
 	TCP net.Dialer
 
 	// Local dials the rpal connections; its Policy checks the local
@@ -112,7 +114,9 @@ func (d *TCPDialer) DialContext(ctx context.Context, network, address string) (n
 		if testHookDialLocal != nil {
 			testHookDialLocal(service)
 		}
-		c, err := d.Local.DialContext(ctx, service)
+		lctx, cancel := localShare(ctx)
+		c, err := d.Local.DialContext(lctx, service)
+		cancel()
 		if err == nil {
 			return c, nil
 		}
@@ -121,6 +125,17 @@ func (d *TCPDialer) DialContext(ctx context.Context, network, address string) (n
 		}
 	}
 	return d.TCP.DialContext(ctx, network, address)
+}
+
+// localShare returns the context of an rpal attempt: with a deadline,
+// it gets at most half of the time left, so that a server here that does
+// not answer leaves the TCP dial the other half.
+func localShare(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return ctx, func() {}
+	}
+	return context.WithDeadline(ctx, time.Now().Add(time.Until(dl)/2))
 }
 
 // testHookDialLocal, if set, is called with the service name before each
