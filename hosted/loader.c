@@ -565,6 +565,12 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
 
     raw2(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL); /* the host is gone: so are its programs */
     if (raw1(SYS_getppid, 0) != p->launcher) rc = ESRCH;
+    /* Its name for ps, top and pgrep, as exec would give it (its threads inherit it); the command
+     * line stays the host's, which shares the memory it lives in. */
+    const char *base = p->path;
+    for (const char *c = p->path; *c; c++)
+        if (*c == '/') base = c + 1;
+    raw2(SYS_prctl, PR_SET_NAME, (long)base);
     /* Under Yama's ptrace_scope 1 only ancestors may take a descriptor of ours (pidfd_getfd): the
      * host's other programs are its children, so name the host. */
     raw2(SYS_prctl, PR_SET_PTRACER, p->launcher);

@@ -519,7 +519,8 @@ int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k)
 		switch (st & RCV_MASK) {
 		case RCV_DEAD:
 			conn_mark_dead(c, false);
-			return rpal_fail(ECONNRESET, "the receiving program failed in an RPAL call");
+			return rpal_fail(ECONNRESET, "peer pid %d is gone: the receiving program ended, or failed in an RPAL call",
+					 (int)c->peer_pid);
 		case RCV_PARKED:
 			if (!nested && !(st & RCV_PENDING)) {
 				if (!atomic_compare_exchange_weak(&r->state, &st, RCV_BORROWED))

@@ -63,6 +63,8 @@ spid=$(pid_of h 0)
 	[ "$(awk '/^PPid/ {print $2}' /proc/$spid/status)" = "$hpid" ] &&
 	ok "the server is its own process: pid $spid, Tgid $spid, parent the host ($hpid)" ||
 	bad "server pid ${spid:-none} (host $hpid)"
+[ "$(cat /proc/$spid/comm)" = echo_server ] && pgrep -x echo_server | grep -qx "$spid" &&
+	ok "ps and pgrep know it by its program's name" || bad "its name is $(cat /proc/$spid/comm)"
 cmp -s <(cat /proc/$hpid/maps) <(cat /proc/$spid/maps) && ok "the server's memory map is the host's" ||
 	bad "the server's memory map differs from the host's"
 [ "${calls_in:=$(calls_in h 0)}" -gt 0 ] 2>/dev/null && ok "calls_in $calls_in: the messages were RPAL calls" ||
