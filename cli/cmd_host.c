@@ -169,8 +169,13 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 		fprintf(f, "%8d %-8s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), prog_state(hp, h),
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
-		for (int k = 0; k < hp->argc; k++)
-			fprintf(f, " %s", hp->argv[k]);
+		/* One line per program whatever its arguments hold: control
+		 * characters show as '?' (the JSON keeps them exact). */
+		for (int k = 0; k < hp->argc; k++) {
+			fputc(' ', f);
+			for (const unsigned char *c = (const unsigned char *)hp->argv[k]; *c; c++)
+				fputc(*c < 0x20 || *c == 0x7f ? '?' : *c, f);
+		}
 		fputc('\n', f);
 	}
 }
@@ -419,8 +424,12 @@ int cmd_host(int argc, char **argv)
 
 	hosted_reexec_with_tunables(argc, argv - 1);
 	if (argc != 2 || argv[1][0] == '-') {
-		host_usage(argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr);
-		return argc == 2 && argv[1][0] == '-' && argv[1][1] == 'h' ? 0 : 2;
+		bool help = argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+
+		if (argc == 2 && !help)
+			fprintf(stderr, "rpal host: unknown option %s\n\n", argv[1]);
+		host_usage(help ? stdout : stderr);
+		return help ? 0 : 2;
 	}
 	host_name = argv[1];
 	if (host_socket_path(host_name, a.sun_path, sizeof(a.sun_path)) < 0)
@@ -549,8 +558,12 @@ int cmd_join(int argc, char **argv)
 	sigset_t mask;
 	FILE *f;
 
+	bool help = argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"));
+
 	if (argc < 3 || argv[1][0] == '-') {
-		fprintf(argc == 2 && argv[1][1] == 'h' ? stdout : stderr,
+		if (argc > 1 && argv[1][0] == '-' && !help)
+			fprintf(stderr, "rpal join: unknown option %s\n\n", argv[1]);
+		fprintf(help ? stdout : stderr,
 "usage: rpal join NAME PROGRAM [ARGS...]\n"
 "\n"
 "Runs PROGRAM inside the host NAME (`rpal host NAME`) as its own process, with\n"
@@ -558,7 +571,7 @@ int cmd_join(int argc, char **argv)
 "umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
 "passed on to PROGRAM; rpal join exits with PROGRAM's status (128 + N when\n"
 "signal N ended it), or 2 when it could not be started.\n");
-		return argc == 2 && argv[1][1] == 'h' ? 0 : 2;
+		return help ? 0 : 2;
 	}
 	if (resolve(argv[2], path) < 0) {
 		fprintf(stderr, "rpal join: %s: %s\n", argv[2], strerror(errno));
@@ -671,12 +684,17 @@ int cmd_ps(int argc, char **argv)
 	const char *name = NULL;
 
 	for (int i = 1; i < argc; i++) {
+		bool help = !strcmp(argv[i], "-h") || !strcmp(argv[i], "--help");
+
 		if (!strcmp(argv[i], "--json"))
 			json = 1;
 		else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else {
-			fprintf(stderr,
+			if (!help)
+				fprintf(stderr, "rpal ps: %s %s\n\n", argv[i][0] == '-' ? "unknown option" : "one NAME only, not also",
+					argv[i]);
+			fprintf(help ? stdout : stderr,
 "usage: rpal ps NAME [--json]\n"
 "\n"
 "Lists the programs of host NAME: pid, state (running, exited, killed,\n"
@@ -685,7 +703,7 @@ int cmd_ps(int argc, char **argv)
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
 "\"programs\": [{\"pid\", \"argv\", \"state\", \"exit_status\" (once ended),\n"
 "\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\"}]}\n");
-			return 2;
+			return help ? 0 : 2;
 		}
 	}
 	if (!name) {

@@ -19,6 +19,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/auxv.h>
@@ -256,8 +257,13 @@ int cmd_doctor(int argc, char **argv)
 	int ok, connected;
 	long r;
 
-	if (argc > 1)
-		return cmd_doctor_usage(strcmp(argv[1], "--help") && strcmp(argv[1], "-h") ? stderr : stdout);
+	if (argc > 1) {
+		bool help = argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
+
+		if (!help)
+			fprintf(stderr, "rpal doctor: takes no arguments (%s)\n\n", argv[1]);
+		return cmd_doctor_usage(help ? stdout : stderr);
+	}
 	uname(&u);
 	printf("rpal doctor: Linux %s on %s, glibc %s\n\n", u.release, u.machine, gnu_get_libc_version());
 

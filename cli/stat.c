@@ -289,13 +289,16 @@ int cmd_stat(int argc, char **argv)
 	int c;
 
 	optind = 1;
+	argv[0] = "rpal stat";          /* getopt's messages name the command */
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 'j':
-			fmt = FMT_JSON;
-			break;
 		case 'p':
-			fmt = FMT_PROM;
+			if (fmt != FMT_TABLE && fmt != (c == 'j' ? FMT_JSON : FMT_PROM)) {
+				fprintf(stderr, "rpal stat: --json and --prometheus exclude each other\n\n");
+				return usage(stderr);
+			}
+			fmt = c == 'j' ? FMT_JSON : FMT_PROM;
 			break;
 		case 'd':
 			where.dir = optarg;
@@ -308,6 +311,7 @@ int cmd_stat(int argc, char **argv)
 	}
 	if (argc - optind > 1 || snap_filter_parse(optind < argc ? argv[optind] : NULL, &filter)) {
 		fprintf(stderr, "rpal stat: %s\n\n", argc - optind > 1 ? "one PID or SERVICE at most"
+							    : !argv[optind][0] ? "an empty SERVICE"
 							    : "PID out of range");
 		return usage(stderr);
 	}

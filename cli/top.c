@@ -187,6 +187,10 @@ static int frame_take(const struct snap_where *w, const struct snap_filter *filt
 		r->spin_share = rate(r->c.tx_spin_ns + r->c.rx_spin_ns, p->tx_spin_ns + p->rx_spin_ns, secs) / 1e9;
 		sent = r->c.msgs_sent >= p->msgs_sent ? r->c.msgs_sent - p->msgs_sent : 0;
 		r->wake_share = sent ? rate(r->c.wakeups_sent, p->wakeups_sent, 1) / (double)sent : -1;
+		/* The two counters are read a moment apart: a wake-up of a
+		 * message sent after the read can be counted with them. */
+		if (r->wake_share > 1)
+			r->wake_share = 1;
 	}
 	qsort(f->rows, f->n, sizeof(*f->rows), row_key_cmp);
 	return 0;
@@ -331,6 +335,7 @@ int cmd_top(int argc, char **argv)
 	int c, ret = 0;
 
 	optind = 1;
+	argv[0] = "rpal top";           /* getopt's messages name the command */
 	sort_by = SORT_MSGS;
 	while ((c = getopt_long(argc, argv, "bn:d:s:h", opts, NULL)) != -1) {
 		switch (c) {

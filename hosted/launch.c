@@ -45,7 +45,8 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         int start = i;
         while (i < argc && strcmp(argv[i], ":::") != 0) i++;
         int n = i - start;
-        if (i < argc) i++; /* skip ::: */
+        /* Skip :::, which must have a program after it as well as before. */
+        if (i < argc && ++i == argc) n = 0;
         if (n == 0) {
             fprintf(stderr, "%s: empty program between ::: separators\n", me);
             return 2;

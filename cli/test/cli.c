@@ -2,7 +2,8 @@
 /*
  * Description: the command line: `rpal` alone prints usage and fails,
  * `rpal --help` and `rpal bench --help` succeed and the latter documents
- * every option; bad values fail with a message that names the option.
+ * every option; every command's --help and -h succeed; bad values and
+ * options fail with a message that names them.
  */
 #include <stdio.h>
 #include <string.h>
@@ -53,6 +54,22 @@ int main(int argc, char **argv)
 	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "65", NULL }, 2, 1, "--concurrency");
 	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "64", "--size", "2k", NULL }, 2, 1,
 	       "--concurrency x --size");
+	/* Every command: --help and -h succeed on stdout; a bad option fails
+	 * naming itself, under the command's full name. */
+	static const char *const cmds[] = { "host", "join", "ps", "doctor", "stat", "top" };
+	for (unsigned i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
+		expect((char *[]){ r, (char *)cmds[i], "--help", NULL }, 0, 0, "usage: rpal");
+		expect((char *[]){ r, (char *)cmds[i], "-h", NULL }, 0, 0, "usage: rpal");
+	}
+	expect((char *[]){ r, "stat", "--bogus", NULL }, 2, 1, "rpal stat: unrecognized option '--bogus'");
+	expect((char *[]){ r, "top", "--bogus", NULL }, 2, 1, "rpal top: unrecognized option '--bogus'");
+	expect((char *[]){ r, "host", "--bogus", NULL }, 2, 1, "rpal host: unknown option --bogus");
+	expect((char *[]){ r, "ps", "h", "--bogus", NULL }, 2, 1, "rpal ps: unknown option --bogus");
+	expect((char *[]){ r, "doctor", "--bogus", NULL }, 2, 1, "(--bogus)");
+	expect((char *[]){ r, "join", "ah", NULL }, 2, 1, "usage: rpal join");
+	expect((char *[]){ r, "stat", "--json", "--prometheus", NULL }, 2, 1, "exclude each other");
+	expect((char *[]){ r, "stat", "", NULL }, 2, 1, "an empty SERVICE");
+	expect((char *[]){ r, "run", "/bin/true", ":::", NULL }, 2, 1, "empty program");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "uds-epoll");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "rpal-hosted");
 
