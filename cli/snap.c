@@ -493,7 +493,12 @@ int snap_filter_parse(const char *arg, struct snap_filter *f)
 	for (p = arg; *p && isdigit((unsigned char)*p); p++)
 		;
 	if (*p) {
-		f->service = arg;
+		/* As the pages record it: a path's last component, cut and
+		 * cleaned as every string read from a page is. */
+		if (arg[0] == '/' && strrchr(arg, '/')[1])
+			arg = strrchr(arg, '/') + 1;
+		clean_string(f->name, arg, sizeof(f->name));
+		f->service = f->name;
 		return 0;
 	}
 	errno = 0;

@@ -72,7 +72,8 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 /* Selection from the command line: a pid (all digits) or a service name. */
 struct snap_filter {
 	long pid;                     /* -1: any */
-	const char *service;          /* NULL: any */
+	const char *service;          /* NULL: any; else name, as a page shows it */
+	char name[64];
 };
 int snap_filter_parse(const char *arg, struct snap_filter *f);
 /* Drop what the filter does not select. */

@@ -325,6 +325,40 @@ static void gone(const char *rpal)
 	rpal_close(lfd);
 }
 
+/* A service given as a long path shows its last component at both ends,
+ * and is selected by that path; a name outside ASCII is selected as typed. */
+static void names(const char *rpal)
+{
+	char path[200], sub[160];
+	int a, b, c, d;
+
+	/* Longer than the 63 bytes a page keeps of a name, short enough to bind. */
+	snprintf(sub, sizeof(sub), "/tmp/rpal-stat-%d-a-rather-long-directory-name-for-sockets", (int)getpid());
+	mkdir(sub, 0700);
+	snprintf(path, sizeof(path), "%s/svc.sock", sub);
+	self_pair(path, &a, &b);
+	self_pair("h\xc3\xa9llo", &c, &d);
+	struct out o;
+	struct jval *doc = stat_json(rpal, path, &o);
+	const struct jval *p = doc ? proc_of(doc, getpid()) : NULL;
+	const char *sa = str(conn_of(p, "connected"), "service"), *sb = str(conn_of(p, "accepted"), "service");
+	CHECK(!strcmp(sa, "svc.sock") && !strcmp(sb, "svc.sock"),
+	      "rpal stat %s: the ends show '%s' and '%s', want svc.sock", path, sa, sb);
+	json_free(doc);
+	out_free(&o);
+	doc = stat_json(rpal, "h\xc3\xa9llo", &o);
+	CHECK(doc && conn_of(proc_of(doc, getpid()), "accepted"), "rpal stat h\\xc3\\xa9llo selects nothing");
+	json_free(doc);
+	out_free(&o);
+	printf("stat: a service named by a long path, and one outside ASCII, are shown and selected\n");
+	fflush(stdout);
+	rpal_close(a);
+	rpal_close(b);
+	rpal_close(c);
+	rpal_close(d);
+	rmdir(sub);
+}
+
 /* A sleep and a wake-up are sampled, and their costs shown. */
 static void costs(const char *rpal)
 {
@@ -665,6 +699,7 @@ int main(int argc, char **argv)
 		unmatched(argv[1]);
 		costs(argv[1]);
 		gone(argv[1]);
+		names(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
 	}
