@@ -570,7 +570,7 @@ int cmd_join(int argc, char **argv)
 "this shell's standard input, output and error, working directory, environment,\n"
 "umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
 "passed on to PROGRAM; rpal join exits with PROGRAM's status (128 + N when\n"
-"signal N ended it), or 2 when it could not be started.\n");
+"signal N ended it), or 2 when it could not be started or the host went away.\n");
 		return help ? 0 : 2;
 	}
 	if (resolve(argv[2], path) < 0) {
