@@ -274,3 +274,58 @@ func TestInteropCBurstThenExit(t *testing.T) {
 		t.Fatalf("want EOF, got %v", err)
 	}
 }
+
+// A C peer that shuts down reading (rpal_shutdown SHUT_RD) ends our Write
+// blocked on the full ring with EPIPE, and what it sends after still
+// arrives.
+func TestInteropCPeerShutsDownReading(t *testing.T) {
+	bin := interopBin(t, "echo_client")
+	name, l := newService(t)
+	cmd := exec.Command(bin, name, "shutrd")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer stdin.Close()
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	wrote := make(chan error, 1)
+	go func() {
+		for {
+			if err := c.Send([]byte("fill")); err != nil {
+				wrote <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-wrote:
+		if !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("the blocked write: %v, want EPIPE", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the write still blocks 5 s after the C peer shut down reading")
+	}
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "shut\n" {
+		t.Fatalf("the C peer said %q (%v)", line, err)
+	}
+	m, err := c.ReadMsg()
+	if err != nil || string(m.Bytes()) != "after" {
+		t.Fatalf("what it sent after SHUT_RD: %v", err)
+	}
+	m.Ack()
+}

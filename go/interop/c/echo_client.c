@@ -10,6 +10,10 @@
  *   echo_client SERVICE burst N         send N messages of 1000+i bytes (byte j
  *                                       of message i is (i + j) & 255), close,
  *                                       exit at once
+ *   echo_client SERVICE shutrd          read one message, wait 300 ms (the
+ *                                       server's sends fill the ring), shut
+ *                                       down reading, send "after", print
+ *                                       "shut", close once stdin ends
  */
 #include <errno.h>
 #include <stdint.h>
@@ -17,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/socket.h>
 
 #include "rpal.h"
 
@@ -70,6 +75,25 @@ int main(int argc, char **argv)
 		fflush(stdout);
 		for (;;)
 			pause();
+	}
+
+	if (!strcmp(mode, "shutrd")) {
+		ssize_t n = rpal_recv(fd, in, sizeof(in), 0);
+		char c;
+
+		if (n <= 0)
+			FAIL("first message: %zd", n);
+		usleep(300000);
+		if (rpal_shutdown(fd, SHUT_RD))
+			FAIL("shutdown");
+		if (rpal_send(fd, "after", 5, 0) != 5)
+			FAIL("send after SHUT_RD");
+		printf("shut\n");
+		fflush(stdout);
+		while (read(0, &c, 1) > 0)
+			;
+		rpal_close(fd);
+		return 0;
 	}
 
 	if (!strcmp(mode, "burst")) {
