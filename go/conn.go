@@ -84,6 +84,8 @@ type Conn struct {
 	outBytesSeen atomic.Uint64
 	// shutWr: CloseWrite was called (any goroutine); a blocked send fails.
 	shutWr atomic.Bool
+	// shutRd: CloseRead was called; reads end once the ring is empty.
+	shutRd atomic.Bool
 	txSpin spinner
 
 	rxMu      sync.Mutex
@@ -218,6 +220,32 @@ func (c *Conn) CloseWrite() error {
 	if !c.dead.Load() {
 		c.notifyRX()
 	}
+	return nil
+}
+
+// CloseRead stops receiving, as a Unix socket's does: blocked and later
+// reads return what was queued, then io.EOF, and the peer's sends fail
+// with EPIPE (a send blocked on a full ring too).  We may go on sending.
+func (c *Conn) CloseRead() error {
+	if c.closed.Load() {
+		return c.opErr("close", net.ErrClosed)
+	}
+	if c.shutRd.Swap(true) {
+		return nil
+	}
+	atomic.OrUint32(c.u32(c.me, bState), stateClosed) // the peer reads "no longer reads"
+	if !c.dead.Load() {
+		// Its senders asleep on a full ring must look: rung whatever
+		// our reader rang last (any goroutine may be here).
+		w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
+		if w&waitTX != 0 {
+			var never atomic.Uint64
+			never.Store(^uint64(0))
+			c.ringBell(w, waitTXFutex, waitTXBell, &never, &c.st.Load().rx.wakeups)
+		}
+	}
+	c.kickFutex(0) // our blocked reader sees shutRd
+	c.kick(0)
 	return nil
 }
 

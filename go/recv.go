@@ -91,7 +91,7 @@ func (c *Conn) readable() bool {
 
 func (c *Conn) rxReady() bool {
 	return c.dead.Load() || c.closed.Load() || c.violation.Load() != nil ||
-		c.readable() || c.updatePeerState()&stateShutWr != 0
+		c.readable() || c.shutRd.Load() || c.updatePeerState()&stateShutWr != 0
 }
 
 // next waits for the next valid slot; io.EOF at end of stream.  Caller
@@ -118,6 +118,9 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 				return io.EOF
 			}
 			continue
+		}
+		if c.shutRd.Load() && !c.readable() {
+			return io.EOF
 		}
 		if c.dead.Load() {
 			if !c.readable() {

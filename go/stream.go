@@ -207,6 +207,10 @@ func (s *Stream) Write(b []byte) (int, error) {
 // CloseWrite shuts down the writing side: the peer reads io.EOF.
 func (s *Stream) CloseWrite() error { return s.c.CloseWrite() }
 
+// CloseRead shuts down the reading side: reads return io.EOF once what was
+// queued is read, and the peer's writes fail with EPIPE.
+func (s *Stream) CloseRead() error { return s.c.CloseRead() }
+
 // Close closes the connection.
 func (s *Stream) Close() error {
 	err := s.c.Close()

@@ -158,3 +158,75 @@ func testCloseWriteWhileWriteBlocked(t *testing.T) {
 		t.Fatalf("the peer read %d bytes (%v), the Write reported %d", got, err, r.n)
 	}
 }
+
+// CloseRead wakes a blocked Read with io.EOF (after what was queued), the
+// peer's writes fail with EPIPE, and ours still arrive.
+func TestCloseRead(t *testing.T) { bothSleeps(t, testCloseRead) }
+
+func testCloseRead(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	read := make(chan error, 1)
+	go func() {
+		_, err := c1.Read(make([]byte, 16))
+		read <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := s.CloseRead(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-read:
+		if err != io.EOF {
+			t.Fatalf("the blocked Read after CloseRead: %v, want io.EOF", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("CloseRead did not wake the blocked Read")
+	}
+	if _, err := c2.Write([]byte("late")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("the peer's Write after our CloseRead: %v, want EPIPE", err)
+	}
+	if _, err := c1.Write([]byte("back")); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 4)
+	if _, err := io.ReadFull(c2, b); err != nil || string(b) != "back" {
+		t.Fatalf("our write after CloseRead: %q, %v", b, err)
+	}
+	if _, err := c1.Read(b); err != io.EOF {
+		t.Fatalf("a later Read: %v, want io.EOF", err)
+	}
+}
+
+// A peer's Write blocked because we read nothing fails with EPIPE when we
+// CloseRead.
+func TestCloseReadEndsBlockedPeerWrite(t *testing.T) { bothSleeps(t, testCloseReadEndsBlockedPeerWrite) }
+
+func testCloseReadEndsBlockedPeerWrite(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c2.Write(make([]byte, 64<<20))
+		wrote <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := c1.(*Stream).CloseRead(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-wrote:
+		if !errors.Is(err, syscall.EPIPE) {
+			t.Fatalf("the peer's blocked Write: %v, want EPIPE", err)
+		}
+	case <-time.After(time.Second):
+		t.Fatal("the peer's Write still blocks a second after CloseRead")
+	}
+}
