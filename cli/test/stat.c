@@ -357,6 +357,9 @@ static void names(const char *rpal)
 	rpal_close(c);
 	rpal_close(d);
 	rmdir(sub);
+	/* No watcher thread of ours in the children forked next (TSan
+	 * cannot fork a process whose threads it still tracks). */
+	rpal_fini();
 }
 
 /* A sleep and a wake-up are sampled, and their costs shown. */
