@@ -204,7 +204,9 @@ func testCloseRead(t *testing.T) {
 
 // A peer's Write blocked because we read nothing fails with EPIPE when we
 // CloseRead.
-func TestCloseReadEndsBlockedPeerWrite(t *testing.T) { bothSleeps(t, testCloseReadEndsBlockedPeerWrite) }
+func TestCloseReadEndsBlockedPeerWrite(t *testing.T) {
+	bothSleeps(t, testCloseReadEndsBlockedPeerWrite)
+}
 
 func testCloseReadEndsBlockedPeerWrite(t *testing.T) {
 	c1, c2, stop, err := streamPair(t)
