@@ -325,6 +325,20 @@ void conn_mark_dead(struct rpal_conn *c, bool process_exited)
 	conn_reclaim(c);
 }
 
+/* Does c's socket show a hang-up, or its pidfd an exit, now?  One poll(),
+ * no waiting, nothing marked: for the watcher thread, whose event may
+ * concern an earlier connection on the same descriptor. */
+bool conn_hung_up(const struct rpal_conn *c)
+{
+	struct pollfd pfd[2] = {
+		{ .fd = c->fd, .events = POLLRDHUP },
+		{ .fd = c->pidfd, .events = POLLIN },
+	};
+
+	return poll(pfd, 2, 0) > 0 &&
+	       ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN));
+}
+
 /* Has the peer hung up or exited?  One poll(), no waiting. */
 int conn_poll_peer(struct rpal_conn *c)
 {
@@ -555,6 +569,27 @@ void conn_close(struct rpal_conn *c)
 	linger_sweep(false);
 }
 
+/*
+ * Shut down reading, under rpal_g.lock: once shut_rd shows, a receiver of
+ * ours returns end of stream and may close the connection at once, but a
+ * close frees nothing before it takes the lock (obj_clear), so c stays
+ * ours until we let go.
+ */
+static void shut_rd(int fd, struct rpal_conn *c)
+{
+	pthread_mutex_lock(&rpal_g.lock);
+	if (obj_get(fd) == &c->obj && !atomic_exchange(&c->shut_rd, true)) {
+		/* The peer's sends fail from now on, as on a socket whose peer
+		 * shut down reading; what it sent before stays readable. */
+		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_CLOSED, memory_order_release);
+		if (!conn_dead(c))
+			notify_peer_tx_closed(c);
+		/* Our threads blocked in a receive or a set return. */
+		watch_wake_conn(c);
+	}
+	pthread_mutex_unlock(&rpal_g.lock);
+}
+
 RPAL_EXPORT int rpal_shutdown(int fd, int how)
 {
 	struct rpal_conn *c;
@@ -573,15 +608,8 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 		if (!conn_dead(c))
 			notify_peer_rx_nocall(c);
 	}
-	if (how != SHUT_WR && !atomic_exchange(&c->shut_rd, true)) {
-		/* The peer's sends fail from now on, as on a socket whose peer
-		 * shut down reading; what it sent before stays readable. */
-		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_CLOSED, memory_order_release);
-		if (!conn_dead(c))
-			notify_peer_tx_closed(c);
-		/* Our threads blocked in a receive or a set return. */
-		watch_wake_conn(c);
-	}
+	if (how != SHUT_WR)
+		shut_rd(fd, c);
 	return 0;
 }
 

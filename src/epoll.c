@@ -79,11 +79,11 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 				ev |= OUT_BITS;
 			r->out_mark = mark;
 		}
-	} else if ((want & OUT_BITS) && (state & (RPAL_STATE_CLOSED | RPAL_STATE_SHUT_WR)) == RPAL_STATE_CLOSED &&
-		   !conn_dead(c) && !conn_err(c)) {
-		/* A peer that shut down reading alone keeps its socket: no
-		 * hang-up comes.  A send fails at once (EPIPE), so report it
-		 * ready, as a socket whose peer shut down reading is. */
+	} else if ((want & OUT_BITS) && (state & RPAL_STATE_CLOSED) && !conn_dead(c) && !conn_err(c)) {
+		/* A peer that shut down reading keeps its socket: no hang-up
+		 * comes.  A send fails at once (EPIPE), so report it ready, as a
+		 * socket whose peer shut down reading is (one that closed
+		 * hangs up soon: then EPOLLHUP instead). */
 		if (!et || r->fresh || r->out_mark != UINT64_MAX)
 			ev |= OUT_BITS;
 		r->out_mark = UINT64_MAX;

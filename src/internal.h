@@ -393,6 +393,7 @@ static inline struct rpal_conn *conn_get(int fd, int *err)
 }
 void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
+bool conn_hung_up(const struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 

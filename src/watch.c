@@ -71,16 +71,18 @@ static void conn_wake_locked(struct rpal_conn *c, bool kernel)
 
 /*
  * Something of ours changed on c that its sleepers must look at (we shut
- * down reading): wake them all, wherever they sleep.  watch_seq first, as
- * the watcher does, for sleepers with neither a wake page nor a set.
+ * down reading): wake them all, wherever they sleep.  Only sleepers with
+ * neither a wake page nor a set wait on watch_seq, and they wake the
+ * whole process's like them: it is bumped only for a connection that has
+ * them.  rpal_g.lock held.
  */
 void watch_wake_conn(struct rpal_conn *c)
 {
-	atomic_fetch_add(&watch_seq, 1);
-	pthread_mutex_lock(&rpal_g.lock);
 	conn_wake_locked(c, true);
-	pthread_mutex_unlock(&rpal_g.lock);
-	syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	if (!c->wake_mine) {
+		atomic_fetch_add(&watch_seq, 1);
+		syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+	}
 	if (c->shut_kick >= 0)
 		(void)!eventfd_write(c->shut_kick, 1);
 }
@@ -135,13 +137,19 @@ static void *watcher(void *arg)
 			if (!o)
 				continue;
 			if (who == WATCH_CONN && o->kind == OBJ_CONN) {
-				/* A local peer is checked without a system call
-				 * (conn_poll_peer): say it here. */
-				if (c->local)
-					store_release(&c->local_gone, true);
-				/* Seen now, by whoever reads the statistics page,
-				 * not only after the application's next call. */
-				atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE, memory_order_relaxed);
+				/* The event may be an earlier connection's on the
+				 * same descriptor: what it says is looked at again. */
+				if (conn_hung_up(c)) {
+					/* A local peer is checked without a system
+					 * call (conn_poll_peer): say it here. */
+					if (c->local)
+						store_release(&c->local_gone, true);
+					/* Seen now, by whoever reads the statistics
+					 * page, not only after the application's
+					 * next call. */
+					atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE,
+								 memory_order_relaxed);
+				}
 				conn_wake_locked(c, false);
 			} else if (who == WATCH_SET && o->kind == OBJ_EPOLL) {
 				epoll_wake_futex((struct rpal_ep *)o);

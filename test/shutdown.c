@@ -35,6 +35,18 @@ static void *recv_blocked(void *arg)
 	return NULL;
 }
 
+/* A receiver that closes the connection as soon as it reads end of stream. */
+static void *recv_then_close(void *arg)
+{
+	struct blocked *b = arg;
+	char buf[64];
+
+	b->ret = rpal_recv(b->fd, buf, sizeof(buf), 0);
+	rpal_close(b->fd);
+	atomic_store(&b->done, 1);
+	return NULL;
+}
+
 static void *wait_blocked(void *arg)
 {
 	struct blocked *b = arg;
@@ -55,7 +67,7 @@ static void *send_blocked(void *arg)
 
 /* Start fn on b, check that it blocks, shut fd down for reading, and
  * check that fn returns within a second (else fail, leaving it blocked). */
-static void shut_while_blocked(void *(*fn)(void *), struct blocked *b, int fd, const char *what)
+static void shut_while_blocked(void *(*fn)(void *), struct blocked *b, int fd, int how, const char *what)
 {
 	pthread_t th;
 
@@ -63,10 +75,10 @@ static void shut_while_blocked(void *(*fn)(void *), struct blocked *b, int fd, c
 	usleep(100000);
 	t_check(!atomic_load(&b->done), "%s returned %ld before the shutdown", what, b->ret);
 	uint64_t t0 = t_now_ns();
-	t_ok(rpal_shutdown(fd, SHUT_RD));
+	t_ok(rpal_shutdown(fd, how));
 	while (!atomic_load(&b->done) && t_now_ns() - t0 < 1000000000ull)
 		usleep(1000);
-	t_check(atomic_load(&b->done), "%s still blocked a second after SHUT_RD", what);
+	t_check(atomic_load(&b->done), "%s still blocked a second after the shutdown", what);
 	pthread_join(th, NULL);
 }
 
@@ -84,7 +96,7 @@ int main(void)
 	printf("a blocking receive wakes with end of stream when its own side shuts down reading\n");
 	{
 		struct blocked r = { .fd = b };
-		shut_while_blocked(recv_blocked, &r, b, "rpal_recv");
+		shut_while_blocked(recv_blocked, &r, b, SHUT_RD, "rpal_recv");
 		t_check(r.ret == 0, "rpal_recv after SHUT_RD: %ld (%s), not end of stream", r.ret,
 			rpal_strerror((int)r.ret));
 	}
@@ -120,7 +132,7 @@ int main(void)
 	lfd = t_self_pair("shut3", &a, &b);
 	{
 		struct blocked m = { .fd = b, .zerocopy = 1 };
-		shut_while_blocked(recv_blocked, &m, b, "rpal_recv_msg");
+		shut_while_blocked(recv_blocked, &m, b, SHUT_RD, "rpal_recv_msg");
 		t_check(m.ret == 0, "rpal_recv_msg after SHUT_RD: %ld", m.ret);
 	}
 	t_ok(rpal_close(a));
@@ -135,7 +147,7 @@ int main(void)
 			n++;
 		t_check(n > 0, "the ring took nothing");
 		struct blocked s = { .fd = a };
-		shut_while_blocked(send_blocked, &s, b, "the peer's blocked rpal_send");
+		shut_while_blocked(send_blocked, &s, b, SHUT_RD, "the peer's blocked rpal_send");
 		t_check(s.ret == -EPIPE, "the peer's blocked send: %ld (%s)", s.ret, rpal_strerror((int)s.ret));
 		for (int i = 0; i < n; i++)
 			t_check(rpal_recv(b, buf, sizeof(buf), 0) == 4, "queued message %d of %d", i, n);
@@ -144,10 +156,11 @@ int main(void)
 	t_ok(rpal_close(a));
 	t_ok(rpal_close(b));
 
-	printf("a peer asleep in a set for EPOLLOUT on a full ring wakes with EPOLLOUT; its send fails with EPIPE\n");
-	t_ok(rpal_close(lfd));
-	lfd = t_self_pair("shut4b", &a, &b);
-	{
+	for (int how = SHUT_RD; how <= SHUT_RDWR; how += SHUT_RDWR - SHUT_RD) {
+		printf("a peer asleep in a set for EPOLLOUT on a full ring wakes with EPOLLOUT at %s; its send fails with EPIPE\n",
+		       how == SHUT_RD ? "SHUT_RD" : "SHUT_RDWR");
+		t_ok(rpal_close(lfd));
+		lfd = t_self_pair(how == SHUT_RD ? "shut4b" : "shut4c", &a, &b);
 		while (rpal_send(a, "fill", 4, RPAL_NONBLOCK) == 4)
 			;
 		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
@@ -155,15 +168,15 @@ int main(void)
 		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, a, &ev));
 		struct epoll_event first;
 		t_check(rpal_epoll_wait(w.ep, &first, 1, 0) == 0, "EPOLLOUT on a full ring");
-		shut_while_blocked(wait_blocked, &w, b, "the peer's rpal_epoll_wait for EPOLLOUT");
+		shut_while_blocked(wait_blocked, &w, b, how, "the peer's rpal_epoll_wait for EPOLLOUT");
 		t_check(w.ret == 1 && w.ev.data.u64 == 6 && (w.ev.events & EPOLLOUT), "rpal_epoll_wait returned %ld, events %#x",
 			w.ret, w.ev.events);
 		t_check(rpal_send(a, "x", 1, RPAL_NONBLOCK) == -EPIPE, "the send it reported");
 		t_check(rpal_epoll_wait(w.ep, &first, 1, 0) == 0, "EPOLLOUT reported once (edge-triggered)");
 		t_ok(rpal_close(w.ep));
+		t_ok(rpal_close(a));
+		t_ok(rpal_close(b));
 	}
-	t_ok(rpal_close(a));
-	t_ok(rpal_close(b));
 
 	printf("a thread asleep in an rpal-only set wakes with EPOLLIN | EPOLLRDHUP\n");
 	t_ok(rpal_close(lfd));
@@ -172,7 +185,7 @@ int main(void)
 		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP, .data.u64 = 7 };
 		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, b, &ev));
-		shut_while_blocked(wait_blocked, &w, b, "rpal_epoll_wait (futexes)");
+		shut_while_blocked(wait_blocked, &w, b, SHUT_RD, "rpal_epoll_wait (futexes)");
 		t_check(w.ret == 1 && w.ev.data.u64 == 7 && (w.ev.events & EPOLLIN) && (w.ev.events & EPOLLRDHUP),
 			"rpal_epoll_wait returned %ld, events %#x", w.ret, w.ev.events);
 		t_check(rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK) == 0, "the receive it reported");
@@ -192,7 +205,7 @@ int main(void)
 		struct epoll_event pev = { .events = EPOLLIN, .data.u64 = 9 };
 		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, b, &ev));
 		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, p[0], &pev));
-		shut_while_blocked(wait_blocked, &w, b, "rpal_epoll_wait (epoll_wait)");
+		shut_while_blocked(wait_blocked, &w, b, SHUT_RD, "rpal_epoll_wait (epoll_wait)");
 		t_check(w.ret == 1 && w.ev.data.u64 == 8 && (w.ev.events & EPOLLRDHUP),
 			"rpal_epoll_wait returned %ld, data %llu, events %#x", w.ret,
 			(unsigned long long)w.ev.data.u64, w.ev.events);
@@ -213,6 +226,29 @@ int main(void)
 	t_check(rpal_send(b, "x", 1, 0) == -EPIPE, "our send");
 	t_ok(rpal_close(a));
 	t_ok(rpal_close(b));
+	t_ok(rpal_close(lfd));
+
+	printf("a receiver that closes on end of stream at once, while rpal_shutdown() still runs (%ld times)\n",
+	       t_scaled(200));
+	lfd = t_ok(rpal_listen("shut9", NULL));
+	for (long i = 0; i < t_scaled(200); i++) {
+		pthread_t th;
+		void *acc;
+
+		t_check(pthread_create(&th, NULL, t_accept_one, &lfd) == 0, "pthread_create");
+		a = t_ok(rpal_connect("shut9", NULL, 0));
+		pthread_join(th, &acc);
+		b = (int)(intptr_t)acc;
+		t_check(b >= 0, "accept");
+		struct blocked rc = { .fd = b };
+		t_check(pthread_create(&th, NULL, recv_then_close, &rc) == 0, "pthread_create");
+		if (i & 1)
+			usleep(200);    /* half of them asleep by now */
+		t_ok(rpal_shutdown(b, SHUT_RD));
+		pthread_join(th, NULL);
+		t_check(rc.ret == 0, "round %ld: the receive returned %ld", i, rc.ret);
+		t_ok(rpal_close(a));
+	}
 	t_ok(rpal_close(lfd));
 
 	printf("a receive from a peer without a wake page (as the Go package is) wakes too\n");
@@ -242,7 +278,7 @@ int main(void)
 		t_check(fd >= 0, "raw client refused: %s", rpal_strerror(fd));
 		t_check(read(ready[0], &c, 1) == 1, "the raw client did not get its welcome");
 		struct blocked rr = { .fd = fd };
-		shut_while_blocked(recv_blocked, &rr, fd, "rpal_recv (no wake page)");
+		shut_while_blocked(recv_blocked, &rr, fd, SHUT_RD, "rpal_recv (no wake page)");
 		t_check(rr.ret == 0, "rpal_recv after SHUT_RD: %ld (%s)", rr.ret, rpal_strerror((int)rr.ret));
 		kill(pid, SIGKILL);
 		waitpid(pid, NULL, 0);
