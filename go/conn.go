@@ -227,6 +227,10 @@ func (c *Conn) CloseWrite() error {
 // reads return what was queued, then io.EOF, and the peer's sends fail
 // with EPIPE (a send blocked on a full ring too).  We may go on sending.
 func (c *Conn) CloseRead() error {
+	// Under ackMu, which Close takes before it frees our block or unmaps
+	// the peer's: a reader that sees shutRd may Close at once.
+	c.ackMu.Lock()
+	defer c.ackMu.Unlock()
 	if c.closed.Load() {
 		return c.opErr("close", net.ErrClosed)
 	}

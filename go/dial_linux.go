@@ -107,8 +107,20 @@ func (d *Dialer) dial(ctx context.Context, service string) (*Conn, error) {
 		return nil, fmt.Errorf("bad welcome from %s: %w", service, err)
 	}
 	unix.Close(s.ringEnd) // the peer has it: we keep no copy (wakeAll says why)
-	_ = uc.SetDeadline(time.Time{})
 	ok = true
+	if !stop() {
+		// The context ended as the handshake finished: its past
+		// deadline may land on the socket after we clear ours, and the
+		// connection would look dead.  The dial ran out of time.
+		c.watch()
+		c.Close()
+		err := ctx.Err()
+		if err == nil {
+			err = context.Canceled
+		}
+		return nil, &ctxError{msg: fmt.Sprintf("dial %s: %v", service, err), err: err}
+	}
+	_ = uc.SetDeadline(time.Time{})
 	c.watch()
 	return c, nil
 }

@@ -51,6 +51,9 @@ func (e *refusedError) Unwrap() error { return e.errno }
 // net.Dialer's is.
 func (e *refusedError) Timeout() bool { return e.errno == syscall.ETIMEDOUT }
 
+// Temporary completes net.Error; it is deprecated there, and false here.
+func (e *refusedError) Temporary() bool { return false }
+
 // ctxError is a handshake that its context ended: it unwraps to
 // context.DeadlineExceeded (a timeout) or context.Canceled.
 type ctxError struct {
@@ -63,6 +66,9 @@ func (e *ctxError) Error() string { return e.msg }
 func (e *ctxError) Unwrap() error { return e.err }
 
 func (e *ctxError) Timeout() bool { return errors.Is(e.err, context.DeadlineExceeded) }
+
+// Temporary completes net.Error; it is deprecated there, and false here.
+func (e *ctxError) Temporary() bool { return false }
 
 func refused(errno syscall.Errno, format string, a ...any) error {
 	return &refusedError{errno: errno, msg: fmt.Sprintf(format, a...)}

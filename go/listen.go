@@ -18,7 +18,7 @@ import (
 // handshakes run at once (when all are taken, the oldest client that has
 // not spoken yet is dropped to make room), and at most maxReady
 // connections wait for Accept; a client that finds them all waiting is
-// refused (EAGAIN) at its handshake timeout.  The rest wait in the
+// refused (EAGAIN) at half its handshake timeout.  The rest wait in the
 // kernel's backlog.
 type Listener struct {
 	p       *process
@@ -45,9 +45,10 @@ const (
 
 // handshake is one client's, while it runs.
 type handshake struct {
-	uc    *net.UnixConn
-	start time.Time
-	spoke bool // its HELLO came (under Listener.mu)
+	uc       *net.UnixConn
+	start    time.Time
+	deadline time.Time // set on uc before the handshake starts
+	spoke    bool      // its HELLO came, or it was dropped (under Listener.mu)
 }
 
 // A Listener is what net.Listener users (http.Serve, grpc.Server.Serve)
@@ -107,7 +108,11 @@ func (l *Listener) loop() {
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like
 			continue
 		}
-		h := &handshake{uc: uc, start: time.Now()}
+		now := time.Now()
+		h := &handshake{uc: uc, start: now, deadline: now.Add(l.p.cfg.HandshakeTimeout)}
+		// Here, not in the goroutine: a drop's earlier deadline must not
+		// be undone by a goroutine that had not started yet.
+		_ = uc.SetDeadline(h.deadline)
 		l.mu.Lock()
 		l.running[h] = struct{}{}
 		l.mu.Unlock()
@@ -130,17 +135,19 @@ func (l *Listener) loop() {
 	}
 }
 
-// roomForHandshake returns once fewer than maxHandshakes run, dropping the
-// oldest client that has not spoken when all are taken; false once the
-// listener is closed.
+// roomForHandshake returns once fewer than maxHandshakes run; false once
+// the listener is closed.  While all are taken and a client waits in the
+// backlog, the oldest client that has sent nothing is dropped to make room,
+// as rpal_accept does: a flood of clients that never speak cannot hold the
+// listener, and one that has spoken is never dropped for it.
 func (l *Listener) roomForHandshake() bool {
 	for {
 		l.mu.Lock()
 		n := len(l.running)
-		var silent *handshake
-		if n >= maxHandshakes {
+		if n >= maxHandshakes && backlogWaiting(l.ln) {
+			var silent *handshake
 			for h := range l.running {
-				if !h.spoke && (silent == nil || h.start.Before(silent.start)) {
+				if !h.spoke && (silent == nil || h.start.Before(silent.start)) && !hasMessage(h.uc) {
 					silent = h
 				}
 			}
@@ -171,7 +178,8 @@ func (l *Listener) spoke(h *handshake) {
 }
 
 // waitReady takes a ready token for a connection about to be made, waiting
-// while maxReady made ones wait for Accept, until deadline.
+// while maxReady made ones wait for Accept, until deadline (half the
+// client's handshake timeout: a refusal must reach it before it gives up).
 func (l *Listener) waitReady(deadline time.Time) bool {
 	select {
 	case l.ready <- struct{}{}:

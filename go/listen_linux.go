@@ -75,14 +75,34 @@ func drainBacklog(ln *net.UnixListener) {
 	})
 }
 
+// backlogWaiting says whether a client waits in ln's backlog.
+func backlogWaiting(ln *net.UnixListener) bool {
+	return pollIn(ln.SyscallConn)
+}
+
+// hasMessage says whether a message (a HELLO) waits on uc.
+func hasMessage(uc *net.UnixConn) bool {
+	return pollIn(uc.SyscallConn)
+}
+
+func pollIn(sc func() (syscall.RawConn, error)) bool {
+	raw, err := sc()
+	if err != nil {
+		return false
+	}
+	in := false
+	_ = raw.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		in = err == nil && n > 0 && pfd[0].Revents&unix.POLLIN != 0
+	})
+	return in
+}
+
 // serverHandshake runs the server's side of the handshake with one client
 // (docs/PROTOCOL.md §3): HELLO in, checks, WELCOME out.
 func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 	p, uc := l.p, h.uc
-	deadline := time.Now().Add(p.cfg.HandshakeTimeout)
-	if err := uc.SetDeadline(deadline); err != nil {
-		return nil, err
-	}
 	msg, fds, err := recvHandshake(uc)
 	l.spoke(h)
 	if err != nil {
@@ -111,7 +131,7 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 	}
 	// Only now does the client cost us a connection: not more of them
 	// than Accept takes, however many clients come.
-	if !l.waitReady(deadline) {
+	if !l.waitReady(h.start.Add(p.cfg.HandshakeTimeout / 2)) {
 		closeFds(fds)
 		why := fmt.Sprintf("server is not accepting connections: %d made are waiting for Accept", maxReady)
 		sendRefuse(uc, syscall.EAGAIN, why)

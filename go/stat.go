@@ -4,6 +4,7 @@ package rpal
 
 import (
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -306,8 +307,10 @@ func (c *Conn) statOpen(fd int32, accepted bool) {
 	if accepted {
 		id.flags = statAccepted
 	}
-	if c.service == "" || c.service[0] != '/' {
-		id.service = c.service
+	// A path names no service: its last component does, as librpal shows it.
+	id.service = c.service
+	if i := strings.LastIndexByte(c.service, '/'); c.service != "" && c.service[0] == '/' && i < len(c.service)-1 {
+		id.service = c.service[i+1:]
 	}
 	e := c.p.stat.open(&id)
 	c.statID = e.id

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -118,11 +119,12 @@ func testCloseWriteWhileWriteBlocked(t *testing.T) {
 		err error
 	}
 	wrote := make(chan res, 1)
+	big := make([]byte, 64<<20) // more than the peer's budget: the Write blocks
 	go func() {
-		n, err := c1.Write(make([]byte, 64<<20)) // more than the peer's budget: blocks
+		n, err := c1.Write(big)
 		wrote <- res{n, err}
 	}()
-	time.Sleep(100 * time.Millisecond)
+	until(t, "the Write to sleep for room", func() bool { return atomic.LoadUint64(s.c.u64(s.c.me, bWaiting))&waitTX != 0 })
 	select {
 	case r := <-wrote:
 		t.Fatalf("the Write did not block: %d, %v", r.n, r.err)
@@ -215,11 +217,15 @@ func testCloseReadEndsBlockedPeerWrite(t *testing.T) {
 	}
 	defer stop()
 	wrote := make(chan error, 1)
+	big := make([]byte, 64<<20)
 	go func() {
-		_, err := c2.Write(make([]byte, 64<<20))
+		_, err := c2.Write(big)
 		wrote <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	until(t, "the peer's Write to sleep for room", func() bool {
+		p := c2.(*Stream).c
+		return atomic.LoadUint64(p.u64(p.me, bWaiting))&waitTX != 0
+	})
 	if err := c1.(*Stream).CloseRead(); err != nil {
 		t.Fatal(err)
 	}

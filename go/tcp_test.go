@@ -488,8 +488,15 @@ func silentService(t *testing.T, service string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var held []net.Conn
+	done := make(chan struct{})
 	go func() {
+		defer close(done)
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
 		for {
 			c, err := ln.Accept()
 			if err != nil {
@@ -498,7 +505,10 @@ func silentService(t *testing.T, service string) {
 			held = append(held, c)
 		}
 	}()
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() {
+		ln.Close()
+		<-done
+	})
 }
 
 // A local server that does not answer takes at most half of the dial's

@@ -110,7 +110,7 @@ struct rpal_stat_conn {
 	int64_t since;               /* CLOCK_REALTIME seconds at the handshake */
 	_Atomic uint32_t status;     /* RPAL_STAT_PEER_GONE, RPAL_STAT_ERROR: set, never cleared */
 	uint32_t reserved;
-	char service[64];            /* the service name, NUL-padded ("" for a path) */
+	char service[64];            /* the service name, NUL-padded (a path: its last component) */
 	struct rpal_stat_tx tx __attribute__((aligned(64)));
 	struct rpal_stat_rx rx __attribute__((aligned(64)));
 };

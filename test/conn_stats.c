@@ -8,6 +8,7 @@
  * owner is gone, and not after a crash.
  */
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 
 #include "helpers.h"
@@ -166,6 +167,7 @@ static void peer_gone(void)
 	pid_t pid = fork();
 
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		rpal_fini();
 		t_ok(rpal_init(NULL));
 		t_ok(rpal_connect("gone", NULL, 0));

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -285,6 +286,7 @@ static void gone(const char *rpal)
 		die("rpal_listen", lfd);
 	pid = fork();
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		rpal_fini();
 		if (rpal_init(NULL) < 0 || rpal_connect("stat-gone", NULL, 0) < 0)
 			_exit(1);
