@@ -187,6 +187,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	p->slot = h.slot;
 	p->flags = h.flags;
 	p->started = h.started;
+	p->init_mono_ns = h.clock_ns;
 	p->nr_open = atomic_load_explicit(&h.nr_open, memory_order_relaxed);
 	p->overflow = atomic_load_explicit(&h.overflow, memory_order_relaxed);
 	p->sleep_cost_ns = atomic_load_explicit(&h.sleep_cost_ns, memory_order_relaxed);
@@ -293,17 +294,20 @@ static int add_skip(struct snap *s, const char *path, const char *why)
 }
 
 /*
- * Is the process that made a page (pid, rpal initialised at started,
- * seconds since the epoch) still running?  A hosted program's page lives
- * in the address space it shares with its host, whose mapping keeps the
- * file, and its lock, after the program is killed: there the lock says
- * nothing.  Dead is no such process, a zombie, or a process that started
- * after the page did (the pid was reused).  Unknown counts as alive.
+ * Is the process that made a page (pid, rpal initialised at init_ns of
+ * CLOCK_MONOTONIC) still running?  A hosted program's page lives in the
+ * address space it shares with its host, whose mapping keeps the file, and
+ * its lock, after the program is killed: there the lock says nothing.
+ * Dead is no such process, a zombie, or a process that started after the
+ * page did (the pid was reused).  The start is in ticks of the boot clock,
+ * which runs on through a suspend where the monotonic one stops: their
+ * difference now bounds that gap.  Unknown counts as alive.
  */
-static bool owner_alive(uint32_t pid, int64_t started)
+static bool owner_alive(uint32_t pid, uint64_t init_ns)
 {
 	char path[40], buf[1024], *p;
-	unsigned long long start_ticks, btime = 0;
+	unsigned long long start_ticks;
+	struct timespec mono, boot;
 	char state;
 	FILE *f;
 
@@ -322,17 +326,13 @@ static bool owner_alive(uint32_t pid, int64_t started)
 		return true;
 	if (state == 'Z' || state == 'X')
 		return false;
-	f = fopen("/proc/stat", "re");
-	while (f && fgets(buf, sizeof(buf), f))
-		if (sscanf(buf, "btime %llu", &btime) == 1)
-			break;
-	if (f)
-		fclose(f);
 	long hz = sysconf(_SC_CLK_TCK);
-	if (!btime || hz <= 0)
+	if (hz <= 0 || clock_gettime(CLOCK_MONOTONIC, &mono) || clock_gettime(CLOCK_BOOTTIME, &boot))
 		return true;
-	/* Whole seconds, and a clock that may have been set since: slack. */
-	return (int64_t)(btime + start_ticks / (unsigned long long)hz) <= started + 5;
+	int64_t suspended = (boot.tv_sec - mono.tv_sec) * 1000000000ll + (boot.tv_nsec - mono.tv_nsec);
+	double start_ns = (double)start_ticks * 1e9 / (double)hz;
+	/* Two ticks of slack for the tick's rounding. */
+	return start_ns <= (double)init_ns + (double)(suspended > 0 ? suspended : 0) + 2e9 / (double)hz;
 }
 
 static int scan_dir(const char *dir, struct snap *s)
@@ -375,7 +375,7 @@ static int scan_dir(const char *dir, struct snap *s)
 			continue;
 		}
 		close(fd);
-		if ((p.flags & RPAL_STAT_HOSTED) && !owner_alive(p.pid, p.started)) {
+		if ((p.flags & RPAL_STAT_HOSTED) && !owner_alive(p.pid, p.init_mono_ns)) {
 			s->stale++;     /* its host holds it: left for the slot's next owner */
 			free(p.conns);
 			continue;

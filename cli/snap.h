@@ -29,6 +29,7 @@ struct snap_proc {
 	char dir[256];                /* its runtime directory */
 	uint32_t pid, uid, slot, flags, nr_open, overflow;
 	int64_t started;
+	uint64_t init_mono_ns;        /* CLOCK_MONOTONIC at its rpal_init() */
 	/* Hosted programs (RPAL_STAT_HOSTED): RPAL calls into it and made by its
 	 * threads, system calls handed back to it, its code's time on callers' threads. */
 	uint64_t calls_in, calls_out, handoffs, callee_ns;
