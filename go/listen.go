@@ -18,7 +18,7 @@ import (
 // handshakes run at once (when all are taken, the oldest client that has
 // not spoken yet is dropped to make room), and at most maxReady
 // connections wait for Accept; a client that finds them all waiting is
-// refused (EAGAIN) at half its handshake timeout.  The rest wait in the
+// refused (EAGAIN) at half the server's handshake timeout.  The rest wait in the
 // kernel's backlog.
 type Listener struct {
 	p       *process

@@ -52,7 +52,7 @@ func (c *Conn) sendError() error {
 		return fmt.Errorf("connection was shut down for writing: %w", errPipe)
 	}
 	if c.updatePeerState()&stateClosed != 0 {
-		return fmt.Errorf("peer pid %d closed the connection: %w", c.peerPid, errPipe)
+		return fmt.Errorf("peer pid %d closed the connection or shut down reading: %w", c.peerPid, errPipe)
 	}
 	if c.dead.Load() {
 		c.drainAcks()

@@ -602,11 +602,17 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 		return err;
 	MPK_REENTER(c, rpal_shutdown(fd, how));
 	if (how != SHUT_RD) {
-		c->shut_wr = true;
+		store_relaxed(&c->shut_wr, true);
 		/* R3: after our last slot.  An RMW: SHUT_RD may be stored at once. */
 		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_SHUT_WR, memory_order_release);
 		if (!conn_dead(c))
 			notify_peer_rx_nocall(c);
+		/* Our set's waiter for EPOLLOUT: a send now fails at once. */
+		pthread_mutex_lock(&rpal_g.lock);
+		struct rpal_ep *ep = obj_get(fd) == &c->obj ? load_acquire(&c->set) : NULL;
+		if (ep)
+			ep_kick(ep);
+		pthread_mutex_unlock(&rpal_g.lock);
 	}
 	if (how != SHUT_WR)
 		shut_rd(fd, c);

@@ -70,7 +70,8 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 		}
 	}
 	/* A peer that only shut down writing still reads: stay writable. */
-	if ((want & OUT_BITS) && !conn_dead(c) && !conn_err(c) && !(state & RPAL_STATE_CLOSED)) {
+	if ((want & OUT_BITS) && !conn_dead(c) && !conn_err(c) && !(state & RPAL_STATE_CLOSED) &&
+	    !load_relaxed(&c->shut_wr)) {
 		acks_drain(c);
 		uint64_t mark;
 
@@ -79,11 +80,12 @@ static RPAL_HOT uint32_t reg_events(struct rpal_ep_reg *r)
 				ev |= OUT_BITS;
 			r->out_mark = mark;
 		}
-	} else if ((want & OUT_BITS) && (state & RPAL_STATE_CLOSED) && !conn_dead(c) && !conn_err(c)) {
-		/* A peer that shut down reading keeps its socket: no hang-up
-		 * comes.  A send fails at once (EPIPE), so report it ready, as a
-		 * socket whose peer shut down reading is (one that closed
-		 * hangs up soon: then EPOLLHUP instead). */
+	} else if ((want & OUT_BITS) && ((state & RPAL_STATE_CLOSED) || load_relaxed(&c->shut_wr)) &&
+		   !conn_dead(c) && !conn_err(c)) {
+		/* We shut down writing, or the peer reading (it keeps its
+		 * socket: no hang-up comes).  A send fails at once (EPIPE), so
+		 * report it ready, as a socket does (a peer that closed hangs
+		 * up soon: then EPOLLHUP instead). */
 		if (!et || r->fresh || r->out_mark != UINT64_MAX)
 			ev |= OUT_BITS;
 		r->out_mark = UINT64_MAX;

@@ -206,7 +206,7 @@ struct rpal_conn {
 	_Atomic uint64_t last_peer_poll;  /* now_ns() of the last poll */
 	_Atomic uint32_t idle_polls;      /* empty non-blocking calls, to ration clock reads */
 	_Atomic uint32_t watch_seen;      /* watch_seq when we last polled the peer */
-	bool shut_wr;                 /* P: we shut down writing */
+	_Atomic bool shut_wr;         /* P: we shut down writing (a set's waiter reads it) */
 	/* We shut down reading (any thread): receives end once the ring is
 	 * empty, and our sleepers look again. */
 	_Atomic bool shut_rd;

@@ -16,7 +16,7 @@ static inline int send_error(struct rpal_conn *c)
 {
 	if (conn_err(c))
 		return -conn_err(c);
-	if (c->shut_wr)
+	if (load_relaxed(&c->shut_wr))
 		return rpal_fail(EPIPE, "connection was shut down for writing");
 	if (peer_update(c) & RPAL_STATE_CLOSED)
 		return rpal_fail(EPIPE, "peer pid %d closed the connection or shut down reading", (int)c->peer_pid);

@@ -178,6 +178,24 @@ int main(void)
 		t_ok(rpal_close(b));
 	}
 
+	printf("our own set asleep for EPOLLOUT on a full ring wakes with EPOLLOUT when we shut down writing\n");
+	t_ok(rpal_close(lfd));
+	lfd = t_self_pair("shut4d", &a, &b);
+	{
+		while (rpal_send(a, "fill", 4, RPAL_NONBLOCK) == 4)
+			;
+		struct blocked w = { .ep = t_ok(rpal_epoll_create(0)) };
+		struct epoll_event ev = { .events = EPOLLOUT, .data.u64 = 5 };
+		t_ok(rpal_epoll_ctl(w.ep, EPOLL_CTL_ADD, a, &ev));
+		shut_while_blocked(wait_blocked, &w, a, SHUT_WR, "our rpal_epoll_wait for EPOLLOUT");
+		t_check(w.ret == 1 && w.ev.data.u64 == 5 && (w.ev.events & EPOLLOUT), "rpal_epoll_wait returned %ld, events %#x",
+			w.ret, w.ev.events);
+		t_check(rpal_send(a, "x", 1, RPAL_NONBLOCK) == -EPIPE, "the send it reported");
+		t_ok(rpal_close(w.ep));
+	}
+	t_ok(rpal_close(a));
+	t_ok(rpal_close(b));
+
 	printf("a thread asleep in an rpal-only set wakes with EPOLLIN | EPOLLRDHUP\n");
 	t_ok(rpal_close(lfd));
 	lfd = t_self_pair("shut5", &a, &b);
