@@ -74,11 +74,8 @@ static int conn_stat_open(struct rpal_conn *c, const char *service, bool accepte
 		.flags = (accepted ? RPAL_STAT_ACCEPTED : 0) | (c->local ? RPAL_STAT_LOCAL : 0),
 	};
 
-	/* A path names no service: its last component does. */
-	if (service && service[0] == '/' && strrchr(service, '/')[1])
-		service = strrchr(service, '/') + 1;
 	if (service)
-		snprintf(id.service, sizeof(id.service), "%s", service);
+		snprintf(id.service, sizeof(id.service), "%s", service_label(service));
 	c->st = stat_conn_open(&id);
 	return c->st ? 0 : -ENOMEM;
 }
@@ -325,27 +322,27 @@ void conn_mark_dead(struct rpal_conn *c, bool process_exited)
 	conn_reclaim(c);
 }
 
-/* Does c's socket show a hang-up, or its pidfd an exit, now?  One poll(),
- * no waiting, nothing marked: for the watcher thread, whose event may
- * concern an earlier connection on the same descriptor. */
-bool conn_hung_up(const struct rpal_conn *c)
+/* Does c's socket show a hang-up (1), or its pidfd an exit (2), now?
+ * One poll(), no waiting, nothing marked (the watcher thread asks too:
+ * its event may concern an earlier connection on the same descriptor). */
+int conn_hung_up(const struct rpal_conn *c)
 {
 	struct pollfd pfd[2] = {
 		{ .fd = c->fd, .events = POLLRDHUP },
 		{ .fd = c->pidfd, .events = POLLIN },
 	};
 
-	return poll(pfd, 2, 0) > 0 &&
-	       ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN));
+	if (poll(pfd, 2, 0) <= 0)
+		return 0;
+	if (pfd[1].revents & POLLIN)
+		return 2;
+	return (pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) ? 1 : 0;
 }
 
 /* Has the peer hung up or exited?  One poll(), no waiting. */
 int conn_poll_peer(struct rpal_conn *c)
 {
-	struct pollfd pfd[2] = {
-		{ .fd = c->fd, .events = POLLRDHUP },
-		{ .fd = c->pidfd, .events = POLLIN },
-	};
+	int gone;
 
 	if (conn_dead(c))
 		return 1;
@@ -359,12 +356,10 @@ int conn_poll_peer(struct rpal_conn *c)
 		conn_mark_dead(c, false);
 		return 1;
 	}
-	if (poll(pfd, 2, 0) > 0 &&
-	    ((pfd[0].revents & (POLLHUP | POLLRDHUP | POLLERR)) || (pfd[1].revents & POLLIN))) {
-		conn_mark_dead(c, pfd[1].revents & POLLIN);
-		return 1;
-	}
-	return 0;
+	gone = conn_hung_up(c);
+	if (gone)
+		conn_mark_dead(c, gone == 2);
+	return gone != 0;
 }
 
 /*
@@ -570,22 +565,28 @@ void conn_close(struct rpal_conn *c)
 }
 
 /*
- * Shut down reading, under rpal_g.lock: once shut_rd shows, a receiver of
- * ours returns end of stream and may close the connection at once, but a
- * close frees nothing before it takes the lock (obj_clear), so c stays
- * ours until we let go.
+ * What a shutdown changes for our own threads, under rpal_g.lock: once
+ * shut_rd shows, a receiver of ours returns end of stream and may close
+ * the connection at once, but a close frees nothing before it takes the
+ * lock (obj_clear), so c stays ours until we let go.
  */
-static void shut_rd(int fd, struct rpal_conn *c)
+static void shut_wake(int fd, struct rpal_conn *c, int how)
 {
 	pthread_mutex_lock(&rpal_g.lock);
-	if (obj_get(fd) == &c->obj && !atomic_exchange(&c->shut_rd, true)) {
-		/* The peer's sends fail from now on, as on a socket whose peer
-		 * shut down reading; what it sent before stays readable. */
-		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_CLOSED, memory_order_release);
-		if (!conn_dead(c))
-			notify_peer_tx_closed(c);
-		/* Our threads blocked in a receive or a set return. */
-		watch_wake_conn(c);
+	if (obj_get(fd) == &c->obj) {
+		if (how != SHUT_WR && !atomic_exchange(&c->shut_rd, true)) {
+			/* The peer's sends fail from now on, as on a socket
+			 * whose peer shut down reading; what it sent before
+			 * stays readable. */
+			atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_CLOSED, memory_order_release);
+			if (!conn_dead(c))
+				notify_peer_tx_closed(c);
+			/* Our threads blocked in a receive or a set return. */
+			watch_wake_conn(c);
+		} else if (how != SHUT_RD && load_acquire(&c->set)) {
+			/* Our set's waiter for EPOLLOUT: a send fails at once. */
+			ep_kick(load_acquire(&c->set));
+		}
 	}
 	pthread_mutex_unlock(&rpal_g.lock);
 }
@@ -607,15 +608,8 @@ RPAL_EXPORT int rpal_shutdown(int fd, int how)
 		atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_SHUT_WR, memory_order_release);
 		if (!conn_dead(c))
 			notify_peer_rx_nocall(c);
-		/* Our set's waiter for EPOLLOUT: a send now fails at once. */
-		pthread_mutex_lock(&rpal_g.lock);
-		struct rpal_ep *ep = obj_get(fd) == &c->obj ? load_acquire(&c->set) : NULL;
-		if (ep)
-			ep_kick(ep);
-		pthread_mutex_unlock(&rpal_g.lock);
 	}
-	if (how != SHUT_WR)
-		shut_rd(fd, c);
+	shut_wake(fd, c, how);
 	return 0;
 }
 

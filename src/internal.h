@@ -374,6 +374,14 @@ void obj_clear(int fd);
 void obj_walk(void (*fn)(int fd, struct rpal_obj *_Atomic *slot));
 int conn_get_failed(int fd);
 
+/* The name a service shows in the statistics: a path's last component. */
+static inline const char *service_label(const char *service)
+{
+	const char *slash = service[0] == '/' ? strrchr(service, '/') : NULL;
+
+	return slash && slash[1] ? slash + 1 : service;
+}
+
 /* The connection named by fd, or NULL. */
 static inline struct rpal_conn *conn_of(int fd)
 {
@@ -393,7 +401,7 @@ static inline struct rpal_conn *conn_get(int fd, int *err)
 }
 void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
-bool conn_hung_up(const struct rpal_conn *c);
+int conn_hung_up(const struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 

@@ -49,10 +49,8 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		return rpal_fail(ENOMEM, "out of memory");
 	l->obj.kind = OBJ_LISTENER;
 	l->fd = l->sock = l->lockfd = l->timer = -1;
-	/* The name the statistics show: a path's last component, as the
-	 * client's side shows it (a path may be longer than the field). */
-	snprintf(l->service, sizeof(l->service), "%s",
-		 service[0] == '/' && strrchr(service, '/')[1] ? strrchr(service, '/') + 1 : service);
+	/* What the statistics show (a path may be longer than the field). */
+	snprintf(l->service, sizeof(l->service), "%s", service_label(service));
 	ret = policy_copy(l, policy);
 	if (ret)
 		goto fail;
