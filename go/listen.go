@@ -15,11 +15,11 @@ import (
 // concurrently: a client that stalls is dropped after the handshake timeout
 // without delaying others.  What clients can make a listener hold is
 // bounded, as it is for a socket's backlog: at most maxHandshakes
-// handshakes run at once (when all are taken, the oldest client that has
-// not spoken yet is dropped to make room), and at most maxReady
-// connections wait for Accept; a client that finds them all waiting is
-// refused (EAGAIN) at half the server's handshake timeout.  The rest wait in the
-// kernel's backlog.
+// handshakes run at once (when all are taken and another client waits, the
+// oldest that has not spoken yet is dropped to make room), and at most
+// maxReady connections wait for Accept; a client that finds them all
+// waiting is refused (EAGAIN) at half the handshake timeout.  The rest
+// wait in the kernel's backlog.
 type Listener struct {
 	p       *process
 	service string
@@ -45,10 +45,9 @@ const (
 
 // handshake is one client's, while it runs.
 type handshake struct {
-	uc       *net.UnixConn
-	start    time.Time
-	deadline time.Time // set on uc before the handshake starts
-	spoke    bool      // its HELLO came, or it was dropped (under Listener.mu)
+	uc    *net.UnixConn
+	start time.Time
+	spoke bool // its HELLO came, or it was dropped (under Listener.mu)
 }
 
 // A Listener is what net.Listener users (http.Serve, grpc.Server.Serve)
@@ -108,11 +107,10 @@ func (l *Listener) loop() {
 			time.Sleep(5 * time.Millisecond) // EMFILE and the like
 			continue
 		}
-		now := time.Now()
-		h := &handshake{uc: uc, start: now, deadline: now.Add(l.p.cfg.HandshakeTimeout)}
+		h := &handshake{uc: uc, start: time.Now()}
 		// Here, not in the goroutine: a drop's earlier deadline must not
 		// be undone by a goroutine that had not started yet.
-		_ = uc.SetDeadline(h.deadline)
+		_ = uc.SetDeadline(h.start.Add(l.p.cfg.HandshakeTimeout))
 		l.mu.Lock()
 		l.running[h] = struct{}{}
 		l.mu.Unlock()
@@ -179,7 +177,7 @@ func (l *Listener) spoke(h *handshake) {
 
 // waitReady takes a ready token for a connection about to be made, waiting
 // while maxReady made ones wait for Accept, until deadline (half the
-// client's handshake timeout: a refusal must reach it before it gives up).
+// handshake timeout: a refusal must reach the client before it gives up).
 func (l *Listener) waitReady(deadline time.Time) bool {
 	select {
 	case l.ready <- struct{}{}:
