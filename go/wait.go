@@ -93,9 +93,16 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 				// every yieldEvery, other threads on our CPU: a spinner
 				// that keeps the thread the peer (or our own next step)
 				// needs off the CPU only makes the wait longer.  The
-				// peer's thread on our CPU gets it at every look.
+				// peer's thread on our CPU gets it at every look, and
+				// our goroutines from the second look on, or from the
+				// first where they write to the connection while we
+				// wait (gRPC's handlers): with one P, what we wait
+				// for may be theirs to send first.
 				if yield || spun-yielded >= yieldEvery {
 					yielded = spun
+					if yield && (sp.writtenNear > 0 || i > 1) {
+						runtime.Gosched()
+					}
 					osYield()
 				} else {
 					runtime.Gosched()

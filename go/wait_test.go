@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 	"io"
 	"os"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -358,6 +359,43 @@ func TestPinnedCPUHint(t *testing.T) {
 		t.Fatalf("budget %v, yield %v for a peer on another CPU; want %v and a spin", d, yield, a.rxSpin.cur)
 	}
 	a.cpu = noCPU
+}
+
+// A waiter that yields its CPU to a peer on it also lets this process's
+// other goroutines run: with one P (GOMAXPROCS=1, as on a process pinned
+// to one CPU) the message it waits for may be theirs to send, and a waiter
+// that only gave the thread away would hold them off until it slept.
+func TestYieldingWaiterRunsOurGoroutines(t *testing.T) {
+	a, b := connPair(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	// Both sides pinned to CPU 3, a ceiling that outlasts any yield: a
+	// waiter that lets the sender run catches its message spinning.
+	a.rxMu.Lock()
+	a.rxSpin.init(16*time.Millisecond, WaitAdaptive)
+	a.cpu = 3
+	a.rxMu.Unlock()
+	atomic.StoreUint32((*uint32)(unsafe.Add(b.me, bTxCPU)), 3)
+	defer func() {
+		a.rxMu.Lock()
+		a.cpu = noCPU
+		a.rxMu.Unlock()
+	}()
+	buf := make([]byte, 64)
+	for i := 0; i < 20; i++ {
+		before := a.Info().Sleeps
+		sent := make(chan error, 1)
+		// Runnable, but on the only P: it runs when the waiter lets it.
+		go func() { sent <- b.Send([]byte("ping")) }()
+		if n, err := a.Recv(buf); err != nil || string(buf[:n]) != "ping" {
+			t.Fatalf("recv %d: %q, %v", i, buf[:n], err)
+		}
+		if err := <-sent; err != nil {
+			t.Fatal(err)
+		}
+		if slept := a.Info().Sleeps - before; slept != 0 {
+			t.Fatalf("message %d: the waiter slept %d times for a goroutine of its own process", i, slept)
+		}
+	}
 }
 
 // A receiver that had to wake its peer after a pause sleeps for the reply
