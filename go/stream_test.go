@@ -102,6 +102,40 @@ func testStreamDeadlineAndClose(t *testing.T) {
 	}
 }
 
+// Zero-length calls say whether the side is closed, as over TCP: nothing
+// before, EPIPE for a Write after CloseWrite, net.ErrClosed after Close.
+func TestZeroLengthAfterClose(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	if n, err := c1.Write(nil); n != 0 || err != nil {
+		t.Fatalf("Write(nil) on an open stream: %d, %v", n, err)
+	}
+	if n, err := c1.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read(nil) on an open stream: %d, %v", n, err)
+	}
+	if err := c1.(*Stream).CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c1.Write(nil); n != 0 || !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("Write(nil) after CloseWrite: %d, %v; want EPIPE", n, err)
+	}
+	if n, err := c1.Read(nil); n != 0 || err != nil {
+		t.Fatalf("Read(nil) after CloseWrite: %d, %v; reading is still open", n, err)
+	}
+	if err := c2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c2.Read(nil); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Read(nil) after Close: %d, %v; want net.ErrClosed", n, err)
+	}
+	if n, err := c2.Write(nil); n != 0 || !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write(nil) after Close: %d, %v; want net.ErrClosed", n, err)
+	}
+}
+
 // CloseWrite and Info do not wait behind a Write blocked for room (the
 // peer reads nothing): CloseWrite returns at once, the Write fails with
 // EPIPE as over TCP, and the peer reads what was written, then io.EOF.
