@@ -120,6 +120,16 @@ func (p *process) checkPeer(h *hello) error {
 	return nil
 }
 
+// checkMapped says whether the peer's mapped arena, pm, holds the whole
+// block its hello names: checkPeer placed it by the hello's arena size,
+// and the mapping may be an earlier one of the same peer (mapPeer).
+func checkMapped(h *hello, pm *peerMap) error {
+	if h.Block < pm.addr+pageSize || h.Block >= pm.addr+pm.size || blockBytes(h.RingEntries, h.AckEntries) > pm.addr+pm.size-h.Block {
+		return refused(syscall.EPROTO, "peer block %#x is not inside its mapped arena", h.Block)
+	}
+	return nil
+}
+
 // checkBlock compares the peer's mapped block with its hello (block_check()).
 func checkBlock(pb unsafe.Pointer, h *hello) error {
 	u32 := func(off uintptr) uint32 { return *(*uint32)(unsafe.Add(pb, off)) }

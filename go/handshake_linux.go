@@ -518,6 +518,11 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	}
 	unix.Close(fds[0]) // the mapping keeps the memory
 	peerBell := fds[1]
+	if err := checkMapped(&h, pm); err != nil {
+		p.putPeer(pm)
+		closePeerFd(peerBell)
+		return nil, err
+	}
 	pb := unsafe.Add(pm.base, uintptr(h.Block-pm.addr))
 	if err := checkBlock(pb, &h); err != nil {
 		p.putPeer(pm)

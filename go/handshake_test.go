@@ -179,6 +179,68 @@ func TestBadHello(t *testing.T) {
 	}
 }
 
+// A peer already connected (so its arena is mapped here) that sends a
+// second hello saying its arena is twice as large, its block past the
+// mapping, is refused with EPROTO; its first connection works on.
+func TestSecondHelloOfAnotherSize(t *testing.T) {
+	a, b := connPair(t) // we are our own peer: our arena is mapped as one
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, l := newService(t)
+	path, _, _ := p.socketPath(name)
+	s, err := p.newSide()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.dropSide(s)
+	big, err := unix.MemfdCreate("twice", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(big)
+	if err := unix.Ftruncate(big, int64(2*p.cfg.ArenaSize)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.FcntlInt(uintptr(big), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	h := p.helloFor(hsHello, s, name)
+	h.Block = p.slotAddr(p.slot) + p.cfg.ArenaSize + pageSize
+	h.ArenaSize *= 2
+	nc, err := net.Dial("unixpacket", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	uc := nc.(*net.UnixConn)
+	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(big, s.ringEnd), nil); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 256)
+	uc.SetReadDeadline(time.Now().Add(2 * time.Second))
+	k, err := uc.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, ok := parseRefuse(buf[:k])
+	if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, "mapped here") {
+		t.Fatalf("want REFUSE/EPROTO for the arena size, got %d bytes %+v", k, r)
+	}
+	t.Logf("refused: %s", r.Reason)
+	if errs := l.Refused(); len(errs) != 1 {
+		t.Fatalf("refusals recorded: %v", errs)
+	}
+	if err := a.Send([]byte("still here")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 16)
+	if n, err := b.Recv(got); err != nil || string(got[:n]) != "still here" {
+		t.Fatalf("the first connection after the refusal: %q, %v", got[:n], err)
+	}
+}
+
 // The doorbell a peer hands over must be one end of a Unix stream socket
 // pair with nothing queued in it: not a pipe, not a datagram socket, not
 // unconnected, not connected to a named socket that could be a third

@@ -212,6 +212,12 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 	base := p.slotAddr(h.Slot)
 	if old := p.peers[h.Slot]; old != nil {
 		if !old.dead && old.pid == pid && old.nonce == h.ArenaNonce {
+			// The hello's block and rings are placed by its size:
+			// another one than the mapping's would put them past it.
+			if old.size != h.ArenaSize {
+				return nil, fmt.Errorf("peer pid %d says its arena (slot %d) is %#x bytes; it is mapped here with %#x: %w",
+					pid, h.Slot, h.ArenaSize, old.size, syscall.EPROTO)
+			}
 			old.refs++
 			return old, nil
 		}

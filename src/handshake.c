@@ -74,6 +74,13 @@ int hello_check(const void *buf, size_t len, uint16_t want_type, struct rpal_hel
 	return 0;
 }
 
+/* The bytes of the connection block a hello describes, rings included. */
+static uint64_t block_bytes(const struct rpal_hello *h)
+{
+	return sizeof(struct rpal_block) + (uint64_t)h->ring_entries * sizeof(struct rpal_slot) +
+	       (uint64_t)h->ack_entries * sizeof(struct rpal_ack);
+}
+
 /* Geometry: does this peer fit our address map, g?  (No memory is touched.) */
 int hello_check_peer(const struct rpal_hello *h, const struct rpal_geom *g, char *why, size_t whylen)
 {
@@ -93,8 +100,7 @@ int hello_check_peer(const struct rpal_hello *h, const struct rpal_geom *g, char
 	if (!pow2(h->ack_entries) || h->ack_entries < 8 || h->ack_entries > 65536)
 		return WHY("peer ack_entries %u invalid", h->ack_entries);
 	base = h->region_base + (uint64_t)h->slot * h->slot_size;
-	bsize = sizeof(struct rpal_block) + (uint64_t)h->ring_entries * sizeof(struct rpal_slot) +
-		(uint64_t)h->ack_entries * sizeof(struct rpal_ack);
+	bsize = block_bytes(h);
 	if (h->block % RPAL_CACHELINE || h->block < base + RPAL_PAGE ||
 	    h->block >= base + h->arena_size || bsize > base + h->arena_size - h->block)
 		return WHY("peer block %#" PRIx64 " is not inside its arena", h->block);
@@ -105,14 +111,18 @@ int hello_check_peer(const struct rpal_hello *h, const struct rpal_geom *g, char
 int block_check(const struct rpal_block *pb, const struct rpal_hello *h, uintptr_t pbase,
 		size_t psize, char *why, size_t whylen)
 {
+	/* hello_check_peer() placed it by the hello's arena size: before
+	 * reading it, the mapping's must hold it too. */
+	uint64_t bsize = block_bytes(h);
+
+	if ((uintptr_t)pb < pbase + RPAL_PAGE || (uintptr_t)pb >= pbase + psize || bsize > pbase + psize - (uintptr_t)pb)
+		return WHY("peer block %p is not inside its mapped arena", (const void *)pb);
 	if (pb->magic != RPAL_BLOCK_MAGIC || pb->version != RPAL_WIRE_VERSION || pb->nonce != h->block_nonce)
 		return WHY("peer block header does not match its hello");
 	if (pb->ring_entries != h->ring_entries || pb->ack_entries != h->ack_entries ||
 	    pb->hdr_size != sizeof(struct rpal_block) || pb->ring_off != sizeof(struct rpal_block) ||
 	    pb->ack_off != pb->ring_off + h->ring_entries * sizeof(struct rpal_slot))
 		return WHY("peer block geometry does not match its hello");
-	(void)pbase;
-	(void)psize;
 	return 0;
 }
 

@@ -313,6 +313,12 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		if (p->slot != h->slot)
 			continue;
 		if (!p->dead && p->pid == pid && p->arena_nonce == h->arena_nonce) {
+			/* The hello's block and rings are placed by its size:
+			 * another one than the mapping's would put them past it. */
+			if (p->size != h->arena_size)
+				return rpal_fail(EPROTO, "peer pid %d says its arena (slot %u) is %#" PRIx64
+						 " bytes; it is mapped here with %#zx", (int)pid, h->slot,
+						 h->arena_size, p->size);
 			p->refs++;
 			*out = p;
 			return 0;

@@ -6,7 +6,9 @@
  * client hid (in the doorbell, at the bottom of Unix sockets nested 8
  * deep, in the backlog of a listening socket, in a message behind the
  * hello, next to it or after an empty one) never holds up the refusal or
- * the next client's answer.  Also: credentials by policy
+ * the next client's answer.  A connected client's second hello that
+ * claims another arena size (its block past what is mapped) is refused
+ * before the block is read.  Also: credentials by policy
  * (same uid, allow-lists, a second uid), a client that stalls, a client
  * killed mid-handshake, a server whose WELCOME carries a bad wake page (the
  * client refuses it), a client without a wake page killed while we sleep
@@ -150,6 +152,62 @@ int main(void)
 		t_check(r < 0, "%s: accept reported no error", raw_fault_name[f]);
 		t_check(strlen(last_why) > 30, "%s: unclear error '%s'", raw_fault_name[f], last_why);
 		check_clean(fds0, used0, raw_fault_name[f]);
+	}
+
+	printf("a connected peer's second hello that claims another arena size is refused, its first connection works on\n");
+	{
+		int sv[2], fds1;
+		char buf[16], go;
+
+		t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		pid_t pid = fork();
+		if (pid == 0) {
+			char why[128] = "";
+			close(sv[0]);
+			rpal_fini();
+			t_ok(rpal_init(NULL));
+			int fd = t_ok(rpal_connect("hs", NULL, 0));
+			/* The server maps our arena with its real size for fd; the
+			 * same incarnation then says it is twice that. */
+			t_check(read(sv[1], &go, 1) == 1, "sync");
+			int s = raw_hello("hs", RAW_SIZE_MIX, myslot);
+			int err = raw_answer(s, why, sizeof(why));
+			printf("  -> refused: %s (%s)\n", why, strerror(err));
+			t_check(read(sv[1], &go, 1) == 1, "sync");
+			t_check(rpal_send(fd, "still here", 10, 0) == 10, "send on the first connection");
+			exit(err == EPROTO ? 0 : 2);
+		}
+		close(sv[1]);
+		int fd = -EAGAIN;
+		uint64_t t0 = t_now_ns();
+		while (fd == -EAGAIN && t_now_ns() - t0 < 5000000000ull) {
+			fd = rpal_accept(lfd, RPAL_NONBLOCK);
+			usleep(500);
+		}
+		t_check(fd >= 0, "the first connection: %s", rpal_strerror(fd));
+		fds1 = t_count_fds();   /* the connection's, and the watcher's from now on */
+		t_check(write(sv[0], "1", 1) == 1, "sync");
+		r = -EAGAIN;
+		while (r == -EAGAIN && t_now_ns() - t0 < 5000000000ull) {
+			r = rpal_accept(lfd, RPAL_NONBLOCK);
+			usleep(500);
+		}
+		t_check(r == -EPROTO, "the second hello: %d (%s), want EPROTO", r, rpal_strerror(r));
+		t_check(t_count_fds() == fds1, "the refusal left %d descriptors open", t_count_fds() - fds1);
+		t_check(write(sv[0], "2", 1) == 1, "sync");
+		t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 10 && !memcmp(buf, "still here", 10),
+			"the first connection after the refusal");
+		t_check(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			"the client was not told EPROTO");
+		close(sv[0]);
+		r = (int)rpal_recv(fd, buf, sizeof(buf), 0);     /* the client's exit: nothing lingers */
+		t_check(r == 0 || r == -ECONNRESET, "after the client's exit: %d (%s)", r, rpal_strerror(r));
+		t_ok(rpal_close(fd));
+		t_ok(rpal_stats(&st));
+		t_check(st.nr_conns == 0 && st.nr_peers_mapped == 0 && st.arena_used == used0,
+			"%u conns, %u peers, arena use %zu (was %zu) left", st.nr_conns, st.nr_peers_mapped,
+			st.arena_used, used0);
+		fds0 = t_count_fds();   /* librpal's watcher runs from the first connection on */
 	}
 
 	printf("a client that connects and says nothing is dropped after handshake_ms without blocking\n");

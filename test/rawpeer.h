@@ -22,7 +22,7 @@ enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
-	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_NR
+	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -35,6 +35,7 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"a third descriptor listening, a socket in its backlog", "a third descriptor nesting 8 deep",
 	"the doorbell nesting 8 deep", "garbage, then a message with a socket",
 	"garbage, an empty message, one with a socket",
+	"claims twice its arena, block past it",
 };
 
 static inline int raw_connect(const char *service)
@@ -228,6 +229,14 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_BAD_REGION: h.slot_size *= 2; break;
 	case RAW_BLOCK_OUTSIDE: h.block = h.region_base + h.slot * h.slot_size + h.arena_size - 64; break;
 	case RAW_OUR_SLOT: h.slot = server_slot; break;
+	case RAW_SIZE_MIX:              /* our own incarnation, a larger arena */
+		extra = memfd_create("twice", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		t_check(ftruncate(extra, (off_t)h.arena_size * 2) == 0, "ftruncate");
+		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		fds[0] = extra;
+		h.block = h.region_base + h.slot * h.slot_size + h.arena_size + RPAL_PAGE;
+		h.arena_size *= 2;
+		break;
 	case RAW_BAD_BLOCK_NONCE: h.block_nonce ^= 2; break;
 	case RAW_THREE_FDS:             /* a HELLO carries two */
 		extra = memfd_create("third", MFD_CLOEXEC);
