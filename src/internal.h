@@ -192,6 +192,10 @@ struct rpal_conn {
 	 * the peer's (I wake it there); NULL: wake_seq and futex_waitv. */
 	struct rpal_wake_page *wake_page;
 	_Atomic uint32_t *wake_mine, *wake_peer;
+	/* conn_wait()'s sleepers on wake_mine, RX and TX: the peer can put
+	 * that word back after we bump it, so a wake-up they must not miss
+	 * is repeated until they are out (conn_wake_locked()). */
+	_Atomic uint32_t asleep_mine[2];
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */

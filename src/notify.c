@@ -349,9 +349,16 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		 * finds this sleeper on its kick (rpal_shutdown writes it after
 		 * setting shut_rd). */
 		int shut_kick = load_relaxed(&c->shut_rd) ? -1 : c->shut_kick;
+		/* Counted before the look below, uncounted once out of the
+		 * futex: see conn_wake_locked(). */
+		_Atomic uint32_t *asleep = futex && c->wake_mine ? &c->asleep_mine[bit != RPAL_WAIT_RX] : NULL;
+		if (asleep)
+			atomic_fetch_add(asleep, 1);
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);
+			if (asleep)
+				atomic_fetch_sub(asleep, 1);
 			break;
 		}
 		/* A sample of sleeps is timed in CPU, what one costs the
@@ -364,6 +371,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			/* Our word of the wake page: the peer bumps it to wake
 			 * us, and so does the watcher when the peer dies. */
 			syscall(SYS_futex, (uint32_t *)c->wake_mine, FUTEX_WAIT, seq, NULL, NULL, 0);
+			atomic_fetch_sub(asleep, 1);
 			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);
 		} else if (futex) {

@@ -52,14 +52,26 @@ _Atomic uint32_t watch_seq;
  * on futexes (and, with kernel, in epoll_wait too: a set with ordinary
  * descriptors sleeps there, and only the watched descriptors' own events
  * reach it).  rpal_g.lock held: a set frees c only after obj_clear().
+ *
+ * The peer can write the wake page word too, and put it back after our
+ * bump: a sleeper that sampled it and was not yet queued in FUTEX_WAIT
+ * (a signal handler can hold it there) would then sleep through this
+ * wake-up.  So for the sleepers that must leave (leave: bit 0 those
+ * receiving, bit 1 those sending; they will not sleep again), bump and
+ * wake until they are out: once queued, FUTEX_WAKE reaches them whatever
+ * the word holds.
  */
-static void conn_wake_locked(struct rpal_conn *c, bool kernel)
+static void conn_wake_locked(struct rpal_conn *c, bool kernel, unsigned leave)
 {
 	struct rpal_ep *ep;
 
-	if (c->wake_mine) {
+	for (unsigned n = 0; c->wake_mine; n++) {
+		if (n)
+			sched_yield();
 		atomic_fetch_add(c->wake_mine, 1);
 		syscall(SYS_futex, c->wake_mine, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+		if (!((leave & 1) && atomic_load(&c->asleep_mine[0])) && !((leave & 2) && atomic_load(&c->asleep_mine[1])))
+			break;
 	}
 	if ((ep = load_acquire(&c->set)) != NULL) {
 		if (kernel)
@@ -78,7 +90,7 @@ static void conn_wake_locked(struct rpal_conn *c, bool kernel)
  */
 void watch_wake_conn(struct rpal_conn *c)
 {
-	conn_wake_locked(c, true);
+	conn_wake_locked(c, true, 1);   /* receivers return once the ring is empty */
 	if (!c->wake_mine) {
 		atomic_fetch_add(&watch_seq, 1);
 		syscall(SYS_futex, &watch_seq, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -139,7 +151,10 @@ static void *watcher(void *arg)
 			if (who == WATCH_CONN && o->kind == OBJ_CONN) {
 				/* The event may be an earlier connection's on the
 				 * same descriptor: what it says is looked at again. */
+				unsigned leave = 0;
+
 				if (conn_hung_up(c)) {
+					leave = 3;      /* everyone: it is gone */
 					/* A local peer is checked without a system
 					 * call (conn_poll_peer): say it here. */
 					if (c->local)
@@ -150,7 +165,7 @@ static void *watcher(void *arg)
 					atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE,
 								 memory_order_relaxed);
 				}
-				conn_wake_locked(c, false);
+				conn_wake_locked(c, false, leave);
 			} else if (who == WATCH_SET && o->kind == OBJ_EPOLL) {
 				epoll_wake_futex((struct rpal_ep *)o);
 			}

@@ -5,7 +5,8 @@
  * a set in epoll_wait with an ordinary descriptor, a receive on a peer
  * without a wake page), delivers what was queued, then end of stream; the
  * peer's sends, blocked ones too, fail with EPIPE while ours still arrive.
- * SHUT_RDWR does both; any other how is EINVAL.
+ * SHUT_RDWR does both; any other how is EINVAL.  A peer that puts its
+ * wake page word back after our bump cannot keep a receive asleep.
  */
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -63,6 +64,25 @@ static void *send_blocked(void *arg)
 	b->ret = rpal_send(b->fd, "full", 4, 0);
 	atomic_store(&b->done, 1);
 	return NULL;
+}
+
+/* The peer's part in a race on our wake page word: in a signal handler of
+ * our blocked receiver (so it is out of its futex, or not yet in it), wait
+ * for rpal_shutdown()'s bump of the word, then put the word back. */
+static _Atomic uint32_t *undo_word;
+static _Atomic int undo_seen;
+
+static void undo_bump(int sig)
+{
+	uint32_t seq = atomic_load(undo_word);
+	uint64_t t0 = t_now_ns();
+
+	(void)sig;
+	atomic_store(&undo_seen, 1);
+	while (atomic_load(undo_word) == seq && t_now_ns() - t0 < 2000000000ull)
+		;
+	atomic_store(undo_word, seq);
+	atomic_store(&undo_seen, 2);
 }
 
 /* Start fn on b, check that it blocks, shut fd down for reading, and
@@ -268,6 +288,38 @@ int main(void)
 		t_ok(rpal_close(a));
 	}
 	t_ok(rpal_close(lfd));
+
+	printf("a receive wakes on SHUT_RD although the peer puts its wake page word back after our bump\n");
+	{
+		int a2, b2, l2 = t_self_pair("shut9", &a2, &b2);
+		struct blocked rb = { .fd = b2 };
+		struct sigaction sa = { .sa_handler = undo_bump, .sa_flags = SA_RESTART };
+		pthread_t th;
+
+		undo_word = conn_of(b2)->wake_mine;
+		t_check(undo_word, "no wake page between two librpal processes");
+		t_check(sigaction(SIGUSR1, &sa, NULL) == 0, "sigaction");
+		t_check(pthread_create(&th, NULL, recv_blocked, &rb) == 0, "pthread_create");
+		usleep(100000);
+		t_check(!atomic_load(&rb.done), "rpal_recv returned %ld before the shutdown", rb.ret);
+		/* Restarted after the handler, its FUTEX_WAIT finds the word it
+		 * sampled: only a wake-up once it is queued there ends it. */
+		pthread_kill(th, SIGUSR1);
+		while (!atomic_load(&undo_seen))
+			usleep(100);
+		uint64_t t0 = t_now_ns();
+		t_ok(rpal_shutdown(b2, SHUT_RD));
+		while (!atomic_load(&rb.done) && t_now_ns() - t0 < 1000000000ull)
+			usleep(1000);
+		t_check(atomic_load(&undo_seen) == 2, "the word was never bumped");
+		t_check(atomic_load(&rb.done), "rpal_recv still blocked 1 s after SHUT_RD");
+		pthread_join(th, NULL);
+		t_check(rb.ret == 0, "rpal_recv after SHUT_RD: %ld (%s)", rb.ret, rpal_strerror((int)rb.ret));
+		signal(SIGUSR1, SIG_DFL);
+		t_ok(rpal_close(a2));
+		t_ok(rpal_close(b2));
+		t_ok(rpal_close(l2));
+	}
 
 	printf("a receive from a peer without a wake page (as the Go package is) wakes too\n");
 	{
