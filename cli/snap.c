@@ -265,7 +265,10 @@ static long page_slot(const char *name)
 static void stale_remove(int dirfd, const char *name, long slot)
 {
 	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = slot, .l_len = 1 };
-	int lk = openat(dirfd, "slots.lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	/* O_NONBLOCK: a file lease on it (anyone of our uid may replace it and
+	 * take one) fails the open instead of holding it up for the lease
+	 * break time; the page is then left for a later scan. */
+	int lk = openat(dirfd, "slots.lock", O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 
 	if (lk < 0)
 		return;

@@ -123,7 +123,9 @@ static int slot_claim(void)
 	int fd;
 
 	snprintf(path, sizeof(path), "%s/slots.lock", rpal_g.rundir);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0660);
+	/* O_NONBLOCK: a file lease on it fails the open (EWOULDBLOCK) instead
+	 * of holding rpal_init() up for the lease break time. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0660);
 	if (fd < 0)
 		return rpal_fail(errno, "cannot open slot lock file %s", path);
 	for (i = 0; i < n; i++) {

@@ -623,6 +623,43 @@ static void forged(const char *rpal)
 	snprintf(path, sizeof(path), "%s/stat.4005", dir);
 	CHECK(access(path, F_OK) < 0, "the stale page %s is still there", path);
 
+	printf("stat: a file lease on a replaced slots.lock does not hold up the removal of a stale page\n");
+	{
+		char lock[400], keep[400], fresh[400];
+		struct timespec t0, t1;
+		int fd;
+
+		/* Anyone of our uid can put a file of their own in its place
+		 * (the live processes keep the old one) and lease it. */
+		snprintf(lock, sizeof(lock), "%s/slots.lock", dir);
+		snprintf(keep, sizeof(keep), "%s/slots.lock.kept", dir);
+		snprintf(fresh, sizeof(fresh), "%s/slots.lock.new", dir);
+		CHECK(link(lock, keep) == 0, "link %s: %s", lock, strerror(errno));
+		fd = open(fresh, O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+		CHECK(fd >= 0 && rename(fresh, lock) == 0, "replace %s: %s", lock, strerror(errno));
+		signal(SIGIO, SIG_IGN);
+		if (fd >= 0 && fcntl(fd, F_SETLEASE, F_RDLCK) == 0) {
+			h->slot = 4006;
+			page_write("stat.4006", buf, sizeof(buf), NULL);
+			clock_gettime(CLOCK_MONOTONIC, &t0);
+			doc = stat_json(rpal, NULL, &o);
+			clock_gettime(CLOCK_MONOTONIC, &t1);
+			double took = (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9;
+			CHECK(doc && proc_of(doc, pid), "the live process is missing");
+			CHECK(took < 10, "rpal stat took %.1f s behind the lease", took);
+			printf("stat:   rpal stat took %.2f s\n", took);
+			json_free(doc);
+			out_free(&o);
+			fcntl(fd, F_SETLEASE, F_UNLCK);
+		} else {
+			printf("stat:   SKIP this case: no lease (%s)\n", strerror(errno));
+		}
+		if (fd >= 0)
+			close(fd);
+		CHECK(rename(keep, lock) == 0, "put %s back: %s", lock, strerror(errno));
+		signal(SIGIO, SIG_DFL);
+	}
+
 	printf("stat: a process that died without rpal_fini() is not listed\n");
 	{
 		pid_t dead = fork();
