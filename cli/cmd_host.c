@@ -33,6 +33,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 #include <rpal.h>
@@ -677,6 +678,37 @@ int cmd_join(int argc, char **argv)
 
 /* ------------------------------------------------------------ ps */
 
+/*
+ * The host's reply as it came, except what a terminal would act on:
+ * control characters other than newline and tab, C1 controls (U+0080 to
+ * U+009F) and bytes that are not UTF-8, each shown as '?'.  Whoever owns
+ * the socket wrote it: a host of our uid, or anything that took its name.
+ */
+static void print_clean_to(FILE *f, const char *s)
+{
+	const unsigned char *p = (const unsigned char *)s;
+
+	while (*p) {
+		unsigned c = *p;
+		size_t n = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xf0 && c < 0xf5 ? 4 : 0;
+		bool ok = n != 0;
+
+		if (c < 0x80)
+			ok = c >= 0x20 ? c != 0x7f : c == '\n' || c == '\t';
+		for (size_t i = 1; ok && i < n; i++)
+			ok = (p[i] & 0xc0) == 0x80;     /* stops at the NUL too */
+		if (ok && c == 0xc2 && p[1] < 0xa0)
+			ok = false;
+		if (ok) {
+			fwrite(p, 1, n, f);
+		} else {
+			fputc('?', f);
+			n = 1;
+		}
+		p += n;
+	}
+}
+
 int cmd_ps(int argc, char **argv)
 {
 	static char reply[REPLY_MAX];
@@ -713,15 +745,19 @@ int cmd_ps(int argc, char **argv)
 	fd = host_connect("rpal ps", name);
 	if (fd < 0)
 		return 2;
+	/* A host answers at once; a socket that never does is not one. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = 5 }, sizeof(struct timeval));
 	if (send(fd, json ? "PS" : "PST", json ? 2 : 3, MSG_NOSIGNAL) != 2 + !json ||
 	    recv_reply(fd, reply, sizeof(reply)) <= 0) {
 		fprintf(stderr, "rpal ps: host \"%s\" did not answer\n", name);
 		return 2;
 	}
 	if (strncmp(reply, "ERROR ", 6) == 0) {
-		fprintf(stderr, "rpal ps: %s\n", reply + 6);
+		fputs("rpal ps: ", stderr);
+		print_clean_to(stderr, reply + 6);
+		fputc('\n', stderr);
 		return 2;
 	}
-	fputs(reply, stdout);
+	print_clean_to(stdout, reply);
 	return 0;
 }

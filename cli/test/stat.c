@@ -27,7 +27,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -715,6 +717,67 @@ static void forged(const char *rpal)
 	}
 }
 
+/* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
+ * ps looks for host NAME. */
+static int host_impostor(const char *name)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int l = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+
+	if ((size_t)snprintf(a.sun_path, sizeof(a.sun_path), "%.80s/host-%s.sock", dir, name) >= sizeof(a.sun_path)) {
+		printf("FAIL: the runtime directory's name is too long for a socket\n");
+		exit(1);
+	}
+	unlink(a.sun_path);
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) < 0 || listen(l, 4) < 0) {
+		printf("FAIL: cannot listen at %s\n", a.sun_path);
+		exit(1);
+	}
+	return l;
+}
+
+static void ps_impostor(const char *rpal)
+{
+	static const char reply[] = "PID  PROGRAM\n1    \033]0;title\007 \xc2\x9b" "31m \x9b" "2J caf\xc3\xa9\tok\n";
+	int fake = host_impostor("fake"), mute = host_impostor("mute");
+	struct timespec t0, t1;
+	struct out o;
+	pid_t pid;
+
+	printf("ps: what a socket that took a host's name answers cannot drive the terminal\n");
+	pid = fork();
+	if (pid == 0) {
+		char req[16];
+		int c = accept(fake, NULL, NULL);
+
+		if (c >= 0 && recv(c, req, sizeof(req), 0) > 0)
+			(void)!send(c, reply, sizeof(reply), 0);
+		_exit(0);
+	}
+	runcmd((char *[]){ (char *)rpal, "ps", "fake", NULL }, &o);
+	waitpid(pid, NULL, 0);
+	CHECK(o.status == 0 && o.buf[0] && strstr(o.buf[0], "caf\xc3\xa9\tok"), "rpal ps fake: status %d, \"%s\"",
+	      o.status, o.buf[0] ? o.buf[0] : "");
+	for (size_t i = 0; o.buf[0] && i < o.len[0]; i++) {
+		unsigned char c = (unsigned char)o.buf[0][i];
+
+		CHECK((c >= 0x20 && c != 0x7f && c != 0x9b && !(c == 0xc2 && (unsigned char)o.buf[0][i + 1] < 0xa0)) ||
+		      c == '\n' || c == '\t', "byte %#x at %zu of rpal ps's output", c, i);
+	}
+	out_free(&o);
+
+	printf("ps: nor hold rpal ps up by never answering\n");
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	runcmd((char *[]){ (char *)rpal, "ps", "mute", NULL }, &o);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	CHECK(o.status == 2 && o.buf[1] && strstr(o.buf[1], "did not answer"), "rpal ps mute: status %d, \"%s\"",
+	      o.status, o.buf[1] ? o.buf[1] : "");
+	CHECK(t1.tv_sec - t0.tv_sec < 10, "rpal ps mute took %ld s", (long)(t1.tv_sec - t0.tv_sec));
+	out_free(&o);
+	close(fake);
+	close(mute);
+}
+
 int main(int argc, char **argv)
 {
 	const char *env = getenv("RPAL_RUNTIME_DIR");
@@ -744,6 +807,7 @@ int main(int argc, char **argv)
 		names(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
+		ps_impostor(argv[1]);
 	}
 	if (fails)
 		printf("%d check%s failed\n", fails, fails == 1 ? "" : "s");
