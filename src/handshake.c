@@ -253,6 +253,10 @@ int wake_page_check(int fd, char *why, size_t whylen)
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
 		return WHY("peer's wake page is not a memfd sealed against shrink and grow");
+	/* Both sides write it: a write seal, or a descriptor opened for
+	 * reading only, would make our shared writable mapping fail. */
+	if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) || (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR)
+		return WHY("peer's wake page cannot be written (sealed against writes, or opened read-only)");
 	if (st.st_size != RPAL_WAKE_PAGE_SIZE)
 		return WHY("peer's wake page is %lld bytes, expected %u", (long long)st.st_size, RPAL_WAKE_PAGE_SIZE);
 	return 0;

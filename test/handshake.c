@@ -400,7 +400,8 @@ int main(void)
 	printf("a server whose WELCOME carries a bad wake page, or too many descriptors, is refused; the client keeps nothing\n");
 	{
 		static const char *const bad_page[] = { "an unsealed memfd", "a sealed memfd of 8 KiB", "a pipe",
-							"no third descriptor", "a fourth descriptor" };
+							"no third descriptor", "a fourth descriptor",
+							"a memfd sealed against writes", "a read-only memfd" };
 		char path[64];
 		int ls, fds1 = t_count_fds();  /* the watcher thread may have started since fds0 */
 		struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -411,7 +412,7 @@ int main(void)
 		ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		t_check(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0,
 			"raw server socket");
-		for (f = 0; f < 5; f++) {
+		for (f = 0; f < 7; f++) {
 			pid_t pid = fork();
 			if (pid == 0) {
 				rpal_fini();
@@ -450,6 +451,19 @@ int main(void)
 			case 4:
 				bad = dup(p[0]);
 				break;
+			case 5:
+			case 6: {
+				int m = memfd_create("ro", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+				char self[64];
+
+				t_check(ftruncate(m, RPAL_WAKE_PAGE_SIZE) == 0, "ftruncate");
+				fcntl(m, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | (f == 5 ? F_SEAL_WRITE : 0));
+				snprintf(self, sizeof(self), "/proc/self/fd/%d", m);
+				bad = f == 5 ? m : open(self, O_RDONLY | O_CLOEXEC);
+				if (f == 6)
+					close(m);
+				break;
+			}
 			}
 			struct rpal_geom g;
 			geom_self(&g);
