@@ -72,7 +72,7 @@ static void *send_blocked(void *arg)
 static _Atomic uint32_t *undo_word;
 static _Atomic int undo_seen;
 
-static void undo_bump(int sig)
+static __attribute__((unused)) void undo_bump(int sig)
 {
 	uint32_t seq = atomic_load(undo_word);
 	uint64_t t0 = t_now_ns();
@@ -290,6 +290,11 @@ int main(void)
 	t_ok(rpal_close(lfd));
 
 	printf("a receive wakes on SHUT_RD although the peer puts its wake page word back after our bump\n");
+#if defined(__SANITIZE_THREAD__)
+	/* TSan runs a signal handler only once the thread is out of its
+	 * system call: the peer's part cannot be played there. */
+	printf("  not under TSan (it defers signal handlers)\n");
+#else
 	{
 		int a2, b2, l2 = t_self_pair("shut9", &a2, &b2);
 		struct blocked rb = { .fd = b2 };
@@ -305,9 +310,11 @@ int main(void)
 		/* Restarted after the handler, its FUTEX_WAIT finds the word it
 		 * sampled: only a wake-up once it is queued there ends it. */
 		pthread_kill(th, SIGUSR1);
-		while (!atomic_load(&undo_seen))
-			usleep(100);
 		uint64_t t0 = t_now_ns();
+		while (!atomic_load(&undo_seen) && t_now_ns() - t0 < 2000000000ull)
+			usleep(100);
+		t_check(atomic_load(&undo_seen), "the receiver's signal handler did not run");
+		t0 = t_now_ns();
 		t_ok(rpal_shutdown(b2, SHUT_RD));
 		while (!atomic_load(&rb.done) && t_now_ns() - t0 < 1000000000ull)
 			usleep(1000);
@@ -320,6 +327,7 @@ int main(void)
 		t_ok(rpal_close(b2));
 		t_ok(rpal_close(l2));
 	}
+#endif
 
 	printf("a receive from a peer without a wake page (as the Go package is) wakes too\n");
 	{
