@@ -121,6 +121,19 @@ func TestRefuseReasonPrintable(t *testing.T) {
 	}
 }
 
+// readRefusal reads the server's answer to a hello within 2 s and returns
+// it as a REFUSE; ok is false for anything else.
+func readRefusal(t *testing.T, c net.Conn) (r refuse, ok bool) {
+	t.Helper()
+	buf := make([]byte, 256)
+	c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return parseRefuse(buf[:n])
+}
+
 // A client that sends garbage, or nothing, is refused without disturbing
 // the listener.
 func TestBadHello(t *testing.T) {
@@ -137,15 +150,9 @@ func TestBadHello(t *testing.T) {
 	if _, err := c.Write(junk); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 256)
-	c.SetReadDeadline(time.Now().Add(2 * time.Second))
-	n, err := c.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, ok := parseRefuse(buf[:n])
+	r, ok := readRefusal(t, c)
 	if !ok || r.Errno != int32(syscall.EPROTO) {
-		t.Fatalf("want REFUSE/EPROTO, got %d bytes %+v", n, r)
+		t.Fatalf("want REFUSE/EPROTO, got %+v", r)
 	}
 	t.Logf("refused: %s", r.Reason)
 
@@ -156,7 +163,7 @@ func TestBadHello(t *testing.T) {
 	}
 	defer c2.Close()
 	c2.SetReadDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c2.Read(buf); err == nil {
+	if _, err := c2.Read(make([]byte, 256)); err == nil {
 		t.Fatal("a silent client was not dropped")
 	}
 	// And a real client still gets through.
@@ -218,15 +225,9 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(big, s.ringEnd), nil); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 256)
-	uc.SetReadDeadline(time.Now().Add(2 * time.Second))
-	k, err := uc.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, ok := parseRefuse(buf[:k])
+	r, ok := readRefusal(t, uc)
 	if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, "mapped here") {
-		t.Fatalf("want REFUSE/EPROTO for the arena size, got %d bytes %+v", k, r)
+		t.Fatalf("want REFUSE/EPROTO for the arena size, got %+v", r)
 	}
 	t.Logf("refused: %s", r.Reason)
 	if errs := l.Refused(); len(errs) != 1 {
@@ -377,13 +378,7 @@ func TestHandshakeExtraDescriptors(t *testing.T) {
 		if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(append([]int{p.memfd, s.ringEnd}, more...)...), nil); err != nil {
 			t.Fatal(err)
 		}
-		buf := make([]byte, 256)
-		uc.SetReadDeadline(time.Now().Add(2 * time.Second))
-		k, err := uc.Read(buf)
-		if err != nil {
-			t.Fatal(err)
-		}
-		r, ok := parseRefuse(buf[:k])
+		r, ok := readRefusal(t, uc)
 		if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, tc.want) {
 			t.Errorf("%d descriptors: want REFUSE/EPROTO saying %q, got %+v", 2+tc.n, tc.want, r)
 		}
