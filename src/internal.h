@@ -196,6 +196,9 @@ struct rpal_conn {
 	 * that word back after we bump it, so a wake-up they must not miss
 	 * is repeated until they are out (conn_wake_locked()). */
 	_Atomic uint32_t asleep_mine[2];
+	/* The watcher saw the peer hang up or exit: sleepers leave at once
+	 * and poll it themselves, outside the count above. */
+	_Atomic bool hung_up;
 
 	int doorbell;                 /* mine: the peer rings it; I sleep on it */
 	int peer_doorbell;            /* the peer's: I ring it */

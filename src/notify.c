@@ -244,7 +244,7 @@ bool conn_sleeps_in_poll(const struct rpal_conn *c)
 
 static RPAL_HOT bool wait_done(struct rpal_conn *c, unsigned what)
 {
-	if (conn_dead(c) || conn_err(c))
+	if (conn_dead(c) || conn_err(c) || load_acquire(&c->hung_up))
 		return true;
 	if (what & WANT_RX)
 		return ring_readable(c) || load_relaxed(&c->shut_rd) || (peer_update(c) & RPAL_STATE_SHUT_WR);
@@ -258,6 +258,15 @@ static RPAL_HOT bool wait_done(struct rpal_conn *c, unsigned what)
 			return false;
 	}
 	return true;
+}
+
+/* Leaving a wait: a peer the watcher saw hang up is marked gone here (its
+ * flag ended the wait), so the caller finds it so. */
+static RPAL_HOT int wait_left(struct rpal_conn *c)
+{
+	if (unlikely(load_acquire(&c->hung_up)) && !conn_dead(c))
+		conn_poll_peer(c);
+	return 0;
 }
 
 /*
@@ -274,7 +283,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	unsigned i;
 
 	if (wait_done(c, what))
-		return 0;
+		return wait_left(c);
 	if (flags & RPAL_NONBLOCK)
 		return -EAGAIN;
 
@@ -294,7 +303,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		sched_yield();
 		if (wait_done(c, what)) {
 			spin_caught_at_once(spin);
-			return 0;
+			return wait_left(c);
 		}
 	}
 	/* The clock only to time a spin, or a sleep the adaptive policy
@@ -311,7 +320,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		if (wait_done(c, what)) {
 			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
 			spin_caught(spin, t0);
-			return 0;
+			return wait_left(c);
 		}
 		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
 			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
@@ -404,5 +413,5 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	}
 	if (t0)
 		spin_update(spin, now_ns() - t0);
-	return 0;
+	return wait_left(c);
 }

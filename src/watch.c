@@ -155,6 +155,7 @@ static void *watcher(void *arg)
 
 				if (conn_hung_up(c)) {
 					leave = 3;      /* everyone: it is gone */
+					atomic_store(&c->hung_up, true);
 					/* A local peer is checked without a system
 					 * call (conn_poll_peer): say it here. */
 					if (c->local)
