@@ -91,6 +91,9 @@ type Conn struct {
 	rxMu      sync.Mutex
 	rxHead    uint64
 	rxChecked uint64
+	// rxEOF: a read returned end of stream, and every later one does: a
+	// slot the peer publishes after it breaks the protocol and is not read.
+	rxEOF     bool
 	rxSpin    spinner
 	rxReadyFn func() bool // c.rxReady, made once: a method value allocates
 	accepted  bool        // a Listener's: its reader waits for requests (see NewStream)

@@ -101,6 +101,9 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 		if c.closed.Load() {
 			return net.ErrClosed
 		}
+		if c.rxEOF {
+			return io.EOF
+		}
 		ok, err := c.peek(s)
 		if err != nil {
 			return err
@@ -115,11 +118,13 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 		if c.updatePeerState()&stateShutWr != 0 {
 			// A3: state was stored after the last slot; look once more.
 			if !c.readable() {
+				c.rxEOF = true
 				return io.EOF
 			}
 			continue
 		}
 		if c.shutRd.Load() && !c.readable() {
+			c.rxEOF = true
 			return io.EOF
 		}
 		if c.dead.Load() {

@@ -238,6 +238,46 @@ func testCloseRead(t *testing.T) {
 	}
 }
 
+// End of stream is final: a slot a hostile peer publishes after the
+// io.EOF we read (after its CloseWrite, or after our CloseRead) is never
+// returned, by the Stream or by the Conn under it.
+func TestEOFIsFinal(t *testing.T) {
+	for _, ours := range []bool{false, true} {
+		c1, c2, stop, err := streamPair(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c2.Write([]byte("a")); err != nil {
+			t.Fatal(err)
+		}
+		if ours {
+			err = c1.(*Stream).CloseRead()
+		} else {
+			err = c2.(*Stream).CloseWrite()
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(c1)
+		if string(b) != "a" || err != nil {
+			t.Fatalf("before the end: %q, %v", b, err)
+		}
+		peer := c2.(*Stream).c
+		peer.txMu.Lock()
+		peer.publish([]byte("b"), 1, 0, slotInline)
+		peer.notifyRX()
+		peer.txMu.Unlock()
+		buf := make([]byte, 8)
+		if n, err := c1.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("Stream.Read after io.EOF (CloseRead %v): %d bytes %q, %v", ours, n, buf[:n], err)
+		}
+		if n, err := c1.(*Stream).c.Recv(buf); n != 0 || err == nil || !errors.Is(err, io.EOF) {
+			t.Fatalf("Conn.Recv after io.EOF (CloseRead %v): %d bytes %q, %v", ours, n, buf[:n], err)
+		}
+		stop()
+	}
+}
+
 // A peer's Write blocked because we read nothing fails with EPIPE when we
 // CloseRead.
 func TestCloseReadEndsBlockedPeerWrite(t *testing.T) {

@@ -217,6 +217,9 @@ struct rpal_conn {
 	/* We shut down reading (any thread): receives end once the ring is
 	 * empty, and our sleepers look again. */
 	_Atomic bool shut_rd;
+	/* C: a receive returned end of stream.  It stays there: a slot the
+	 * peer publishes after its SHUT_WR was read is not delivered. */
+	_Atomic bool rx_eof;
 	/* Written when reading is shut down, for sleepers in poll() (no wake
 	 * page, no futex_waitv); -1 where none sleeps there. */
 	int shut_kick;

@@ -274,15 +274,15 @@ static RPAL_HOT int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 		notify_peer_tx(c, true);
 	if (peer_update(c) & RPAL_STATE_SHUT_WR) {
 		/* A3: state was stored after the last slot (R3); look once more. */
-		if (!ring_readable(c)) {
-			*eof = true;
+		if (ring_readable(c))
 			return 0;
-		}
-		return 0;
-	}
-	/* We shut down reading: what was queued has been read. */
-	if (load_acquire(&c->shut_rd) && !ring_readable(c)) {
 		*eof = true;
+	} else if (load_acquire(&c->shut_rd) && !ring_readable(c)) {
+		/* We shut down reading: what was queued has been read. */
+		*eof = true;
+	}
+	if (*eof) {
+		store_relaxed(&c->rx_eof, true);
 		return 0;
 	}
 	if (conn_poll_peer_if_idle(c, flags)) {
@@ -309,6 +309,8 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	MPK_REENTER(c, rpal_recv(fd, buf, len, flags));
 	if (!buf && len)
 		return rpal_fail(EINVAL, "rpal_recv: buf is NULL");
+	if (load_relaxed(&c->rx_eof))
+		return 0;
 	for (;;) {
 		bool eof;
 
@@ -353,6 +355,8 @@ RPAL_EXPORT RPAL_WARM int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned 
 	MPK_REENTER(c, rpal_recv_msg(fd, msgs, n, flags));
 	if (n == 0 || !msgs)
 		return rpal_fail(EINVAL, "rpal_recv_msg: %s", n ? "msgs is NULL" : "n is 0");
+	if (load_relaxed(&c->rx_eof))
+		return 0;
 	for (;;) {
 		bool eof;
 

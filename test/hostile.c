@@ -41,20 +41,6 @@ static const char *fault_name[F_NR] = {
 	"INLINE length 0 (fake end of stream)",
 };
 
-/* Publish one raw slot into our own ring, as a broken producer would. */
-static void publish_raw(struct rpal_conn *c, uint32_t seq, uint32_t len, uint32_t flags, uint64_t addr)
-{
-	struct rpal_slot *s = &c->ring[c->tail & c->ring_mask];
-
-	s->len = len;
-	s->flags = flags;
-	s->addr = addr;
-	memset(s->data, 'x', sizeof(s->data));
-	store_release(&s->seq, seq);
-	c->tail++;
-	notify_peer_rx(c);
-}
-
 static void hostile_child(enum fault f)
 {
 	int fd = t_ok(rpal_connect("victim", NULL, 0));
@@ -67,22 +53,22 @@ static void hostile_child(enum fault f)
 	t_ok(rpal_send(fd, "good", 4, 0));
 	next++;
 	switch (f) {
-	case F_BUF_OUTSIDE: publish_raw(c, next, 64, RPAL_SLOT_BUF, 0x1000); break;
-	case F_BUF_TOO_LONG: publish_raw(c, next, 1 << 21, RPAL_SLOT_BUF, base + rpal_g.cfg.arena_size - 4096); break;
-	case F_BUF_EMPTY: publish_raw(c, next, 0, RPAL_SLOT_BUF, base + 8192); break;
-	case F_INLINE_TOO_LONG: publish_raw(c, next, 41, RPAL_SLOT_INLINE, 0); break;
-	case F_INLINE_EMPTY: publish_raw(c, next, 0, RPAL_SLOT_INLINE, 0); break;
-	case F_FLAGS_NONE: publish_raw(c, next, 4, 0, 0); break;
-	case F_FLAGS_BOTH: publish_raw(c, next, 4, RPAL_SLOT_INLINE | RPAL_SLOT_BUF, base + 8192); break;
-	case F_SEQ_AHEAD: publish_raw(c, next + 5, 4, RPAL_SLOT_INLINE, 0); break;
-	case F_SEQ_WRAPPED: publish_raw(c, next + c->ring_mask + 1, 4, RPAL_SLOT_INLINE, 0); break;
+	case F_BUF_OUTSIDE: raw_publish(c, next, 64, RPAL_SLOT_BUF, 0x1000); break;
+	case F_BUF_TOO_LONG: raw_publish(c, next, 1 << 21, RPAL_SLOT_BUF, base + rpal_g.cfg.arena_size - 4096); break;
+	case F_BUF_EMPTY: raw_publish(c, next, 0, RPAL_SLOT_BUF, base + 8192); break;
+	case F_INLINE_TOO_LONG: raw_publish(c, next, 41, RPAL_SLOT_INLINE, 0); break;
+	case F_INLINE_EMPTY: raw_publish(c, next, 0, RPAL_SLOT_INLINE, 0); break;
+	case F_FLAGS_NONE: raw_publish(c, next, 4, 0, 0); break;
+	case F_FLAGS_BOTH: raw_publish(c, next, 4, RPAL_SLOT_INLINE | RPAL_SLOT_BUF, base + 8192); break;
+	case F_SEQ_AHEAD: raw_publish(c, next + 5, 4, RPAL_SLOT_INLINE, 0); break;
+	case F_SEQ_WRAPPED: raw_publish(c, next + c->ring_mask + 1, 4, RPAL_SLOT_INLINE, 0); break;
 	case F_NONCE_CHANGED:
 		/* After the victim took the good message: it then must not
 		 * trust anything of this block. */
 		while (load_acquire(&c->pb->rx_head) < 1)
 			usleep(100);
 		c->me->nonce ^= 4;
-		publish_raw(c, next, 4, RPAL_SLOT_INLINE, 0);
+		raw_publish(c, next, 4, RPAL_SLOT_INLINE, 0);
 		break;
 	case F_FORGED_ACK: {
 		struct rpal_ack *a = &c->acks[c->ack_tail & c->ack_mask];

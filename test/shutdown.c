@@ -6,7 +6,8 @@
  * without a wake page), delivers what was queued, then end of stream; the
  * peer's sends, blocked ones too, fail with EPIPE while ours still arrive.
  * SHUT_RDWR does both; any other how is EINVAL.  A peer that puts its
- * wake page word back after our bump cannot keep a receive asleep.
+ * wake page word back after our bump cannot keep a receive asleep.  End
+ * of stream is final: a slot published after it is not delivered.
  */
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -265,6 +266,29 @@ int main(void)
 	t_ok(rpal_close(a));
 	t_ok(rpal_close(b));
 	t_ok(rpal_close(lfd));
+
+	printf("end of stream is final: what the peer publishes after it is not delivered\n");
+	for (int own = 0; own < 2; own++) {
+		lfd = t_self_pair("shut8", &a, &b);
+		struct rpal_conn *ca = conn_of(a);
+		struct rpal_msg m;
+
+		t_ok(rpal_send(a, "last", 4, 0));
+		t_ok(rpal_shutdown(own ? b : a, own ? SHUT_RD : SHUT_WR));
+		t_check(rpal_recv(b, buf, sizeof(buf), 0) == 4 && !memcmp(buf, "last", 4), "the last message");
+		t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "end of stream");
+		/* A hostile peer: the slot after the end, as its next send would
+		 * have published it. */
+		raw_publish(ca, (uint32_t)ca->tail + 1, 4, RPAL_SLOT_INLINE, 0);
+		long n = rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK);
+		t_check(n == 0, "%s: a receive after end of stream got %ld (%s)", own ? "our SHUT_RD" : "its SHUT_WR",
+			n, n < 0 ? rpal_strerror((int)n) : "a message");
+		t_check(rpal_recv(b, buf, sizeof(buf), 0) == 0, "a blocking receive after end of stream");
+		t_check(rpal_recv_msg(b, &m, 1, RPAL_NONBLOCK) == 0, "rpal_recv_msg after end of stream");
+		t_ok(rpal_close(a));
+		t_ok(rpal_close(b));
+		t_ok(rpal_close(lfd));
+	}
 
 	printf("a receiver that closes on end of stream at once, while rpal_shutdown() still runs (%ld times)\n",
 	       t_scaled(200));
