@@ -226,6 +226,25 @@ void conn_reclaim(struct rpal_conn *c)
 	lock_give(&c->out_lock);
 }
 
+/* Unlink-time part of freeing a lingering block: the memory, unless at
+ * teardown (see linger_sweep()).  Holding rpal_g.lock. */
+static void linger_free(struct rpal_linger *l, bool teardown)
+{
+	if (!teardown) {
+		bufset_reclaim(&l->out);
+		block_destroy(l->me);
+	}
+	bufset_free(&l->out);
+	peer_put(l->peer);
+	if (!teardown)
+		watch_del(l->sock);
+	if (l->sock_empty)
+		close(l->sock);
+	else
+		peer_fd_close(l->sock);
+	free(l);
+}
+
 /*
  * Free lingering blocks whose peer let go.  At teardown, forget them all
  * without touching their memory: the peer's mapping of our arena outlives
@@ -249,23 +268,34 @@ bool linger_sweep(bool teardown)
 			continue;
 		}
 		*pp = l->next;
-		if (!teardown) {
-			bufset_reclaim(&l->out);
-			block_destroy(l->me);
-		}
-		bufset_free(&l->out);
-		peer_put(l->peer);
-		if (!teardown)
-			watch_del(l->sock);
-		if (l->sock_empty)
-			close(l->sock);
-		else
-			peer_fd_close(l->sock);
-		free(l);
+		linger_free(l, teardown);
 	}
 	more = rpal_g.lingering != NULL;
 	pthread_mutex_unlock(&rpal_g.lock);
 	return more;
+}
+
+/*
+ * The arena has no room for a connection block: free the oldest lingering
+ * one before its time.  Its peer, which has not closed its end, then finds
+ * the block gone (what it had not read with it); without this, a peer that
+ * never closes could keep every new connection out for the linger time.
+ * False if none lingers.  Takes rpal_g.lock.
+ */
+static bool linger_evict_oldest(void)
+{
+	struct rpal_linger **pp = &rpal_g.lingering, *l = NULL;
+
+	pthread_mutex_lock(&rpal_g.lock);
+	if (*pp) {
+		while ((*pp)->next)     /* newest first: the oldest is last */
+			pp = &(*pp)->next;
+		l = *pp;
+		*pp = NULL;
+		linger_free(l, false);
+	}
+	pthread_mutex_unlock(&rpal_g.lock);
+	return l != NULL;
 }
 
 static void reap_one(int fd, struct rpal_obj *_Atomic *slot)
@@ -408,9 +438,9 @@ int side_create(struct rpal_block **blk, int *bell, int *ring)
 	int p[2], no = 0;
 
 	linger_sweep(false);
-	*blk = block_create(rpal_g.cfg.ring_entries, rpal_g.cfg.ring_entries);
-	if (!*blk)
-		return rpal_fail(ENOMEM, "arena exhausted: no room for a connection block");
+	while (!(*blk = block_create(rpal_g.cfg.ring_entries, rpal_g.cfg.ring_entries)))
+		if (!linger_evict_oldest())
+			return rpal_fail(ENOMEM, "arena exhausted: no room for a connection block");
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, p) < 0) {
 		int e = errno;
 		block_destroy(*blk);

@@ -4,11 +4,16 @@
  * once closes and exits still delivers every message (inline and buffer),
  * then end of stream; a server that closes right after accepting gives the
  * client a working connection that reads end of stream; and once both
- * sides are done, nothing of the other stays mapped or allocated.
+ * sides are done, nothing of the other stays mapped or allocated.  A peer
+ * that never closes its end cannot fill our arena with the blocks of the
+ * connections we closed: the oldest go before their time.
  */
+#include <sys/prctl.h>
+
 #include "helpers.h"
 
 #define N 200   /* fits the ring: the sender exits before we read */
+#define LINGER_N 100    /* connection blocks: about three times a 1 MiB arena */
 
 int main(void)
 {
@@ -125,6 +130,55 @@ int main(void)
 			usleep(100);
 		t_check(r == -ECONNRESET, "non-blocking send to a dead peer: %ld (%s)", r, rpal_strerror((int)r));
 		rpal_close(fd);
+	}
+
+	printf("a peer that never closes its end cannot fill our arena with lingering blocks (%d connections)\n",
+	       LINGER_N);
+	{
+		int go[2], conns[LINGER_N];
+
+		t_check(pipe(go) == 0, "pipe");
+		pid = fork();
+		if (pid == 0) {
+			/* The server, with room for a few dozen connection blocks:
+			 * it answers each connection and closes it at once. */
+			struct rpal_config cfg;
+			char b;
+			prctl(PR_SET_PDEATHSIG, SIGKILL);       /* if the test fails */
+			rpal_fini();
+			rpal_config_default(&cfg);
+			cfg.arena_size = 1 << 20;
+			t_ok(rpal_init(&cfg));
+			int l = t_ok(rpal_listen("close-linger", NULL));
+			(void)!write(go[1], "l", 1);
+			for (int k = 0; k < LINGER_N; k++) {
+				int a = (int)t_ok(rpal_accept(l, 0));
+				t_ok(rpal_send(a, "bye", 3, 0));
+				t_ok(rpal_close(a));
+			}
+			(void)!read(go[0], &b, 1);
+			_exit(0);
+		}
+		t_check(read(go[0], buf, 1) == 1, "the server's start");
+		for (i = 0; i < LINGER_N; i++) {
+			long r = rpal_connect("close-linger", NULL, 0);
+			t_check(r >= 0, "connection %d of a peer that closes none: %ld (%s)", i, r, rpal_strerror((int)r));
+			conns[i] = (int)r;
+		}
+		/* The newest reads the answer, then end of stream; the oldest,
+		 * whose block went first, an error, without a crash or a hang. */
+		t_check(rpal_recv(conns[LINGER_N - 1], buf, sizeof(buf), 0) == 3 && !memcmp(buf, "bye", 3),
+			"the newest connection's answer");
+		t_check(rpal_recv(conns[LINGER_N - 1], buf, sizeof(buf), 0) == 0, "the newest connection's end");
+		long r = rpal_recv(conns[0], buf, sizeof(buf), 0);
+		printf("  the oldest connection: %ld (%s)\n", r, r < 0 ? rpal_strerror((int)r) : "end of stream");
+		t_check(r <= 0, "the oldest connection got a message");
+		(void)!write(go[1], "q", 1);
+		t_wait_ok(pid, "the server");
+		for (i = 0; i < LINGER_N; i++)
+			rpal_close(conns[i]);
+		close(go[0]);
+		close(go[1]);
 	}
 
 	t_check(t_eventually((rpal_stats(&st), st.nr_peers_mapped == 0 && st.arena_used == st0.arena_used), 2000),
