@@ -196,8 +196,9 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
 
 /*
  * Receive one handshake datagram and at most maxfds descriptors.  A message
- * with more descriptors than that fails with -E2BIG, and one that was
- * truncated with -EPROTO; every descriptor that came with it is closed
+ * with more descriptors than that fails with -E2BIG, one that was
+ * truncated with -EPROTO, an empty one (the peer hung up) with
+ * -ECONNRESET; every descriptor that came with those is closed
  * (peer_fd_close): a peer cannot make us leak or block on them.  Returns
  * the byte count.
  */
@@ -209,8 +210,9 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 	*nfds = 0;
 	if (n < 0)
 		return (int)n;
-	if (nall > maxfds || (flags & (MSG_TRUNC | MSG_CTRUNC))) {
-		int err = nall > maxfds ? -E2BIG : -EPROTO;
+	if (n == 0 || nall > maxfds || (flags & (MSG_TRUNC | MSG_CTRUNC))) {
+		/* An empty datagram is a hang-up, whatever came with it. */
+		int err = n == 0 ? -ECONNRESET : nall > maxfds ? -E2BIG : -EPROTO;
 
 		while (nall)
 			peer_fd_close(all[--nall]);
@@ -218,8 +220,6 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 	}
 	memcpy(fds, all, (size_t)nall * sizeof(int));
 	*nfds = nall;
-	if (n == 0)
-		return -ECONNRESET;
 	return (int)n;
 }
 

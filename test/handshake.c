@@ -265,6 +265,20 @@ int main(void)
 		check_clean(fds0, used0, "silent client");
 	}
 
+	printf("a client whose hello is an empty datagram with descriptors: a hang-up, the descriptors closed\n");
+	for (int round = 0; round < 20; round++) {
+		int s = raw_connect("hs"), sv[2];
+
+		t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		t_check(hs_sendmsg(s, "", 0, sv, 2) == 0, "the empty hello: %s", strerror(errno));
+		close(sv[0]);
+		close(sv[1]);
+		r = rpal_accept(lfd, 0);
+		t_check(r < 0, "an empty hello was accepted");
+		close(s);
+	}
+	check_clean(fds0, used0, "empty hello with descriptors");
+
 	printf("a client killed mid-handshake\n");
 	for (int round = 0; round < 20; round++) {
 		pid_t pid = fork();
@@ -397,11 +411,12 @@ int main(void)
 		}
 	}
 
-	printf("a server whose WELCOME carries a bad wake page, or too many descriptors, is refused; the client keeps nothing\n");
+	printf("a server whose WELCOME carries a bad wake page, or too many descriptors, is refused, and an empty answer with descriptors is a hang-up; the client keeps nothing\n");
 	{
 		static const char *const bad_page[] = { "an unsealed memfd", "a sealed memfd of 8 KiB", "a pipe",
 							"no third descriptor", "a fourth descriptor",
-							"a memfd sealed against writes", "a read-only memfd" };
+							"a memfd sealed against writes", "a read-only memfd",
+							"an empty answer with descriptors" };
 		char path[64];
 		int ls, fds1 = t_count_fds();  /* the watcher thread may have started since fds0 */
 		struct sockaddr_un sa = { .sun_family = AF_UNIX };
@@ -412,7 +427,7 @@ int main(void)
 		ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 		t_check(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(ls, 4) == 0,
 			"raw server socket");
-		for (f = 0; f < 7; f++) {
+		for (f = 0; f < 8; f++) {
 			pid_t pid = fork();
 			if (pid == 0) {
 				rpal_fini();
@@ -420,7 +435,7 @@ int main(void)
 				int before = t_count_fds();
 				int c = rpal_connect(path, NULL, 0);
 				printf("  %-24s -> %s\n", bad_page[f], rpal_strerror(c));
-				exit(c == -EPROTO && t_count_fds() == before ? 0 : 2);
+				exit(c == (f == 7 ? -ECONNREFUSED : -EPROTO) && t_count_fds() == before ? 0 : 2);
 			}
 			int s = accept4(ls, NULL, NULL, SOCK_CLOEXEC), in[4], nin = 0, out[3], p[2], bad = -1;
 			unsigned char buf[256];
@@ -487,13 +502,17 @@ int main(void)
 				cm->cmsg_len = CMSG_LEN(sizeof(four));
 				memcpy(CMSG_DATA(cm), four, sizeof(four));
 				t_check(sendmsg(s, &mh, 0) == (ssize_t)sizeof(w), "raw welcome: %s", strerror(errno));
+			} else if (f == 7) {
+				t_check(hs_sendmsg(s, "", 0, out, 2) == 0, "the empty answer");
 			} else {
 				t_check(hs_sendmsg(s, &w, sizeof(w), out, bad >= 0 ? 3 : 2) == 0, "raw welcome");
 			}
-			r = raw_answer(s, why, sizeof(why));
-			t_check(r == EPROTO && (strstr(why, "wake page") || strstr(why, "expected 3") ||
-						strstr(why, "more than 3")),
-				"%s: the client answered %d (%s)", bad_page[f], r, why);
+			if (f != 7) {   /* the client refuses the others; that one it just hangs up */
+				r = raw_answer(s, why, sizeof(why));
+				t_check(r == EPROTO && (strstr(why, "wake page") || strstr(why, "expected 3") ||
+							strstr(why, "more than 3")),
+					"%s: the client answered %d (%s)", bad_page[f], r, why);
+			}
 			if (bad >= 0)
 				close(bad);
 			close(p[0]);
