@@ -15,6 +15,8 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
+#include <linux/magic.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -227,13 +229,20 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
 {
 	struct stat st;
+	struct statfs fs;
 	int seals;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return WHY("peer's arena descriptor is not a regular file");
+	/* Seals first: only memory files have them, and the look reaches no
+	 * file system, so a file a peer serves itself (FUSE) cannot block it. */
 	seals = fcntl(fd, F_GET_SEALS);
 	if (seals < 0)
 		return WHY("peer's arena is not a memfd (no seals)");
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
+		return WHY("peer's arena descriptor is not a regular file");
+	/* A hugetlb memfd maps only while huge pages are free: its mapping
+	 * could fail after our reservation of the slot was given up for it. */
+	if (fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+		return WHY("peer's arena is not an ordinary memfd (hugetlb?)");
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
 		return WHY("peer's arena is not sealed against shrink and grow (seals %#x)", seals);
 	if ((uint64_t)st.st_size != size)
@@ -246,13 +255,14 @@ int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
 int wake_page_check(int fd, char *why, size_t whylen)
 {
 	struct stat st;
+	struct statfs fs;
 	int seals;
 
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode))
-		return WHY("peer's wake page descriptor is not a regular file");
-	seals = fcntl(fd, F_GET_SEALS);
+	seals = fcntl(fd, F_GET_SEALS);         /* first: see memfd_check() */
 	if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
 		return WHY("peer's wake page is not a memfd sealed against shrink and grow");
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || fstatfs(fd, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
+		return WHY("peer's wake page is not an ordinary memfd");
 	/* Both sides write it: a write seal, or a descriptor opened for
 	 * reading only, would make our shared writable mapping fail. */
 	if ((seals & (F_SEAL_WRITE | F_SEAL_FUTURE_WRITE)) || (fcntl(fd, F_GETFL) & O_ACCMODE) != O_RDWR)
@@ -273,13 +283,14 @@ int doorbell_check(int fd, char *why, size_t whylen)
 {
 	struct sockaddr_un peer;
 	socklen_t len = sizeof(peer);
-	struct stat st;
 	int domain = 0, type = 0, queued = -1;
 	socklen_t il = sizeof(int);
 
-	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+	/* getsockopt(), not fstat(): it reaches no file system (see
+	 * memfd_check()); a descriptor that is no socket fails it. */
+	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &il) < 0)
 		return WHY("peer's doorbell is not a socket");
-	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &il) < 0 || domain != AF_UNIX ||
+	if (domain != AF_UNIX ||
 	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &il) < 0 || type != SOCK_STREAM)
 		return WHY("peer's doorbell is not a Unix stream socket");
 	if (getpeername(fd, (struct sockaddr *)&peer, &len) < 0)

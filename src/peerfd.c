@@ -18,13 +18,13 @@
  * connections) and what waits in its backlog is taken out the same way.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -80,13 +80,11 @@ enum drained { DRAINED, DRAIN_MORE, DRAIN_FAILED };
 static bool peer_fd_prepare(int fd)
 {
 	struct linger off = { 0, 0 };
-	struct stat st;
 	int dom, type = 0;
 	socklen_t len = sizeof(dom), tlen = sizeof(type);
 
-	if (fstat(fd, &st) < 0 || !S_ISSOCK(st.st_mode))
+	if (setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off)) < 0 && errno == ENOTSOCK)
 		return false;
-	setsockopt(fd, SOL_SOCKET, SO_LINGER, &off, sizeof(off));
 	if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &len) < 0 || dom != AF_UNIX)
 		return false;
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
@@ -106,6 +104,25 @@ static bool peer_shut(int fd)
 
 static void peer_fd_defer(const int *fds, int n);
 
+/*
+ * Close a descriptor that is no Unix socket.  Sockets (linger off), memory
+ * files and pipes close at once; any other file's close may wait on
+ * whoever serves it (a FUSE file system the peer runs: its flush), so the
+ * closer thread closes those.  Each look reaches no file system.  Honest
+ * peers pass only sockets and memfds.
+ */
+static void close_or_defer(int fd)
+{
+	int type;
+	socklen_t len = sizeof(type);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 || fcntl(fd, F_GET_SEALS) >= 0 ||
+	    fcntl(fd, F_GETPIPE_SZ) >= 0)
+		close(fd);
+	else
+		peer_fd_defer(&fd, 1);
+}
+
 /* Descriptors that came out of a socket: closed, or, Unix sockets, kept in
  * nested[] (prepared) for the caller to hand on. */
 static void sort_out(const int *fds, int nfds, int *nested, int *nn)
@@ -114,7 +131,7 @@ static void sort_out(const int *fds, int nfds, int *nested, int *nn)
 		if (peer_fd_prepare(fds[i]))
 			nested[(*nn)++] = fds[i];
 		else
-			close(fds[i]);
+			close_or_defer(fds[i]);
 	}
 }
 
@@ -347,11 +364,11 @@ void peer_fd_close(int fd)
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	int nested[SCM_MAX_FDS], nn = 0;
 
+	pthread_once(&once, closer_atfork);
 	if (!peer_fd_prepare(fd)) {
-		close(fd);
+		close_or_defer(fd);
 		return;
 	}
-	pthread_once(&once, closer_atfork);
 	enum drained r = peer_fd_drain(fd, nested, &nn);
 	closer_hand_on(fd, nested, nn, r);
 }

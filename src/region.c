@@ -345,7 +345,10 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		m = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
 		if (m == MAP_FAILED) {
 			int e = errno;
-			mapped_lock(h->slot, F_UNLCK);
+			/* The kernel may have dropped our reservation there
+			 * already: put it back, or the slot is a hole that
+			 * any mapping of ours could land in. */
+			unmap_peer_arena(h->slot, base, h->arena_size);
 			return rpal_fail(e, "cannot map peer arena of slot %u", h->slot);
 		}
 		madvise(m, h->arena_size, MADV_DONTFORK);

@@ -22,7 +22,7 @@ enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
-	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_NR
+	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -36,6 +36,7 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"the doorbell nesting 8 deep", "garbage, then a message with a socket",
 	"garbage, an empty message, one with a socket",
 	"claims twice its arena, block past it",
+	"a hugetlb memfd as its arena",
 };
 
 /* Publish one raw slot into the ring of our side of c, as a broken or
@@ -221,6 +222,17 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_UNSEALED:
 		extra = memfd_create("unsealed", MFD_CLOEXEC);
 		t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate");
+		fds[0] = extra;
+		break;
+	case RAW_HUGETLB:               /* maps only while huge pages are free */
+		extra = memfd_create("huge", MFD_CLOEXEC | MFD_ALLOW_SEALING | MFD_HUGETLB);
+		if (extra < 0) {        /* no hugetlbfs here: an unsealed one stands in */
+			extra = memfd_create("unsealed", MFD_CLOEXEC);
+			t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate");
+		} else {
+			t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate hugetlb");
+			fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		}
 		fds[0] = extra;
 		break;
 	case RAW_WRONG_SIZE:
