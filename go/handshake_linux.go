@@ -95,7 +95,7 @@ func rightsOf(oob []byte) []int {
 // them the same way, the innermost first.  Honest peers never nest them.
 func closePeerFd(fd int) {
 	if !preparePeerFd(fd) {
-		unix.Close(fd)
+		closeOrDefer(fd)
 		return
 	}
 	r, nested := drainPeerFds(fd)
@@ -139,16 +139,32 @@ func handOnCopy(fd int) {
 	handOn(d, nested, r, false)
 }
 
+// closeOrDefer closes a descriptor that is no Unix socket.  Sockets
+// (linger off), memory files and pipes close at once; any other file's
+// close may wait on whoever serves it (a FUSE file system the peer runs:
+// its flush), so the closer closes those.  Each look reaches no file
+// system.  Honest peers pass only sockets and memfds.
+func closeOrDefer(fd int) {
+	if _, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err == nil {
+		unix.Close(fd)
+	} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err == nil {
+		unix.Close(fd)
+	} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETPIPE_SZ, 0); err == nil {
+		unix.Close(fd)
+	} else {
+		deferClose([]int{fd}, false)
+	}
+}
+
 // preparePeerFd turns a socket's linger off; a Unix socket it also shuts
 // for reading, so that nothing more can be queued in it nor connect to it,
 // and reports true: it is to be emptied before its close.  A seqpacket
 // socket is shut once it reads empty (see drainPeerFds).
 func preparePeerFd(fd int) bool {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+	// setsockopt, not fstat: it reaches no file system (see closeOrDefer).
+	if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{}); err == unix.ENOTSOCK {
 		return false
 	}
-	_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{})
 	if dom, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil || dom != unix.AF_UNIX {
 		return false
 	}
@@ -243,7 +259,7 @@ func drainPeerFds(fd int) (drainResult, []int) {
 			if preparePeerFd(got) {
 				nested = append(nested, got)
 			} else {
-				unix.Close(got)
+				closeOrDefer(got)
 			}
 		}
 		if len(nested) > 0 {
@@ -423,13 +439,20 @@ func (p *process) dropSide(s *side) {
 // checkMemfd: the peer's arena must be a memfd sealed against shrinking and
 // growing (so our mapping can never fault) of the size its hello says.
 func checkMemfd(fd int, size uint64) error {
+	// Seals first: only memory files have them, and the look reaches no
+	// file system, so a file a peer serves itself (FUSE) cannot block it.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return refused(syscall.EPROTO, "peer's arena is not a memfd (no seals)")
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return refused(syscall.EPROTO, "peer's arena descriptor is not a regular file")
 	}
-	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
-	if err != nil {
-		return refused(syscall.EPROTO, "peer's arena is not a memfd (no seals)")
+	// A hugetlb memfd maps only while huge pages are free.
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &fs); err != nil || fs.Type != unix.TMPFS_MAGIC {
+		return refused(syscall.EPROTO, "peer's arena is not an ordinary memfd (hugetlb?)")
 	}
 	if seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
 		return refused(syscall.EPROTO, "peer's arena is not sealed against shrink and grow (seals %#x)", seals)
@@ -445,11 +468,11 @@ func checkMemfd(fd int, size uint64) error {
 // one connected to a named socket could be a third party's.  On success the
 // end is shut for reading (we only send on it).
 func checkDoorbell(fd int) error {
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+	// getsockopt, not fstat: it reaches no file system (see checkMemfd).
+	dom, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
+	if err1 == unix.ENOTSOCK {
 		return refused(syscall.EPROTO, "peer's doorbell is not a socket")
 	}
-	dom, err1 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	typ, err2 := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
 	if err1 != nil || err2 != nil || dom != unix.AF_UNIX || typ != unix.SOCK_STREAM {
 		return refused(syscall.EPROTO, "peer's doorbell is not a Unix stream socket")

@@ -242,6 +242,27 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 	}
 }
 
+// A hugetlb memfd, sealed and of the right size, is refused as a peer's
+// arena: it maps only while huge pages are free.
+func TestCheckMemfdHugetlb(t *testing.T) {
+	fd, err := unix.MemfdCreate("huge", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING|unix.MFD_HUGETLB)
+	if err != nil {
+		t.Skipf("no hugetlb memfd here: %v", err)
+	}
+	defer unix.Close(fd)
+	const size = 4 << 20
+	if err := unix.Ftruncate(fd, size); err != nil {
+		t.Skipf("hugetlb memfd of %d bytes: %v", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+		t.Fatal(err)
+	}
+	err = checkMemfd(fd, size)
+	if err == nil || !strings.Contains(err.Error(), "hugetlb") {
+		t.Fatalf("a hugetlb arena: %v, want a refusal", err)
+	}
+}
+
 // The doorbell a peer hands over must be one end of a Unix stream socket
 // pair with nothing queued in it: not a pipe, not a datagram socket, not
 // unconnected, not connected to a named socket that could be a third
