@@ -36,6 +36,7 @@ type Listener struct {
 	mu      sync.Mutex
 	refused []error
 	running map[*handshake]struct{} // under mu
+	exited  chan struct{}           // a token when a handshake ends: room for the next
 }
 
 const (
@@ -45,9 +46,10 @@ const (
 
 // handshake is one client's, while it runs.
 type handshake struct {
-	uc    *net.UnixConn
-	start time.Time
-	spoke bool // its HELLO came, or it was dropped (under Listener.mu)
+	uc      *net.UnixConn
+	start   time.Time
+	spoke   bool // its HELLO came, or it was dropped (under Listener.mu)
+	dropped bool // dropped to make room, its goroutine not ended yet (under Listener.mu)
 }
 
 // A Listener is what net.Listener users (http.Serve, grpc.Server.Serve)
@@ -124,6 +126,10 @@ func (l *Listener) loop() {
 				l.refused = append(l.refused, err)
 			}
 			l.mu.Unlock()
+			select {
+			case l.exited <- struct{}{}:
+			default:
+			}
 			if err != nil {
 				closePeerConn(uc) // more messages may wait there, with descriptors
 				return
@@ -137,33 +143,54 @@ func (l *Listener) loop() {
 // the listener is closed.  While all are taken and a client waits in the
 // backlog, the oldest client that has sent nothing is dropped to make room,
 // as rpal_accept does: a flood of clients that never speak cannot hold the
-// listener, and one that has spoken is never dropped for it.
+// listener, and one that has spoken is never dropped for it.  It wakes as
+// soon as a handshake ends, so a client behind a thousand silent ones is
+// reached in a few milliseconds, not one poll interval per silent one; the
+// poll remains for a client that arrives while none ends.
 func (l *Listener) roomForHandshake() bool {
+	var poll *time.Timer
 	for {
 		l.mu.Lock()
 		n := len(l.running)
 		if n >= maxHandshakes && backlogWaiting(l.ln) {
 			var silent *handshake
+			inFlight := false
 			for h := range l.running {
-				if !h.spoke && (silent == nil || h.start.Before(silent.start)) && !hasMessage(h.uc) {
+				if h.spoke {
+					inFlight = inFlight || h.dropped
+					continue
+				}
+				if (silent == nil || h.start.Before(silent.start)) && !hasMessage(h.uc) {
 					silent = h
 				}
 			}
-			if silent != nil {
+			// One drop at a time, for the client waiting: its
+			// goroutine ends at once and wakes us to accept it.
+			if silent != nil && !inFlight {
 				// Its read fails at once; its goroutine refuses it
 				// and empties the socket as for any stalled client.
 				_ = silent.uc.SetReadDeadline(time.Unix(1, 0))
-				silent.spoke = true // dropped: not picked again
+				silent.spoke, silent.dropped = true, true // not picked again
 			}
 		}
 		l.mu.Unlock()
 		if n < maxHandshakes {
+			if poll != nil {
+				poll.Stop()
+			}
 			return true
+		}
+		if poll == nil {
+			poll = time.NewTimer(time.Millisecond)
+		} else {
+			poll.Reset(time.Millisecond)
 		}
 		select {
 		case <-l.done:
+			poll.Stop()
 			return false
-		case <-time.After(time.Millisecond):
+		case <-l.exited:
+		case <-poll.C:
 		}
 	}
 }

@@ -27,7 +27,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	}
 	l := &Listener{p: p, service: service, policy: lc.Policy, conns: make(chan *Conn, maxReady),
 		ready: make(chan struct{}, maxReady), done: make(chan struct{}), path: path,
-		running: make(map[*handshake]struct{})}
+		running: make(map[*handshake]struct{}), exited: make(chan struct{}, 1)}
 	if lockPath != "" {
 		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 		if err != nil {
