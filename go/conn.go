@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"container/list"
 	"io"
 	"net"
 	"os"
@@ -70,7 +71,8 @@ type Conn struct {
 	txRaw       syscall.RawConn
 	lastRungRX  atomic.Uint64 // the peer's waiting word when we last woke it for RX
 	lastRungTX  atomic.Uint64
-	hup         chan struct{} // closed when the socket watcher ends (peer hang-up)
+	watched     bool        // the socket watcher runs (see watch)
+	watchEnded  atomic.Bool // it ended: the peer hung up, or the linger time passed
 
 	txMu      sync.Mutex
 	tail      uint64
@@ -119,6 +121,15 @@ type Conn struct {
 	adverts atomic.Uint64 // sleeps advertised on our doorbell (see bellDrainEvery)
 
 	closeOnce sync.Once
+
+	// A closed connection the peer may still read lingers (see Close):
+	// lingering says so to the watcher; lingerEl is its place in the
+	// process's list (under process.lingerMu); releaseOnce frees it once,
+	// whether the watcher or an allocation that needs the room gets there
+	// first.
+	lingering   atomic.Bool
+	lingerEl    *list.Element
+	releaseOnce sync.Once
 }
 
 func (c *Conn) u32(base unsafe.Pointer, off uintptr) *uint32 {
@@ -264,8 +275,12 @@ const lingerTime = 10 * time.Second
 // peer reads what we sent, then end of stream.  As librpal does, our block
 // and the buffers the peer holds are kept until the peer closes its end too
 // (or dies, or 10 s pass), then return to the allocator; the peer's arena is
-// unmapped with the last connection to it.  Messages read from the
-// connection must not be used after Close.
+// unmapped with the last connection to it.  When a new connection's block
+// finds no room, the oldest of those lingering connections go first, so a
+// peer that never closes its end cannot keep new connections out; it then
+// reads end of stream, or fails with EPROTO where it had not read
+// everything.  Messages read from the connection must not be used after
+// Close.
 func (c *Conn) Close() error {
 	first := false
 	c.closeOnce.Do(func() {
@@ -292,19 +307,20 @@ func (c *Conn) Close() error {
 		c.ackMu.Unlock()
 		c.txMu.Unlock()
 		c.rxMu.Unlock()
-		if alive {
-			// The peer sees a hang-up now; we keep what it may still read.
-			_ = c.sock.CloseWrite()
-			go func() {
-				t := time.NewTimer(lingerTime)
-				select {
-				case <-c.hup:
-				case <-t.C:
-				}
-				t.Stop()
-				c.release()
-			}()
-		} else {
+		// Without a watcher the handshake never ended: the peer
+		// holds nothing of ours.
+		if !alive || !c.watched {
+			c.release()
+			return
+		}
+		// The peer sees a hang-up now; we keep what it may still read.
+		// The watcher frees it when the peer hangs up too, or at the
+		// read deadline: no goroutine of its own per lingering one.
+		_ = c.sock.CloseWrite()
+		c.p.lingerAdd(c)
+		_ = c.sock.SetReadDeadline(time.Now().Add(lingerTime))
+		c.lingering.Store(true)
+		if c.watchEnded.Load() { // it ended before it could see lingering
 			c.release()
 		}
 	})
@@ -315,18 +331,22 @@ func (c *Conn) Close() error {
 }
 
 // release frees our block and the buffers the peer held, and drops the
-// peer's mapping: the end of a closed connection.
+// peer's mapping: the end of a closed connection.  Only the first call
+// does; a later one returns once that is done.
 func (c *Conn) release() {
-	c.sock.Close()
-	c.pidfd.Close()
-	c.txMu.Lock()
-	c.reclaim()
-	c.txMu.Unlock()
-	// A peer that reads on sees the nonce change and stops.
-	atomic.StoreUint32(c.u32(c.me, bMagic), 0)
-	atomic.StoreUint64(c.u64(c.me, bNonce), 0)
-	c.p.freeBytes(c.meAddr)
-	c.p.putPeer(c.peer)
+	c.releaseOnce.Do(func() {
+		c.p.lingerDel(c)
+		c.sock.Close()
+		c.pidfd.Close()
+		c.txMu.Lock()
+		c.reclaim()
+		c.txMu.Unlock()
+		// A peer that reads on sees the nonce change and stops.
+		atomic.StoreUint32(c.u32(c.me, bMagic), 0)
+		atomic.StoreUint64(c.u64(c.me, bNonce), 0)
+		c.p.freeBytes(c.meAddr)
+		c.p.putPeer(c.peer)
+	})
 }
 
 // SetDeadline sets the read and write deadlines (net.Conn semantics).

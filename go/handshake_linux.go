@@ -397,6 +397,9 @@ func (p *process) newSide() (*side, error) {
 	n := p.cfg.RingEntries
 	size := blockBytes(n, n)
 	addr, ok := p.allocBytes(size)
+	for !ok && p.evictLingering() {
+		addr, ok = p.allocBytes(size)
+	}
 	if !ok {
 		return nil, fmt.Errorf("arena exhausted: no room for a connection block: %w", syscall.ENOMEM)
 	}

@@ -26,6 +26,9 @@ func runHelper(role string) int {
 	if r := slotHelper(role, name); r >= 0 {
 		return r
 	}
+	if role == "linger-server" {
+		return lingerServer(name)
+	}
 	c, err := DialConn(name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -6,7 +6,10 @@ package rpal
 
 import (
 	"errors"
+	"fmt"
 	"io"
+	"os"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -191,4 +194,91 @@ func TestCloseDeliversQueued(t *testing.T) {
 	if err := s.Send([]byte("x")); !errors.Is(err, syscall.EPIPE) {
 		t.Fatalf("send to a closed peer: %v", err)
 	}
+}
+
+// lingerConns is about three times what a 1 MiB arena holds of connection
+// blocks.
+const lingerConns = 100
+
+// A peer that never closes its end cannot fill our arena with the blocks of
+// the connections we closed: a server with a 1 MiB arena (a child process)
+// answers each of lingerConns connections and closes it at once, while we
+// close none; every connection is made, the newest reads the answer and
+// end of stream, the oldest, whose block went first, EPROTO (or end of
+// stream, had its block not been reused), without a hang.
+func TestCloseLingerMakesRoom(t *testing.T) {
+	name := fmt.Sprintf("gotest-linger-%d-%d", os.Getpid(), svcSeq.Add(1))
+	cmd := helperCmd("linger-server", name)
+	cmd.Env = append(cmd.Env, "RPAL_ARENA_SIZE=1048576", "RPAL_GO_ITERS="+strconv.Itoa(lingerConns))
+	stdin, err := cmd.StdinPipe() // the server exits when we close it
+	if err != nil {
+		t.Fatal(err)
+	}
+	startReady(t, cmd)
+	defer stdin.Close()
+	conns := make([]*Conn, 0, lingerConns)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range lingerConns {
+		c, err := DialConn(name)
+		if err != nil {
+			t.Fatalf("connection %d of a peer that closes none: %v", i, err)
+		}
+		conns = append(conns, c)
+	}
+	in := make([]byte, 16)
+	newest := conns[len(conns)-1]
+	newest.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := newest.Recv(in); err != nil || string(in[:n]) != "bye" {
+		t.Fatalf("the newest connection's answer: %q, %v", in[:n], err)
+	}
+	if _, err := newest.Recv(in); err != io.EOF {
+		t.Fatalf("the newest connection's end: %v", err)
+	}
+	oldest := conns[0]
+	oldest.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var err2 error
+	for range 2 {
+		var n int
+		if n, err2 = oldest.Recv(in); err2 != nil {
+			break
+		}
+		if string(in[:n]) != "bye" {
+			t.Fatalf("the oldest connection read %q", in[:n])
+		}
+	}
+	t.Logf("the oldest connection: %v", err2)
+	if err2 != io.EOF && !errors.Is(err2, syscall.EPROTO) {
+		t.Fatalf("the oldest connection: %v, want io.EOF or EPROTO", err2)
+	}
+}
+
+// lingerServer is TestCloseLingerMakesRoom's server: it answers and closes
+// RPAL_GO_ITERS connections, then waits for its stdin to close.
+func lingerServer(name string) int {
+	n, _ := strconv.Atoi(os.Getenv("RPAL_GO_ITERS"))
+	l, err := Listen(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "linger server:", err)
+		return 1
+	}
+	defer l.Close()
+	fmt.Println("ready")
+	for range n {
+		c, err := l.AcceptConn()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "linger server:", err)
+			return 1
+		}
+		if err := c.Send([]byte("bye")); err != nil {
+			fmt.Fprintln(os.Stderr, "linger server:", err)
+			return 1
+		}
+		c.Close()
+	}
+	io.Copy(io.Discard, os.Stdin)
+	return 0
 }

@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"container/list"
 	"errors"
 	"os"
 	"sync"
@@ -34,6 +35,9 @@ type process struct {
 
 	liveMu sync.Mutex
 	live   map[*Conn]struct{} // open connections (reapAcks)
+
+	lingerMu  sync.Mutex
+	lingerers list.List // closed connections whose block lingers, oldest first
 }
 
 // proc is this process's place, set by the first successful Init.
@@ -129,6 +133,41 @@ func (p *process) connClosed(c *Conn) {
 	p.liveMu.Lock()
 	delete(p.live, c)
 	p.liveMu.Unlock()
+}
+
+// lingerAdd and lingerDel keep the list of lingering connections.
+func (p *process) lingerAdd(c *Conn) {
+	p.lingerMu.Lock()
+	c.lingerEl = p.lingerers.PushBack(c)
+	p.lingerMu.Unlock()
+}
+
+func (p *process) lingerDel(c *Conn) {
+	p.lingerMu.Lock()
+	if c.lingerEl != nil {
+		p.lingerers.Remove(c.lingerEl)
+		c.lingerEl = nil
+	}
+	p.lingerMu.Unlock()
+}
+
+// evictLingering frees the oldest lingering connection before its time, for
+// an allocation that found no room: without it, a peer that never closes
+// its end could keep every new connection out for the linger time.  False
+// if none lingers.
+func (p *process) evictLingering() bool {
+	p.lingerMu.Lock()
+	e := p.lingerers.Front()
+	if e == nil {
+		p.lingerMu.Unlock()
+		return false
+	}
+	c := e.Value.(*Conn)
+	p.lingerers.Remove(e)
+	c.lingerEl = nil
+	p.lingerMu.Unlock()
+	c.release() // or wait for the watcher's, already under way
+	return true
 }
 
 // reapAcks takes back what the peers of every open connection have

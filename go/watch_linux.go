@@ -10,9 +10,16 @@ import (
 // (the peer closed, or exited) or its pidfd becoming readable (it exited,
 // even if a child still holds the socket).  docs/PROTOCOL.md §7.
 func (c *Conn) watch() {
-	c.hup = make(chan struct{})
+	c.watched = true
 	go func() {
-		defer close(c.hup)
+		// After Close it waits for the peer's hang-up or the linger
+		// deadline, then frees the connection (see Close).
+		defer func() {
+			c.watchEnded.Store(true)
+			if c.lingering.Load() {
+				c.release()
+			}
+		}()
 		// With room for every descriptor a message can carry: the
 		// kernel would release what did not fit on this thread.
 		var buf [hsSize]byte
