@@ -230,7 +230,12 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 		t.Fatalf("want REFUSE/EPROTO for the arena size, got %+v", r)
 	}
 	t.Logf("refused: %s", r.Reason)
-	if errs := l.Refused(); len(errs) != 1 {
+	// The server notes the refusal after sending it.
+	var errs []error
+	for end := time.Now().Add(2 * time.Second); len(errs) == 0 && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		errs = l.Refused()
+	}
+	if len(errs) != 1 {
 		t.Fatalf("refusals recorded: %v", errs)
 	}
 	if err := a.Send([]byte("still here")); err != nil {
