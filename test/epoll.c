@@ -10,6 +10,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -90,6 +91,24 @@ static void *nosys_thread(void *p)
 static void on_alarm(int sig)
 {
 	(void)sig;
+}
+
+/* Make the pipe wd[] readable and add it to the set of the test's wait
+ * after 2 s, unless told to stop first. */
+static _Atomic int pipe_later_cancel;
+static int pipe_later_ep;
+
+static void *add_pipe_later(void *arg)
+{
+	int *wd = arg;
+
+	for (int i = 0; i < 200 && !atomic_load(&pipe_later_cancel); i++)
+		usleep(10000);
+	if (!atomic_load(&pipe_later_cancel)) {
+		(void)!write(wd[1], "x", 1);
+		add(pipe_later_ep, wd[0], EPOLLIN, 2);
+	}
+	return NULL;
 }
 
 struct wait_arg {
@@ -349,6 +368,38 @@ int main(void)
 		ualarm(50000, 0);
 		int n = rpal_epoll_wait(ep, &ev, 1, 5000);
 		t_check(n == -1 && errno == EINTR, "rpal_epoll_wait after a signal: %d (%s)", n, strerror(errno));
+	}
+
+	printf("and with SA_RESTART (as signal() installs handlers), in a set of one connection, with and without a timeout\n");
+	{
+		int ep1 = rpal_epoll_create(0), wd[2];
+		struct sigaction sa = { .sa_handler = on_alarm, .sa_flags = SA_RESTART };
+		pthread_t th;
+
+		t_check(ep1 >= 0 && pipe(wd) == 0, "setup");
+		t_ok(rpal_epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL) == 0 ? 0 : -errno);
+		t_check(add(ep1, fd, EPOLLIN, 1) == 0, "add to a set of its own");
+		pipe_later_ep = ep1;
+		sigaction(SIGALRM, &sa, NULL);
+		for (int timeout = -1; timeout <= 5000; timeout += 5001) {
+			/* A wait the signal does not end is ended by a pipe made
+			 * readable and added 2 s later: a failure, not a hang. */
+			t_check(pthread_create(&th, NULL, add_pipe_later, wd) == 0, "pthread_create");
+			ualarm(50000, 0);
+			int n = rpal_epoll_wait(ep1, &ev, 1, timeout);
+			int e = errno;
+			atomic_store(&pipe_later_cancel, 1);
+			pthread_join(th, NULL);
+			atomic_store(&pipe_later_cancel, 0);
+			rpal_epoll_ctl(ep1, EPOLL_CTL_DEL, wd[0], NULL);
+			t_check(n == -1 && e == EINTR, "timeout %d: rpal_epoll_wait after a signal: %d (%s)", timeout, n,
+				n < 0 ? strerror(e) : "an event");
+		}
+		t_check(rpal_epoll_ctl(ep1, EPOLL_CTL_DEL, fd, NULL) == 0, "del");
+		t_check(add(ep, fd, EPOLLIN, 1) == 0, "re-add");
+		rpal_close(ep1);
+		close(wd[0]);
+		close(wd[1]);
 	}
 
 	printf("a connection added while another thread sleeps in the wait wakes it\n");
