@@ -141,14 +141,15 @@ static RPAL_HOT int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
 	return got;
 }
 
-static bool reg_live(struct rpal_ep *ep, struct rpal_ep_reg *r)
+/* The set's registration with that id, if it is still one of ours. */
+static struct rpal_ep_reg *reg_by_id(struct rpal_ep *ep, uint64_t id)
 {
 	unsigned i;
 
 	for (i = 0; i < ep->nregs; i++)
-		if (ep->regs[i] == r)
-			return true;
-	return false;
+		if (ep->regs[i]->id == id)
+			return ep->regs[i];
+	return NULL;
 }
 
 /*
@@ -174,8 +175,8 @@ static RPAL_HOT int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int
 	ep->top_quiet = n == 0;
 	ep->quiet_seq = wseq;
 	for (i = 0; i < n; i++) {
-		struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)(kev[i].data.u64 & ~(uint64_t)TAG_MASK);
 		unsigned tag = kev[i].data.u64 & TAG_MASK;
+		struct rpal_ep_reg *r;
 
 		if (tag == TAG_USER) {
 			user = true;
@@ -183,7 +184,8 @@ static RPAL_HOT int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int
 		}
 		if (tag == TAG_KICK)
 			continue;       /* just a rescan */
-		if (!reg_live(ep, r))
+		r = reg_by_id(ep, kev[i].data.u64 >> TAG_BITS);
+		if (!r)
 			continue;       /* removed while we slept */
 		if (tag == TAG_BELL)
 			store_relaxed(&r->c->bell_dirty, true);

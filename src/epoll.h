@@ -17,9 +17,13 @@
 #define FUTEX_SLEEP_MAX   127u     /* connections a futex_waitv sleep covers (+ kick) */
 #define SPIN_KERNEL_POLL  1024u    /* spin iterations between kernel polls */
 
-enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7 };
+enum { TAG_USER = 0, TAG_BELL = 1, TAG_SOCK = 2, TAG_PIDFD = 3, TAG_KICK = 4, TAG_MASK = 7, TAG_BITS = 3 };
 
 struct rpal_ep_reg {
+	/* Never reused (a process-wide count): what T's events and a hosted
+	 * call's cookie name, since a freed registration's address may be
+	 * another's by the time they are read. */
+	uint64_t id;
 	struct rpal_conn *c;
 	struct rpal_ep *ep;
 	uint32_t events;        /* as registered */

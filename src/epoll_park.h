@@ -17,13 +17,11 @@
 
 int call_park_own(struct rpal_host_rcv *r);
 
-/* The registration a call's cookie names, if it is still one of ours.  The
- * cookie is a hint: compared with each live registration, never followed. */
+/* The registration a call's cookie (its id) names, if it is still one of
+ * ours.  The cookie is a hint: compared with each live registration's. */
 static struct rpal_ep_reg *reg_of_cookie(struct rpal_ep *ep, uint64_t cookie)
 {
-	struct rpal_ep_reg *r = (struct rpal_ep_reg *)(uintptr_t)cookie;
-
-	return r && reg_live(ep, r) ? r : NULL;
+	return cookie ? reg_by_id(ep, cookie) : NULL;
 }
 
 /* Is the set's receiver running on a sender's thread (in an RPAL call)? */

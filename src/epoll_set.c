@@ -74,6 +74,9 @@ fail:
 	return -1;
 }
 
+/* Registration ids: 1 up, never 0 (no cookie), never reused. */
+static _Atomic uint64_t next_reg_id = 1;
+
 static int internal_ctl(struct rpal_ep *ep, int op, struct rpal_ep_reg *r)
 {
 	struct epoll_event ev;
@@ -86,7 +89,7 @@ static int internal_ctl(struct rpal_ep *ep, int op, struct rpal_ep_reg *r)
 
 	for (i = 0; i < 3; i++) {
 		ev.events = fds[i].events;
-		ev.data.u64 = (uintptr_t)r | fds[i].tag;
+		ev.data.u64 = r->id << TAG_BITS | fds[i].tag;
 		if (epoll_ctl(ep->top, op, fds[i].fd, &ev) < 0 && op != EPOLL_CTL_DEL) {
 			int e = errno;
 			while (i--)
@@ -204,6 +207,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 			ret = rpal_fail(ENOMEM, "no memory for the set's registrations");
 			break;
 		}
+		r->id = atomic_fetch_add(&next_reg_id, 1);
 		r->c = c;
 		r->ep = ep;
 		reg_arm(r, ev);
@@ -217,7 +221,7 @@ static int conn_ctl(struct rpal_ep *ep, int op, struct rpal_conn *c, struct epol
 		c->reg = r;
 		store_release(&c->set, ep);
 		if (ep->rcv && c->local) {
-			store_relaxed(&c->me->hosted_cookie, (uintptr_t)r);
+			store_relaxed(&c->me->hosted_cookie, r->id);
 			store_release(&c->me->hosted_rcv, (uintptr_t)ep->rcv);
 		}
 		break;
