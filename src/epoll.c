@@ -536,7 +536,8 @@ RPAL_EXPORT RPAL_HOT int rpal_epoll_wait(int epfd, struct epoll_event *events, i
 
 	if (!ep)
 		return epoll_wait(epfd, events, maxevents, timeout);
-	if (maxevents <= 0 || !events) {
+	/* epoll_wait()'s bounds (EP_MAX_EVENTS in the kernel). */
+	if (maxevents <= 0 || maxevents > (int)(INT_MAX / sizeof(struct epoll_event)) || !events) {
 		errno = EINVAL;
 		return -1;
 	}

@@ -9,6 +9,7 @@
  */
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -359,6 +360,18 @@ int main(void)
 		t_check(read(pfd[0], buf, 1) == 1, "read pipe");
 		while (rpal_recv(fd, buf, sizeof(buf), RPAL_NONBLOCK) > 0)
 			;
+	}
+
+	printf("maxevents not positive or above epoll_wait's bound, or no events array: EINVAL\n");
+	{
+		int bad[] = { 0, -1, (int)(INT_MAX / sizeof(struct epoll_event)) + 1, INT_MAX };
+
+		for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			errno = 0;
+			t_check(rpal_epoll_wait(ep, &ev, bad[i], 0) == -1 && errno == EINVAL, "maxevents %d: errno %d",
+				bad[i], errno);
+		}
+		t_check(rpal_epoll_wait(ep, NULL, 1, 0) == -1 && errno == EINVAL, "a NULL events array");
 	}
 
 	printf("a signal ends a sleeping wait with EINTR\n");
