@@ -48,16 +48,19 @@ char **hosted_clean_environ(void);
 
 /* Load a program.  path: a PIE executable linked with -rdynamic (main must be in the dynamic
  * symbol table).  argv: argc strings (argv[0] is the program name the program sees); envp: a
- * NULL-terminated environment (NULL: hosted_clean_environ()).  Both are copied.  The program's
- * constructors run here, on the calling thread.  Returns NULL and writes a message to err on failure. */
+ * NULL-terminated environment (NULL: hosted_clean_environ()).  Both are copied.  The constructors
+ * of the program's libraries run here, on the calling thread, with envp as environ; the
+ * executable's own run in its process just before main (hosted_start).  Returns NULL and writes a
+ * message to err on failure. */
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen);
 
 /* Start the program as a process of its own that shares this address space (its own PID,
  * descriptor table, signal dispositions, cwd, umask and rlimits, copied from ours when it starts;
- * descriptors marked close-on-exec are closed in it, as exec would), and run main() there on a
- * thread created by the program's own libc.  The process is our child (SIGCHLD; hosted_wait reaps
- * it) and is killed when the thread that started it ends.  0 or -1 (message in err). */
+ * descriptors marked close-on-exec are closed in it, as exec would), and run the executable's
+ * constructors and main() there on a thread created by the program's own libc.  The process is
+ * our child (SIGCHLD; hosted_wait reaps it) and is killed when the thread that started it ends.
+ * 0 or -1 (message in err). */
 int hosted_start(hosted_prog *p, char *err, size_t errlen);
 
 /* What a program's process gets instead of the launcher's (hosted_start_spawn). */
@@ -116,8 +119,8 @@ long hosted_lmid(const hosted_prog *p);
 
 const char *hosted_path(const hosted_prog *p);
 
-/* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1.
- * Returns the memfd (close-on-exec) or -1 with a message in err.  *was_pie (may be NULL) tells
+/* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1 and its
+ * initializers hidden from the dynamic linker (hosted_start runs them).  Returns the memfd (close-on-exec) or -1 with a message in err.  *was_pie (may be NULL) tells
  * whether the flag was set.  Exposed for tests. */
 int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen);
 

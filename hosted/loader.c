@@ -4,14 +4,16 @@
  *  1. Copy the executable into a memfd with DF_1_PIE cleared in DT_FLAGS_1 (glibc refuses to dlopen
  *     an object flagged PIE), validating every offset of the ELF header, program headers and the
  *     dynamic section against the file size.
+ *     Its initializers (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY) are hidden from the dynamic linker.
  *  2. dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
- *     libc copy (own malloc, stdio, errno, exit handlers).  Constructors run here.
+ *     libc copy (own malloc, stdio, errno, exit handlers).  Its libraries' constructors run here.
  *  3. Look up the namespace's own main, exit, _exit, pthread_create/join, environ and
  *     program_invocation_name; set environ and the program name.
  *  4. hosted_start: a new process sharing our address space (clone with CLONE_VM only: its own
  *     PID, descriptor table, signal dispositions, cwd and rlimits) calls the namespace's
- *     pthread_create, which starts prog_thread() in that process; prog_thread calls main() with the
- *     program's argc/argv/envp and then the namespace's exit(status), as __libc_start_main would.
+ *     pthread_create, which starts prog_thread() in that process; prog_thread runs the executable's
+ *     initializers, calls main() with the program's argc/argv/envp and then the namespace's
+ *     exit(status), as __libc_start_main would.
  *     Its _exit ends the program's process only (exit_group), and we reap it with waitpid.
  *
  * The libc copy of a secondary namespace never grows the brk heap in glibc >= 2.34 (its sbrk fails
@@ -43,6 +45,10 @@
 #include <unistd.h>
 
 #define MAX_EXE_SIZE ((off_t)1 << 32) /* refuse larger files */
+/* The executable's initializers are hidden from the dynamic linker under DT_RPAL_HIDDEN + tag, in
+ * the OS-specific range (DT_LOOS..DT_HIOS) that glibc's ld.so skips: dlmopen would run them at
+ * once, in the launcher, before the copy relocations and environ are set (run_exe_init). */
+#define DT_RPAL_HIDDEN 0x60525000
 #define LEADER_STACK (64u << 10)      /* the program process's first task: see start_process */
 #ifndef PR_SET_PTRACER
 #define PR_SET_PTRACER 0x59616d61
@@ -189,6 +195,11 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
             d.d_un.d_val &= ~(Elf64_Xword)DF_1_PIE;
             memcpy(ep, &d, sizeof d);
         }
+        if (d.d_tag == DT_INIT || d.d_tag == DT_INIT_ARRAY || d.d_tag == DT_INIT_ARRAYSZ ||
+            d.d_tag == DT_PREINIT_ARRAY || d.d_tag == DT_PREINIT_ARRAYSZ) {
+            d.d_tag += DT_RPAL_HIDDEN;
+            memcpy(ep, &d, sizeof d);
+        }
     }
     if (!found_null) {
         seterr(err, errlen, "%s: dynamic section not terminated by DT_NULL", path);
@@ -317,6 +328,35 @@ static long raw6(long nr, long a, long b, long c, long d, long e, long f) {
 #define raw3(nr, a, b, c) raw6(nr, (long)(a), (long)(b), (long)(c), 0, 0, 0)
 #define raw4(nr, a, b, c, d) raw6(nr, (long)(a), (long)(b), (long)(c), (long)(d), 0, 0)
 
+/* Run the executable's initializers as __libc_start_main does for a main program: DT_PREINIT_ARRAY
+ * (ld.so's part in an exec), DT_INIT, then DT_INIT_ARRAY, each with argc, argv and envp.  They run
+ * on the program's main thread in its own process, just before main: after the copy relocations
+ * and environ are set, with the joiner's descriptors, and an exit() or a crash in a constructor
+ * ends that process only, as it would end an exec'd one.  hosted_depie hid them from dlmopen, which
+ * has no flag to defer them; unknown tags are never relocated in place, so each is an address
+ * relative to l_addr. */
+static void run_exe_init(hosted_prog *p) {
+    struct link_map *m = p->exe_map;
+    uintptr_t pre = 0, init = 0, arr = 0;
+    size_t pre_sz = 0, arr_sz = 0;
+    if (!m || !m->l_ld) return;
+    for (const ElfW(Dyn) *d = m->l_ld; d->d_tag != DT_NULL; d++) {
+        if (d->d_tag == DT_RPAL_HIDDEN + DT_PREINIT_ARRAY) pre = d->d_un.d_ptr;
+        else if (d->d_tag == DT_RPAL_HIDDEN + DT_PREINIT_ARRAYSZ) pre_sz = d->d_un.d_val;
+        else if (d->d_tag == DT_RPAL_HIDDEN + DT_INIT) init = d->d_un.d_ptr;
+        else if (d->d_tag == DT_RPAL_HIDDEN + DT_INIT_ARRAY) arr = d->d_un.d_ptr;
+        else if (d->d_tag == DT_RPAL_HIDDEN + DT_INIT_ARRAYSZ) arr_sz = d->d_un.d_val;
+    }
+    typedef void (*init_fn)(int, char **, char **);
+    if (pre)
+        for (size_t i = 0; i < pre_sz / sizeof(void *); i++)
+            ((init_fn *)(pre + m->l_addr))[i](p->argc, p->argv, p->envp);
+    if (init) ((init_fn)(init + m->l_addr))(p->argc, p->argv, p->envp);
+    if (arr)
+        for (size_t i = 0; i < arr_sz / sizeof(void *); i++)
+            ((init_fn *)(arr + m->l_addr))[i](p->argc, p->argv, p->envp);
+}
+
 /* Run the executable's DT_FINI_ARRAY (reverse order) and DT_FINI: registered with the namespace's
  * __cxa_atexit before main, so it runs after the program's own atexit handlers, like _dl_fini. */
 static void run_exe_fini(void *arg) {
@@ -361,7 +401,8 @@ static void *need(hosted_prog *p, const char *name, char *err, size_t errlen) {
  * the executable holds the variable and libc binds to that copy.  In the main namespace ld.so
  * fills the copy from libc's original; loaded by dlmopen, the lookup finds the executable's own
  * (still zero) copy first, so stdout would stay NULL.  Redo each copy from the first later object
- * of the namespace that defines the symbol. */
+ * of the namespace that defines the symbol.  The libraries' constructors ran inside dlmopen, bound
+ * to the copy: one they wrote to (no longer all zero) keeps what they stored. */
 static void fix_copy_relocs(hosted_prog *p) {
     struct link_map *exe = p->exe_map;
     ElfW(Addr) base = exe->l_addr;
@@ -382,7 +423,10 @@ static void fix_copy_relocs(hosted_prog *p) {
         if (ELF64_R_TYPE(rela[i].r_info) != R_X86_64_COPY) continue;
         const ElfW(Sym) *sym = &symtab[ELF64_R_SYM(rela[i].r_info)];
         const char *name = strtab + sym->st_name;
-        void *copy = (void *)(base + rela[i].r_offset);
+        unsigned char *copy = (unsigned char *)(base + rela[i].r_offset);
+        size_t k = 0;
+        while (k < sym->st_size && !copy[k]) k++;
+        if (k < sym->st_size) continue;
         for (struct link_map *m = exe->l_next; m; m = m->l_next) {
             void *h = dlmopen(p->lmid, m->l_name, RTLD_LAZY | RTLD_NOLOAD);
             if (!h) continue;
@@ -425,7 +469,13 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
     dlerror();
+    /* The constructors of its libraries run inside dlmopen, here: let them see the program's
+     * environment (dlmopen hands the caller's environ to the new namespace's libc). */
+    extern char **environ;
+    char **host_env = environ;
+    environ = p->envp;
     p->handle = dlmopen(LM_ID_NEWLM, fdpath, RTLD_NOW | RTLD_LOCAL);
+    environ = host_env;
     close(mfd); /* the mappings keep the memfd alive */
     if (!p->handle) {
         const char *e = dlerror();
@@ -502,6 +552,7 @@ static void *prog_thread(void *arg) {
     atomic_store(&p->main_tid, (int)raw1(SYS_gettid, 0));
     atomic_store(&p->main_fs, hosted_get_fs());
     p->ns_cxa_atexit(run_exe_fini, p, NULL);
+    run_exe_init(p);
     /* Handlers, stdio flush, then the namespace's _exit: exit_group of this process only. */
     p->ns_exit(p->main(p->argc, p->argv, p->envp));
     return NULL;
