@@ -270,12 +270,12 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	idx = hosted_host_add(h, path);
 	if (idx < 0 || !(envp = hosted_host_environ(h, idx, env))) {
 		say(client, "ERROR out of memory");
-		goto out;
+		goto refused;
 	}
 	p = hosted_load(path, (int)rq.argc, argv, envp, err, sizeof(err));
 	if (!p) {
 		say(client, "ERROR %s", err);
-		goto out;
+		goto refused;
 	}
 	memcpy(sp.fds, fds, sizeof(sp.fds));
 	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
@@ -294,7 +294,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	}
 	if (hosted_start_spawn(p, &sp, err, sizeof(err)) < 0) {
 		say(client, "ERROR %s", err);
-		goto out;
+		goto refused;
 	}
 	hp = &progs[nprogs++];
 	hp->state = P_RUNNING;
@@ -309,6 +309,11 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		hp->argc = 0;
 	say(client, "STARTED %d", hosted_pid(p));
 	client = -1;
+	goto out;
+refused:
+	/* A join that never started a program gives its entry of the host block back. */
+	if (idx >= 0)
+		hosted_host_unadd(h, idx);
 out:
 	if (client >= 0)
 		close(client);

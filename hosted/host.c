@@ -248,6 +248,20 @@ int hosted_host_add(struct rpal_host *h, const char *name) {
     return i;
 }
 
+int hosted_host_unadd(struct rpal_host *h, int prog) {
+    if (prog < 0 || prog != (int)h->nprogs - 1) return -1;
+    struct rpal_host_prog *p = &h->progs[prog];
+    /* A library constructor of a program that failed after dlmopen may have registered here: then
+     * the entry stays taken (a later program must not inherit its receivers). */
+    if (atomic_load(&p->rcvs) || atomic_load(&p->senders) || atomic_load(&p->slot) != -1 ||
+        atomic_load(&p->stat))
+        return -1;
+    p->name[0] = 0;
+    atomic_store(&p->pid, 0);
+    h->nprogs--;
+    return 0;
+}
+
 char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base) {
     if (!base) base = hosted_clean_environ();
     size_t n = 0;

@@ -146,6 +146,9 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
 int hosted_getfd_works(void);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
+/* Give back the index that the last hosted_host_add returned, for a program that never started:
+ * 0, or -1 when it is not the last one or its libraries' code already registered in it. */
+int hosted_host_unadd(struct rpal_host *h, int prog);
 /* The environment for program prog: base (NULL: hosted_clean_environ()) plus RPAL_HOST, last.
  * The array and that last entry are malloc'd; the others are base's. */
 char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base);

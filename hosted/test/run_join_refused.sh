@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# run_join_refused.sh RPAL PROGDIR - joins that `rpal host` refuses cost it nothing:
+#  1. 16 refused joins (a shell script) leave every entry of the host free: a good join then
+#     starts, and `rpal ps` counts only it.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 PD=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+ok()  { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+"$RPAL" host r 2>"$tmp/host.err" &
+hpid=$!
+for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+loaded() { "$RPAL" ps r --json | grep -o '"programs_loaded": [0-9]*' | sed 's/.*: //'; }
+# good: a join that must start and exit 0
+good() {
+	out=$(timeout 20 "$RPAL" join r "$PD/hosted_prog_exit" main 0 2>&1)
+	rc=$?
+	[ $rc -eq 0 ] && ok "$1: a good join starts and exits 0 ($(loaded) loaded)" || bad "$1: good join rc $rc: $out"
+}
+
+# ---- 1. refused before loading
+printf '#!/bin/sh\necho hi\n' >"$tmp/script.sh"
+chmod +x "$tmp/script.sh"
+refused=0
+for _ in $(seq 16); do
+	timeout 20 "$RPAL" join r "$tmp/script.sh" >/dev/null 2>&1
+	[ $? -eq 2 ] && refused=$((refused + 1))
+done
+[ $refused -eq 16 ] && ok "16 joins of a shell script refused" || bad "only $refused of 16 shell scripts refused"
+good "after 16 refused joins"
+n=$(loaded)
+[ "$n" = 1 ] && ok "rpal ps: 1 program loaded" || bad "rpal ps: $n programs loaded, not 1"
+
+kill -TERM $hpid
+wait $hpid
+rc=$?
+[ $rc -eq 0 ] && ok "SIGTERM: the host exits 0" || bad "host stop: rc $rc, $(cat "$tmp/host.err")"
+exit $fail
