@@ -128,6 +128,13 @@ static struct hprog progs[HOSTED_NNS];
 static int nprogs;
 static const char *host_name;
 
+/* The linker namespaces this host has used: every program it loaded, including one that loaded
+ * but then failed to start (a namespace is never unloaded). */
+static int ns_used(void)
+{
+	return HOSTED_NNS - 1 - hosted_ns_limit();
+}
+
 static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(int fd, const char *fmt, ...)
 {
@@ -157,7 +164,7 @@ static const char *prog_state(const struct hprog *hp, const struct rpal_host *h)
 /* The answer to PST: what `rpal ps` prints. */
 static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
-	fprintf(f, "host %s: pid %d, %d of %d programs loaded\n", host_name, (int)getpid(), nprogs,
+	fprintf(f, "host %s: pid %d, %d of %d programs loaded\n", host_name, (int)getpid(), ns_used(),
 		HOSTED_NNS - 1);
 	fprintf(f, "%8s %-8s %12s %12s %9s %12s  %s\n", "PID", "STATE", "CALLS_IN", "CALLS_OUT",
 		"HANDOFFS", "CALLEE_MS", "COMMAND");
@@ -187,7 +194,7 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 	fprintf(f, "{\"host\": {\"name\": ");
 	jstr(f, host_name);
 	fprintf(f, ", \"pid\": %d, \"programs_loaded\": %d, \"programs_max\": %d}, \"programs\": [",
-		(int)getpid(), nprogs, HOSTED_NNS - 1);
+		(int)getpid(), ns_used(), HOSTED_NNS - 1);
 	for (int i = 0; i < nprogs; i++) {
 		const struct hprog *hp = &progs[i];
 		const struct rpal_host_prog *bp = &h->progs[hp->idx];
@@ -261,10 +268,10 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		say(client, "ERROR malformed join request (this rpal join and host do not match?)");
 		goto out;
 	}
-	if (nprogs == HOSTED_NNS - 1 || h->nprogs >= RPAL_HOST_MAX_PROGS) {
+	if (hosted_ns_limit() <= 0 || nprogs == HOSTED_NNS - 1 || h->nprogs >= RPAL_HOST_MAX_PROGS) {
 		say(client, "ERROR host \"%s\" is full: it has loaded %d programs, glibc's limit of linker "
 		    "namespaces (DL_NNS = %d, one is the host's own); a namespace is never unloaded, so "
-		    "start another host", host_name, nprogs, HOSTED_NNS);
+		    "start another host", host_name, ns_used(), HOSTED_NNS);
 		goto out;
 	}
 	idx = hosted_host_add(h, path);

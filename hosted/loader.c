@@ -112,6 +112,68 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- ELF: clear DF_1_PIE */
 
+/* The file bytes at vaddr..vaddr+len of a mapped segment, or NULL. */
+static const unsigned char *at_vaddr(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
+                                     uint64_t vaddr, uint64_t len) {
+    for (unsigned i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type != PT_LOAD || vaddr < ph.p_vaddr || vaddr - ph.p_vaddr > ph.p_filesz ||
+            len > ph.p_filesz - (vaddr - ph.p_vaddr) || ph.p_offset > size ||
+            ph.p_filesz > size - ph.p_offset)
+            continue;
+        return buf + ph.p_offset + (vaddr - ph.p_vaddr);
+    }
+    return NULL;
+}
+
+/* 1 when the dynamic symbol table defines a global or weak function main of default visibility:
+ * what dlsym finds.  Checked before dlmopen, whose namespace could never be given back. */
+static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh, uint64_t symtab,
+                        uint64_t strtab, uint64_t strsz, uint64_t hash, uint64_t gnu_hash) {
+    uint64_t nsyms = 0;
+    const unsigned char *t;
+    uint32_t w[4];
+    if (hash && (t = at_vaddr(buf, size, eh, hash, 8))) {
+        memcpy(w, t, 8);
+        nsyms = w[1]; /* nchain */
+    } else if (gnu_hash && (t = at_vaddr(buf, size, eh, gnu_hash, 16))) {
+        memcpy(w, t, 16); /* nbuckets, symoffset, bloom words, bloom shift */
+        uint64_t nb = w[0], off = w[1], head = 16 + (uint64_t)w[2] * 8;
+        const unsigned char *b = at_vaddr(buf, size, eh, gnu_hash + head, nb * 4);
+        if (!b || nb > (1u << 24)) return 0;
+        uint32_t last = 0, v;
+        for (uint64_t i = 0; i < nb; i++) {
+            memcpy(&v, b + i * 4, 4);
+            if (v > last) last = v;
+        }
+        if (last >= off) { /* walk the last chain to its end */
+            const unsigned char *c;
+            do {
+                c = at_vaddr(buf, size, eh, gnu_hash + head + nb * 4 + (uint64_t)(last - off) * 4, 4);
+                if (!c) return 0;
+                memcpy(&v, c, 4);
+                last++;
+            } while (!(v & 1) && last < (1u << 24));
+        }
+        nsyms = last;
+    }
+    if (!nsyms || nsyms > (1u << 24) || !(t = at_vaddr(buf, size, eh, symtab, nsyms * sizeof(Elf64_Sym))))
+        return 0;
+    const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
+    if (!str) return 0;
+    for (uint64_t i = 1; i < nsyms; i++) {
+        Elf64_Sym sym;
+        memcpy(&sym, t + i * sizeof sym, sizeof sym);
+        int bind = ELF64_ST_BIND(sym.st_info);
+        if (sym.st_name < strsz && strsz - sym.st_name >= 5 && !memcmp(str + sym.st_name, "main", 5) &&
+            sym.st_shndx != SHN_UNDEF && ELF64_ST_TYPE(sym.st_info) == STT_FUNC &&
+            (bind == STB_GLOBAL || bind == STB_WEAK) && ELF64_ST_VISIBILITY(sym.st_other) == STV_DEFAULT)
+            return 1;
+    }
+    return 0;
+}
+
 int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     int fd = -1, mfd = -1;
     unsigned char *buf = MAP_FAILED;
@@ -182,6 +244,7 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     }
     size_t ndyn = dph.p_filesz / sizeof(Elf64_Dyn);
     int found_null = 0;
+    uint64_t symtab = 0, strtab = 0, strsz = 0, hash = 0, gnu_hash = 0;
     for (size_t i = 0; i < ndyn; i++) {
         unsigned char *ep = buf + dph.p_offset + i * sizeof(Elf64_Dyn);
         Elf64_Dyn d;
@@ -190,6 +253,11 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
             found_null = 1;
             break;
         }
+        if (d.d_tag == DT_SYMTAB) symtab = d.d_un.d_ptr;
+        else if (d.d_tag == DT_STRTAB) strtab = d.d_un.d_ptr;
+        else if (d.d_tag == DT_STRSZ) strsz = d.d_un.d_val;
+        else if (d.d_tag == DT_HASH) hash = d.d_un.d_ptr;
+        else if (d.d_tag == DT_GNU_HASH) gnu_hash = d.d_un.d_ptr;
         if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_PIE)) {
             if (was_pie) *was_pie = 1;
             d.d_un.d_val &= ~(Elf64_Xword)DF_1_PIE;
@@ -203,6 +271,12 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     }
     if (!found_null) {
         seterr(err, errlen, "%s: dynamic section not terminated by DT_NULL", path);
+        goto fail;
+    }
+    if (!exports_main(buf, size, &eh, symtab, strtab, strsz, hash, gnu_hash)) {
+        seterr(err, errlen,
+               "%s: main is not exported (link the program with -rdynamic, or "
+               "-Wl,--export-dynamic-symbol=main)", path);
         goto fail;
     }
 

@@ -2,6 +2,8 @@
 # run_join_refused.sh RPAL PROGDIR - joins that `rpal host` refuses cost it nothing:
 #  1. 16 refused joins (a shell script) leave every entry of the host free: a good join then
 #     starts, and `rpal ps` counts only it.
+#  2. 15 joins of a PIE whose main is not exported are refused before loading: a good join then
+#     starts, `rpal ps` counts 2 programs loaded.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -37,6 +39,17 @@ done
 good "after 16 refused joins"
 n=$(loaded)
 [ "$n" = 1 ] && ok "rpal ps: 1 program loaded" || bad "rpal ps: $n programs loaded, not 1"
+
+# ---- 2. no exported main
+refused=0
+for _ in $(seq 15); do
+	out=$(timeout 20 "$RPAL" join r "$PD/hosted_prog_noexport" main 0 2>&1)
+	[ $? -eq 2 ] && echo "$out" | grep -q "main is not exported" && refused=$((refused + 1))
+done
+[ $refused -eq 15 ] && ok "15 joins without an exported main refused: $out" || bad "only $refused of 15 refused: $out"
+good "after 15 joins without an exported main"
+n=$(loaded)
+[ "$n" = 2 ] && ok "rpal ps: 2 programs loaded" || bad "rpal ps: $n programs loaded, not 2"
 
 kill -TERM $hpid
 wait $hpid
