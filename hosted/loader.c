@@ -180,7 +180,10 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     size_t size = 0;
     if (was_pie) *was_pie = 0;
 
-    fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO for reading would wait for a writer (a device, for whatever its
+     * driver does), and the launcher loads on its only loop; anything but a regular file is
+     * refused below. */
+    fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0) {
         seterr(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;

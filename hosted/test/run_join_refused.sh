@@ -4,6 +4,7 @@
 #     starts, and `rpal ps` counts only it.
 #  2. 15 joins of a PIE whose main is not exported are refused before loading: a good join then
 #     starts, `rpal ps` counts 2 programs loaded.
+#  3. A join of a FIFO is refused at once, and the host answers `rpal ps` meanwhile.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -51,7 +52,23 @@ good "after 15 joins without an exported main"
 n=$(loaded)
 [ "$n" = 2 ] && ok "rpal ps: 2 programs loaded" || bad "rpal ps: $n programs loaded, not 2"
 
+# ---- 3. a FIFO
+mkfifo "$tmp/fifo"
+# To a file: a host stuck in open() would keep a pipe's write end, passed on with descriptor 1.
+timeout -k 2 10 "$RPAL" join r "$tmp/fifo" >"$tmp/fifo.out" 2>&1
+rc=$?
+out=$(cat "$tmp/fifo.out")
+[ $rc -eq 2 ] && echo "$out" | grep -q "not a regular file" && ok "a FIFO is refused: $out" ||
+	bad "join of a FIFO: rc $rc (124 or 137: the host hung in open), $out"
+timeout 10 "$RPAL" ps r >/dev/null 2>&1 && ok "the host answers rpal ps after it" || bad "the host does not answer rpal ps"
+out=$(timeout -k 2 10 "$RPAL" run "$tmp/fifo" 2>&1)
+rc=$?
+[ $rc -eq 2 ] && echo "$out" | grep -q "not a regular file" && ok "rpal run of a FIFO: exit 2, $out" ||
+	bad "rpal run of a FIFO: rc $rc, $out"
+
 kill -TERM $hpid
+for _ in $(seq 1000); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
+kill -0 $hpid 2>/dev/null && { bad "the host does not stop on SIGTERM"; kill -9 $hpid; }
 wait $hpid
 rc=$?
 [ $rc -eq 0 ] && ok "SIGTERM: the host exits 0" || bad "host stop: rc $rc, $(cat "$tmp/host.err")"
