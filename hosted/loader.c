@@ -76,6 +76,7 @@ struct hosted_prog {
     pthread_attr_init_fn ns_attr_init, ns_attr_destroy;
     pthread_attr_setstacksize_fn ns_attr_setstacksize;
     cxa_atexit_fn ns_cxa_atexit;
+    _Atomic unsigned *ns_nthreads; /* the namespace's libc's count of its threads, or NULL */
     struct link_map *exe_map;
 
     unsigned long thread; /* the namespace's pthread_t of the main thread */
@@ -595,6 +596,9 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
         !(p->ns_cxa_atexit = (cxa_atexit_fn)need(p, "__cxa_atexit", err, errlen)))
         goto fail;
 
+    /* glibc-private (GLIBC_PRIVATE since 2.34): without it a main that ends with pthread_exit()
+     * leaves its process alive after its last thread. */
+    p->ns_nthreads = dlsym(p->handle, "__nptl_nthreads");
     fix_copy_relocs(p);
     char ***env = dlsym(p->handle, "environ");
     if (env) *env = p->envp;
@@ -629,6 +633,11 @@ static void *prog_thread(void *arg) {
     atomic_store(&p->main_tid, (int)raw1(SYS_gettid, 0));
     atomic_store(&p->main_fs, hosted_get_fs());
     p->ns_cxa_atexit(run_exe_fini, p, NULL);
+    /* The namespace's libc counts a main thread it never had (its count starts at 1), so the last
+     * thread to end (main's pthread_exit, then its other threads) would not call exit(0) as in a
+     * plain process, and the leader would keep the process alive for ever.  Only this thread
+     * exists yet. */
+    if (p->ns_nthreads) atomic_fetch_sub(p->ns_nthreads, 1);
     run_exe_init(p);
     /* Handlers, stdio flush, then the namespace's _exit: exit_group of this process only. */
     p->ns_exit(p->main(p->argc, p->argv, p->envp));

@@ -1,7 +1,8 @@
 /* prog_exit.c: an ordinary program that ends by calling exit() deep in a call chain, or from a
  * second thread (argv[1] == "thread"), with a status; the host must survive, run its handlers and
- * flush its output.
- *   prog_exit MODE STATUS      MODE: "main" or "thread" */
+ * flush its output.  "pthread_exit": main ends with pthread_exit() while a second thread runs on
+ * for 100 ms; the process must end with status 0 after that thread, as a plain one does.
+ *   prog_exit MODE STATUS      MODE: "main", "thread" or "pthread_exit" */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,13 @@ static __attribute__((noinline)) void deep(int depth) {
     sink++; /* not a tail call: keep the frames */
 }
 
+static void *late(void *arg) {
+    (void)arg;
+    usleep(100 * 1000);
+    printf("prog_exit: the last thread returns\n");
+    return NULL;
+}
+
 static void *thr(void *arg) {
     (void)arg;
     deep(3);
@@ -42,6 +50,11 @@ int main(int argc, char **argv) {
         pthread_t t;
         pthread_create(&t, NULL, thr, NULL);
         for (;;) pause(); /* main keeps running: the host stops waiting once exit() is called */
+    }
+    if (!strcmp(argv[1], "pthread_exit")) {
+        pthread_t t;
+        pthread_create(&t, NULL, late, NULL);
+        pthread_exit(NULL);
     }
     deep(5);
     return 99; /* not reached */

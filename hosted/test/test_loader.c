@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <string.h>
 #include <unistd.h>
@@ -84,6 +85,18 @@ int main(int argc, char **argv) {
           "the executables' ELF destructors ran");
     CHECK(GET(pe1, int, "handler_ran") && GET(pe2, int, "handler_ran"),
           "exit() ran the handlers of the exiting program");
+    /* main ending with pthread_exit(): the process ends when its last thread does. */
+    char *e3[] = {"prog_exit", "pthread_exit", "0"};
+    hosted_prog *pe3 = load(PROG_EXIT, 3, e3);
+    CHECK(hosted_start(pe3, err, sizeof err) == 0, "start prog_exit pthread_exit");
+    int done = 0;
+    for (int i = 0; i < 1000 && !(done = hosted_done(pe3)); i++) usleep(10 * 1000);
+    if (!done) kill(hosted_pid(pe3), SIGKILL);
+    int s5 = hosted_wait(pe3);
+    CHECK(done && s5 == 0 && GET(pe3, int, "handler_ran"),
+          "main ending with pthread_exit(): the process ends with status %d%s after its last thread, "
+          "exit handlers run", s5, done ? "" : " (killed after 10 s)");
+
     CHECK(strcmp(getenv("GLIBC_TUNABLES") ? getenv("GLIBC_TUNABLES") : "", "") != 0,
           "the test re-executed itself with GLIBC_TUNABLES=%s", getenv("GLIBC_TUNABLES"));
 
@@ -101,7 +114,8 @@ int main(int argc, char **argv) {
         "A2: argv ok (prog_counter), counter=50000 tls=50000 errno_ok=1 thread_tls_ok=1 sbrk_refused=1",
         "A1: atexit handler ran, counter=30000", "A2: atexit handler ran, counter=50000",
         "prog_exit: mode main", "prog_exit: handler ran before exit(7)", "prog_exit: mode thread",
-        "prog_exit: handler ran before exit(9)"};
+        "prog_exit: handler ran before exit(9)", "prog_exit: the last thread returns",
+        "prog_exit: handler ran before exit(0)"};
     for (size_t i = 0; i < sizeof want / sizeof *want; i++)
         CHECK(strstr(buf, want[i]) != NULL, "buffered stdout was flushed: \"%s\"", want[i]);
     CHECK_DONE();
