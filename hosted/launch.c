@@ -99,10 +99,17 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         left--;
         atomic_store(&running_pids[k], 0);
         int st = hosted_wait(progs[k]);
-        hosted_host_ended(host, k);
+        int lost = hosted_host_ended(host, k);
         int sig = atomic_load(&host->progs[k].failed);
         if (st != 0) failed = 1;
-        if (sig)
+        if (lost)
+            fprintf(stderr, "%s: [%d] %s (pid %d) ended inside an RPAL call: the receiver it was "
+                    "running is lost\n", me, k, hosted_path(progs[k]), hosted_pid(progs[k]));
+        /* SIGKILL is never a fault: hosted_host_ended's mark of a receiver lost with its caller. */
+        if (sig == SIGKILL)
+            fprintf(stderr, "%s: [%d] %s failed: a caller was killed while its thread ran this "
+                    "program's receiver, which is lost with it\n", me, k, hosted_path(progs[k]));
+        else if (sig)
             fprintf(stderr, "%s: [%d] %s failed: signal %d (%s) inside an RPAL call, at address %#llx\n",
                     me, k, hosted_path(progs[k]), sig, strsignal(sig),
                     (unsigned long long)atomic_load(&host->progs[k].fault_addr));

@@ -7,10 +7,11 @@
  *                                        calls run, the set's other users (not its parked owner)
  *   prog_rpc client SERVICE THREADS N    THREADS connections x N checksummed round trips, then
  *                                        the probes below (when hosted), then QUIT
- *   prog_rpc crasher SERVICE [overflow]  ask the server to fault inside its handler; check that
- *                                        our send fails with ECONNRESET and that we go on; with
- *                                        overflow, the handler overflows its stack, and this
- *                                        thread has an alternate signal stack for the fault
+ *   prog_rpc crasher SERVICE [overflow|spin]  ask the server to fault inside its handler; check
+ *                                        that our send fails with ECONNRESET and that we go on;
+ *                                        with overflow, the handler overflows its stack, and this
+ *                                        thread has an alternate signal stack for the fault; with
+ *                                        spin, the handler spins on our thread until we are killed
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -485,6 +486,14 @@ static int crasher(const char *service, int overflow_stack) {
         calls0 = rpal_hosted_stat(st, 2) > 0 ? st[0].calls : 0;
         if (roundtrip(fd, &q, &r)) return 1;
     } while (rpal_hosted_stat(st, 2) > 0 && st[0].calls == calls0);
+    if (overflow_stack == 2) {
+        /* Spin inside the server's handler, on this thread, until the test kills us. */
+        printf("crasher: spinning in a call, pid %d\n", (int)getpid());
+        fflush(stdout);
+        q = (struct req){ .op = OP_SPIN, .sum = ~0ull >> 2 };
+        rpal_send(fd, &q, sizeof q, 0);
+        return 1;
+    }
     if (overflow_stack) {
         /* The fault comes on this thread, with the server's stack full: only an alternate
          * stack has room for the launcher's handler. */
@@ -511,7 +520,9 @@ int main(int argc, char **argv) {
     pkru_probe = getenv("RPAL_PROTECT_PEERS") && __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c & (1u << 4));
     if (argc >= 5 && !strcmp(argv[1], "client")) return client(argv[2], atoi(argv[3]), atol(argv[4]));
     if (argc >= 3 && !strcmp(argv[1], "crasher"))
-        return crasher(argv[2], argc >= 4 && !strcmp(argv[3], "overflow"));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N | overflow]\n");
+        return crasher(argv[2], argc >= 4 && !strcmp(argv[3], "overflow") ? 1
+                                : argc >= 4 && !strcmp(argv[3], "spin")   ? 2
+                                                                          : 0);
+    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N | overflow | spin]\n");
     return 2;
 }

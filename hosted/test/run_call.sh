@@ -128,6 +128,26 @@ echo "$out" | grep -q "failed: signal 11 .*inside an RPAL call" && ok "the fault
 echo "$out" | grep -q "send of CRASH returned -104" && ok "the sender's send failed with ECONNRESET" ||
 	bad "sender's send after the fault"
 echo "$out" | grep -q "\[1\] .* exited with status 0" && ok "the sender went on and exited 0" || bad "sender status"
+# kill -9 of a caller while its thread runs the server's handler: the server fails, reported as
+# having lost its receiver with that caller, not as a fault of its own.
+tmp_k=$(mktemp)
+"$RPAL" run "$PROG" server "$svc-k" ::: "$PROG" crasher "$svc-k" spin >"$tmp_k" 2>&1 &
+rk=$!
+for _ in $(seq 1000); do grep -q "spinning in a call" "$tmp_k" && break; sleep 0.01; done
+kpid=$(sed -n 's/.*spinning in a call, pid \([0-9]*\).*/\1/p' "$tmp_k")
+sleep 0.2
+[ -n "$kpid" ] && kill -9 "$kpid"
+for _ in $(seq 3000); do kill -0 $rk 2>/dev/null || break; sleep 0.01; done
+kill -9 $rk 2>/dev/null
+wait $rk
+rc=$?
+out=$(cat "$tmp_k")
+echo "$out" | sed 's/^/  | /'
+echo "$out" | grep -q "\[1\] .* was killed by signal 9" && echo "$out" | grep -q "\[0\] .* failed: .*lost" &&
+	! echo "$out" | grep -q "\[0\] .*at address 0x0" && [ $rc -eq 1 ] &&
+	ok "kill -9 of a caller inside a call: the server is reported as having lost its receiver with it" ||
+	bad "kill -9 of a caller inside a call: rc $rc, wrong report"
+rm -f "$tmp_k"
 # A receiver that overflows its stack in a call: the launcher's handler runs on the sender
 # thread's alternate stack, and only the receiver fails.
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-o" ::: "$PROG" crasher "$svc-o" overflow 2>&1)
