@@ -166,12 +166,13 @@ static RPAL_HOT int kernel_wait(struct rpal_ep *ep, struct epoll_event *out, int
 	if (timeout)
 		lock_give(&ep->lock);
 	n = epoll_wait(ep->top, kev, 32, timeout);
+	int err = n < 0 ? errno : 0;    /* a contended lock_take() below can change errno */
 	if (timeout) {
 		lock_take(&ep->lock);
 		mpk_all_sync();         /* a connection added meanwhile may have a new key */
 	}
 	if (n < 0)
-		return -errno;          /* EINTR too: rpal_epoll_wait() reports it, as epoll_wait() does */
+		return -err;            /* EINTR too: rpal_epoll_wait() reports it, as epoll_wait() does */
 	ep->top_quiet = n == 0;
 	ep->quiet_seq = wseq;
 	for (i = 0; i < n; i++) {

@@ -257,6 +257,8 @@ static struct {
 #define CLOSER_MAX 4096
 
 static __thread bool on_closer;
+static pthread_once_t closer_once = PTHREAD_ONCE_INIT;
+static void closer_atfork(void);
 
 static void closer_hand_on(int fd, const int *nested, int nn, enum drained r);
 
@@ -292,6 +294,7 @@ static void peer_fd_defer(const int *fds, int n)
 
 	if (!n)
 		return;
+	pthread_once(&closer_once, closer_atfork);      /* before the thread can hold the lock */
 	pthread_mutex_lock(&closer.lock);
 	if (!closer.running) {
 		pthread_t t;
@@ -361,10 +364,8 @@ static void closer_atfork(void)
 
 void peer_fd_close(int fd)
 {
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	int nested[SCM_MAX_FDS], nn = 0;
 
-	pthread_once(&once, closer_atfork);
 	if (!peer_fd_prepare(fd)) {
 		close_or_defer(fd);
 		return;

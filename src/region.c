@@ -51,13 +51,19 @@ uintptr_t slot_base(unsigned slot)
 	return rpal_g.region + (uintptr_t)slot * rpal_g.cfg.slot_size;
 }
 
-/* Put the PROT_NONE reservation back over [addr, addr+len). */
-static void reserve_again(uintptr_t addr, size_t len)
+/* Put the PROT_NONE reservation back over [addr, addr+len): over what is
+ * there (fixed), or only where nothing is (a mapping of another thread's
+ * may have landed in a hole the kernel left). */
+static void reserve_again_how(uintptr_t addr, size_t len, int fixed)
 {
-	void *p = mmap((void *)addr, len, PROT_NONE,
-		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+	void *p = mmap((void *)addr, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | fixed, -1, 0);
 	if (p != MAP_FAILED)
 		madvise(p, len, MADV_DONTFORK);
+}
+
+static void reserve_again(uintptr_t addr, size_t len)
+{
+	reserve_again_how(addr, len, MAP_FIXED);
 }
 
 /*
@@ -348,7 +354,8 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 			/* The kernel may have dropped our reservation there
 			 * already: put it back, or the slot is a hole that
 			 * any mapping of ours could land in. */
-			unmap_peer_arena(h->slot, base, h->arena_size);
+			reserve_again_how(base, h->arena_size, MAP_FIXED_NOREPLACE);
+			mapped_lock(h->slot, F_UNLCK);
 			return rpal_fail(e, "cannot map peer arena of slot %u", h->slot);
 		}
 		madvise(m, h->arena_size, MADV_DONTFORK);
