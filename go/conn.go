@@ -338,12 +338,13 @@ func (c *Conn) release() {
 		c.p.lingerDel(c)
 		c.sock.Close()
 		c.pidfd.Close()
+		// A peer that reads on sees the nonce change and stops: before
+		// the buffers it may hold are handed out again.
+		atomic.StoreUint32(c.u32(c.me, bMagic), 0)
+		atomic.StoreUint64(c.u64(c.me, bNonce), 0)
 		c.txMu.Lock()
 		c.reclaim()
 		c.txMu.Unlock()
-		// A peer that reads on sees the nonce change and stops.
-		atomic.StoreUint32(c.u32(c.me, bMagic), 0)
-		atomic.StoreUint64(c.u64(c.me, bNonce), 0)
 		c.p.freeBytes(c.meAddr)
 		c.p.putPeer(c.peer)
 	})

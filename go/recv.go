@@ -115,6 +115,14 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 			c.rxChecked = c.rxHead
 			c.notifyTX(true, c.rxHead)
 		}
+		// A block the peer freed after its close, before we read its
+		// end of stream, may be another connection's by now (a
+		// lingering block whose room it needed): its empty ring and
+		// state are not ours.  Zero: freed, not reused, and a slot left
+		// in it fails peek's check.
+		if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce && nonce != 0 {
+			return c.fail("connection block reused under us", nonce)
+		}
 		if c.updatePeerState()&stateShutWr != 0 {
 			// A3: state was stored after the last slot; look once more.
 			if !c.readable() {

@@ -231,6 +231,7 @@ void conn_reclaim(struct rpal_conn *c)
 static void linger_free(struct rpal_linger *l, bool teardown)
 {
 	if (!teardown) {
+		block_retire(l->me);    /* before the peer's buffers can be handed out again */
 		bufset_reclaim(&l->out);
 		block_destroy(l->me);
 	}

@@ -47,11 +47,17 @@ struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries)
 	return b;
 }
 
+/* Tell a peer still reading that this block is no longer its connection:
+ * before the buffers it may hold go back to the allocator. */
+void block_retire(struct rpal_block *b)
+{
+	__atomic_store_n(&b->magic, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&b->nonce, 0, __ATOMIC_RELEASE);
+}
+
 void block_destroy(struct rpal_block *b)
 {
-	/* Tell a peer still reading that this block is no longer its connection. */
-	b->magic = 0;
-	b->nonce = 0;
+	block_retire(b);
 	arena_free(b);
 }
 
@@ -115,6 +121,23 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
  */
+/*
+ * Is the peer's block another connection's by now?  One the peer freed
+ * after its close (a lingering block whose room it needed) can be reused
+ * before we read its end of stream: its empty ring and its state are not
+ * ours.  A zero nonce: freed, not reused, and a slot left in it fails
+ * ring_peek()'s check.  Marks the violation (sticky).
+ */
+bool ring_block_reused(struct rpal_conn *c)
+{
+	uint64_t nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_ACQUIRE);
+
+	if (nonce == c->pnonce || !nonce)
+		return false;
+	violation(c, "connection block reused under us", nonce);
+	return true;
+}
+
 RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 {
 	const struct rpal_slot *s;
