@@ -38,7 +38,9 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <sys/wait.h>
 #include <sched.h>
 #include <signal.h>
@@ -175,6 +177,73 @@ static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr 
     return 0;
 }
 
+/* What execve(2) would refuse, or grant that hosting cannot: execute permission for our effective
+ * ids (faccessat2 on the open file, which also says EACCES on a noexec mount; the mode bits where
+ * the kernel lacks it), a file system mounted noexec, and set-user-ID, set-group-ID or file
+ * capabilities.  A hosted program shares the launcher's address space and credentials, so a
+ * privilege that exec would give it cannot be given: such a program is refused rather than run
+ * without it (it would fail in ways far from the cause), except where exec would change nothing:
+ * the set-ID is ours already, or the mount is nosuid (exec ignores set-ID bits and capabilities
+ * there too). */
+static int exec_permitted(int fd, const struct stat *st, const char *path, char *err, size_t errlen) {
+    struct statvfs vfs;
+    int have_vfs = fstatvfs(fd, &vfs) == 0;
+    if (have_vfs && (vfs.f_flag & ST_NOEXEC)) {
+        seterr(err, errlen, "%s: on a file system mounted noexec: exec would refuse it (EACCES)", path);
+        return -1;
+    }
+    long r = syscall(SYS_faccessat2, fd, "", X_OK, AT_EACCESS | AT_EMPTY_PATH);
+    int x_ok;
+    if (r == 0) {
+        x_ok = 1;
+    } else if (errno == ENOSYS || errno == EINVAL || errno == EPERM) {
+        /* No faccessat2 (Linux < 5.8, or a seccomp filter): the mode bits, as the kernel reads
+         * them without ACLs.  The superuser may run a file with any execute bit. */
+        uid_t euid = geteuid();
+        mode_t bit = S_IXOTH;
+        if (euid == 0) bit = S_IXUSR | S_IXGRP | S_IXOTH;
+        else if (st->st_uid == euid) bit = S_IXUSR;
+        else if (st->st_gid == getegid()) bit = S_IXGRP;
+        else {
+            gid_t groups[NGROUPS_MAX];
+            int n = getgroups(NGROUPS_MAX, groups);
+            for (int i = 0; i < n; i++)
+                if (groups[i] == st->st_gid) bit = S_IXGRP;
+        }
+        x_ok = (st->st_mode & bit) != 0;
+    } else {
+        x_ok = 0;
+    }
+    if (!x_ok) {
+        seterr(err, errlen, "%s: no permission to execute it (mode %04o): exec would refuse it (EACCES)",
+               path, (unsigned)(st->st_mode & 07777));
+        return -1;
+    }
+    if (have_vfs && (vfs.f_flag & ST_NOSUID)) return 0;
+    if ((st->st_mode & S_ISUID) && st->st_uid != geteuid()) {
+        seterr(err, errlen,
+               "%s: set-user-ID program (owner uid %u): exec would run it with that user's privilege, "
+               "hosted it would run with yours (uid %u); it is not hosted, run it directly",
+               path, (unsigned)st->st_uid, (unsigned)geteuid());
+        return -1;
+    }
+    /* Set-group-ID without group execute is a locking mark, not a privilege. */
+    if ((st->st_mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) && st->st_gid != getegid()) {
+        seterr(err, errlen,
+               "%s: set-group-ID program (group %u): exec would run it with that group's privilege, "
+               "hosted it would run with yours (gid %u); it is not hosted, run it directly",
+               path, (unsigned)st->st_gid, (unsigned)getegid());
+        return -1;
+    }
+    if (geteuid() != 0 && fgetxattr(fd, "security.capability", NULL, 0) > 0) {
+        seterr(err, errlen,
+               "%s: has file capabilities: exec would grant them, hosted it would run without; it is "
+               "not hosted, run it directly", path);
+        return -1;
+    }
+    return 0;
+}
+
 int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     int fd = -1, mfd = -1;
     unsigned char *buf = MAP_FAILED;
@@ -194,6 +263,7 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
         seterr(err, errlen, "%s: not a regular file", path);
         goto fail;
     }
+    if (exec_permitted(fd, &st, path, err, errlen) < 0) goto fail;
     if (st.st_size < (off_t)sizeof(Elf64_Ehdr) || st.st_size > MAX_EXE_SIZE) {
         seterr(err, errlen, "%s: not an ELF executable (size %lld)", path, (long long)st.st_size);
         goto fail;

@@ -66,6 +66,7 @@ int main(void) {
     /* Bad inputs are refused with a message, never read out of bounds. */
     char tmpl[] = "/tmp/hosted_depie_XXXXXX";
     int tfd = mkstemp(tmpl);
+    fchmod(tfd, 0700); /* executable: each is refused for what it holds */
     close(tfd);
     write_file(tmpl, "#!/bin/sh\n", 10);
     CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0, "a shell script is refused: %s", err);
