@@ -12,7 +12,8 @@
  *         (absolute), its argv, its environment; SCM_RIGHTS carries the
  *         joiner's descriptors 0, 1 and 2.  The host answers "STARTED <pid>"
  *         or "ERROR <sentence>", and when the program's process has ended,
- *         "EXIT <status> <signal>".  The joiner passes the signals a shell
+ *         "EXIT <status> <signal> <lost> <failed> <fault address>" (the last
+ *         three: hosted_print_call_end's; a joiner reads what it gets).  The joiner passes the signals a shell
  *         sends (Ctrl-C, kill) on to that pid, and exits with the status.
  *   PS:   the host answers with the JSON of `rpal ps --json`.
  *
@@ -344,16 +345,23 @@ static void reap(struct rpal_host *h)
 {
 	for (int i = 0; i < nprogs; i++) {
 		struct hprog *hp = &progs[i];
+		char prefix[96];
+		int lost, failed;
+		uint64_t addr;
 
 		if (hp->state != P_RUNNING || !hosted_done(hp->p))
 			continue;
 		hp->state = P_ENDED;
 		hp->status = hosted_wait(hp->p);
 		hp->signal = hosted_signal(hp->p);
-		if (hosted_host_ended(h, hp->idx))
-			fprintf(stderr, "rpal host %s: a receiver that pid %d was running in a call is lost\n",
-				host_name, hosted_pid(hp->p));
-		say(hp->client, "EXIT %d %d", hp->status, hp->signal);
+		lost = hosted_host_ended(h, hp->idx);
+		failed = atomic_load(&h->progs[hp->idx].failed);
+		addr = atomic_load(&h->progs[hp->idx].fault_addr);
+		snprintf(prefix, sizeof(prefix), "rpal host %s: ", host_name);
+		hosted_print_call_end(stderr, prefix, hosted_path(hp->p), hosted_pid(hp->p), lost, failed, addr);
+		/* The joiner prints the same sentences: the program's stderr is its own. */
+		say(hp->client, "EXIT %d %d %d %d %llu", hp->status, hp->signal, lost, failed,
+		    (unsigned long long)addr);
 		if (hp->client >= 0)
 			close(hp->client);
 		hp->client = -1;
@@ -683,8 +691,13 @@ int cmd_join(int argc, char **argv)
 			fprintf(stderr, "rpal join: host \"%s\" went away while pid %d ran\n", argv[1], (int)joined_pid);
 			return 2;
 		}
-		if (sscanf(reply, "EXIT %d %d", &status, &sig) == 2)
+		int lost = 0, failed = 0;
+		unsigned long long addr = 0;
+
+		if (sscanf(reply, "EXIT %d %d %d %d %llu", &status, &sig, &lost, &failed, &addr) >= 2) {
+			hosted_print_call_end(stderr, "rpal join: ", path, (int)joined_pid, lost, failed, addr);
 			return status;
+		}
 	}
 }
 

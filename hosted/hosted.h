@@ -14,6 +14,7 @@
 #define RPAL_HOSTED_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -135,6 +136,13 @@ struct rpal_host;
  * inside an RPAL call is always reported).  Every program's librpal joins host (RPAL_HOST).
  * Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error. */
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet);
+
+/* How an RPAL call took part in a program's end, in the sentences rpal run, rpal host and rpal join
+ * print on f, each line after prefix: lost, it ended while one of its threads ran another
+ * program's receiver; failed, the signal of a fault inside a call into it (fault_addr), or SIGKILL
+ * where a caller was killed while running its receiver.  Returns the number of lines. */
+int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid, int lost, int failed,
+                          uint64_t fault_addr);
 
 /* The process's host block for RPAL calls: reserves the rpal region (base, slot size and count as
  * librpal's configuration says) and installs the SIGSYS and fault handlers.  NULL with a message. */

@@ -32,6 +32,22 @@ static void forward(int sig, siginfo_t *si, void *uc) {
     if (si->si_code == SI_USER || si->si_code == SI_QUEUE) forward_all(sig);
 }
 
+int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid, int lost, int failed,
+                          uint64_t fault_addr) {
+    int n = 0;
+    if (lost > 0)
+        n += fprintf(f, "%s%s (pid %d) ended inside an RPAL call: the receiver it was running is lost\n",
+                     prefix, path, pid) > 0;
+    /* SIGKILL is never a fault: hosted_host_ended's mark of a receiver lost with its caller. */
+    if (failed == SIGKILL)
+        n += fprintf(f, "%s%s (pid %d) failed: a caller was killed while its thread ran this program's "
+                     "receiver, which is lost with it\n", prefix, path, pid) > 0;
+    else if (failed)
+        n += fprintf(f, "%s%s (pid %d) failed: signal %d (%s) inside an RPAL call, at address %#llx\n",
+                     prefix, path, pid, failed, strsignal(failed), (unsigned long long)fault_addr) > 0;
+    return n;
+}
+
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
     static hosted_prog *progs[HOSTED_NNS];
     int nprog = 0, i = 0;
@@ -102,18 +118,14 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         int lost = hosted_host_ended(host, k);
         int sig = atomic_load(&host->progs[k].failed);
         if (st != 0) failed = 1;
-        if (lost)
-            fprintf(stderr, "%s: [%d] %s (pid %d) ended inside an RPAL call: the receiver it was "
-                    "running is lost\n", me, k, hosted_path(progs[k]), hosted_pid(progs[k]));
-        /* SIGKILL is never a fault: hosted_host_ended's mark of a receiver lost with its caller. */
-        if (sig == SIGKILL)
-            fprintf(stderr, "%s: [%d] %s failed: a caller was killed while its thread ran this "
-                    "program's receiver, which is lost with it\n", me, k, hosted_path(progs[k]));
-        else if (sig)
-            fprintf(stderr, "%s: [%d] %s failed: signal %d (%s) inside an RPAL call, at address %#llx\n",
-                    me, k, hosted_path(progs[k]), sig, strsignal(sig),
-                    (unsigned long long)atomic_load(&host->progs[k].fault_addr));
-        else if (hosted_signal(progs[k]))
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%s: [%d] ", me, k);
+        hosted_print_call_end(stderr, prefix, hosted_path(progs[k]), hosted_pid(progs[k]), lost, sig,
+                              atomic_load(&host->progs[k].fault_addr));
+        /* A failure inside a call says how the program ended; otherwise its status does. */
+        if (sig)
+            continue;
+        if (hosted_signal(progs[k]))
             fprintf(stderr, "%s: [%d] %s (pid %d) was killed by signal %d (%s)\n", me, k,
                     hosted_path(progs[k]), hosted_pid(progs[k]), hosted_signal(progs[k]),
                     strsignal(hosted_signal(progs[k])));

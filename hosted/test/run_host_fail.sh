@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# run_host_fail.sh RPAL PROG_RPC - a program that fails inside an RPAL call under `rpal host` does not
+# end silently: its joiner prints the sentence `rpal run` prints, and the host's stderr names it.
+#  1. prog_rpc crasher makes the server fault inside a call: the server's joiner says "PATH (pid N)
+#     failed: signal 11 ... inside an RPAL call" and exits 139; the host's stderr says the same.
+#  2. kill -9 of a crasher whose thread spins in the server's handler: the crasher's joiner says it
+#     "ended inside an RPAL call: the receiver it was running is lost", the server's joiner that "a
+#     caller was killed while its thread ran this program's receiver"; the host names both.
+# Prints what it checks; exits 0 pass, 1 fail, 77 skip.
+set -u
+RPAL=$1 PROG=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+. "$(dirname "$0")/calls_here.sh"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+svc=hfail-$$
+
+# host NAME: a host of its own for each part (the crasher counts the calls into program 0);
+# its pid in $hpid, its stderr in $tmp/NAME.err.
+host() {
+	"$RPAL" host "$1" 2>"$tmp/$1.err" &
+	hpid=$!
+	for _ in $(seq 500); do grep -q listening "$tmp/$1.err" 2>/dev/null && break; sleep 0.01; done
+	grep -q listening "$tmp/$1.err" || { bad "the host did not start: $(cat "$tmp/$1.err")"; exit 1; }
+}
+# serve N: a joined server of service $svc-N in host fN, ready: program 0; its joiner's pid in $sj.
+serve() {
+	timeout 60 "$RPAL" join "f$1" "$PROG" server "$svc-$1" >"$tmp/srv$1.out" 2>&1 &
+	sj=$!
+	for _ in $(seq 1000); do grep -q "server: ready" "$tmp/srv$1.out" && break; sleep 0.01; done
+}
+# named_pid FILE: the pid that the first "(pid N)" in FILE names.
+named_pid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$1" | head -1; }
+
+# ---- 1. a fault inside a call
+host f1
+serve 1
+out=$(timeout 60 "$RPAL" join f1 "$PROG" crasher "$svc-1" 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+[ $rc -eq 0 ] && echo "$out" | grep -q "send of CRASH returned -104" && ok "the crasher's send failed with ECONNRESET, it exited 0" ||
+	bad "crasher: rc $rc"
+wait $sj
+rc=$?
+sed 's/^/  | /' "$tmp/srv1.out"
+line=$(grep "^rpal join: $PROG (pid [0-9]*) failed: signal 11 (.*) inside an RPAL call, at address" "$tmp/srv1.out")
+[ $rc -eq 139 ] && [ -n "$line" ] && ok "the server's joiner exits 139 and says: $line" ||
+	bad "the server's joiner: rc $rc, no failure sentence"
+spid=$(named_pid "$tmp/srv1.out")
+grep -q "^rpal host f1: $PROG (pid ${spid:-none}) failed: signal 11 .* inside an RPAL call" "$tmp/f1.err" &&
+	ok "the host's stderr names the failed program: $(grep "pid $spid" "$tmp/f1.err")" ||
+	bad "the host's stderr: $(cat "$tmp/f1.err")"
+
+kill -TERM $hpid
+wait $hpid
+
+# ---- 2. kill -9 of a caller inside a call
+host f2
+serve 2
+timeout 60 "$RPAL" join f2 "$PROG" crasher "$svc-2" spin >"$tmp/cr2.out" 2>&1 &
+cj=$!
+for _ in $(seq 1000); do grep -q "spinning in a call" "$tmp/cr2.out" && break; sleep 0.01; done
+kpid=$(sed -n 's/.*spinning in a call, pid \([0-9]*\).*/\1/p' "$tmp/cr2.out")
+sleep 0.2
+[ -n "$kpid" ] && kill -9 "$kpid"
+wait $cj
+crc=$?
+wait $sj
+src=$?
+sed 's/^/  | crasher: /' "$tmp/cr2.out"
+sed 's/^/  | server: /' "$tmp/srv2.out"
+line=$(grep "^rpal join: $PROG (pid ${kpid:-none}) ended inside an RPAL call: the receiver it was running is lost" "$tmp/cr2.out")
+[ $crc -eq 137 ] && [ -n "$line" ] && ok "the killed caller's joiner exits 137 and says: $line" ||
+	bad "the killed caller's joiner: rc $crc"
+line=$(grep "^rpal join: $PROG (pid [0-9]*) failed: a caller was killed while its thread ran this program's receiver" "$tmp/srv2.out")
+[ $src -ne 0 ] && [ -n "$line" ] && ok "the server's joiner exits $src and says: $line" ||
+	bad "the server's joiner: rc $src, no failure sentence"
+spid=$(named_pid "$tmp/srv2.out")
+grep -q "^rpal host f2: $PROG (pid ${kpid:-none}) ended inside an RPAL call" "$tmp/f2.err" &&
+	grep -q "^rpal host f2: $PROG (pid ${spid:-none}) failed: a caller was killed" "$tmp/f2.err" &&
+	ok "the host's stderr names both" || bad "the host's stderr: $(cat "$tmp/f2.err")"
+
+kill -TERM $hpid
+wait $hpid
+exit $fail
