@@ -15,6 +15,8 @@
  *         "EXIT <status> <signal> <lost> <failed> <fault address>" (the last
  *         three: hosted_print_call_end's; a joiner reads what it gets).  The joiner passes the signals a shell
  *         sends (Ctrl-C, kill) on to that pid, and exits with the status.
+ *         One that comes before the answer it sends as "SIG <n>", then ends
+ *         by it; the host sends it to the program if that starts.
  *   PS:   the host answers with the JSON of `rpal ps --json`.
  *
  * Everything that loads or starts a program runs on the host's main thread:
@@ -368,6 +370,26 @@ static void reap(struct rpal_host *h)
 	}
 }
 
+/* What a joiner says after its join: "SIG <n>", a signal that came before it knew the program's
+ * pid (it has ended itself since); a hang-up, that it is gone (kill -9: the program runs on). */
+static void joiner_said(struct hprog *hp)
+{
+	char msg[16];
+	ssize_t n = recv(hp->client, msg, sizeof(msg) - 1, MSG_DONTWAIT);
+	int sig;
+
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return;
+	if (n > 0) {
+		msg[n] = 0;
+		if (sscanf(msg, "SIG %d", &sig) == 1 && sig > 0 && sig < 65)
+			kill(hosted_pid(hp->p), sig);
+		return;
+	}
+	close(hp->client);
+	hp->client = -1;
+}
+
 /* One request on a new connection. */
 static void serve(struct rpal_host *h, int client, double tsc_hz)
 {
@@ -496,10 +518,20 @@ int cmd_host(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "rpal host %s: pid %d, listening on %s\n", host_name, (int)getpid(), a.sun_path);
 	for (;;) {
-		struct pollfd pfd[2] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
-		int running = 0;
+		struct pollfd pfd[2 + HOSTED_NNS] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
+		int running = 0, npfd = 2, who[HOSTED_NNS];
 
-		poll(pfd, stopping ? 1 : 2, stopping ? 100 : -1);
+		for (int i = 0; i < nprogs; i++)
+			if (progs[i].state == P_RUNNING && progs[i].client >= 0) {
+				who[npfd - 2] = i;
+				pfd[npfd++] = (struct pollfd){ progs[i].client, POLLIN, 0 };
+			}
+		if (stopping)
+			pfd[1].fd = -1;
+		poll(pfd, (nfds_t)npfd, stopping ? 100 : -1);
+		for (int k = 2; k < npfd; k++)
+			if (pfd[k].revents)
+				joiner_said(&progs[who[k - 2]]);
 		if (pfd[0].revents) {
 			struct signalfd_siginfo si;
 
@@ -540,11 +572,33 @@ int cmd_host(int argc, char **argv)
 /* ------------------------------------------------------------ the joiner */
 
 static volatile sig_atomic_t joined_pid;
+static int host_fd = -1;
+static uint64_t joiner_ignored;  /* the signals ignored when rpal join started */
 
+/*
+ * A signal for the program.  Once its pid is known it goes there.  Before the
+ * host's answer (a slow load) one that would end a process ends the joiner,
+ * as it would end the program: the host is told first ("SIG <n>" on the
+ * connection) and sends it to the program if it starts after all.  One that
+ * the joiner's parent had ignored stays ignored, as the program will ignore it.
+ */
 static void pass_on(int sig)
 {
-	if (joined_pid > 0)
+	char msg[8] = "SIG ";
+	size_t n = 4;
+
+	if (joined_pid > 0) {
 		kill((pid_t)joined_pid, sig);
+		return;
+	}
+	if (sig == SIGWINCH || sig == SIGCONT || (joiner_ignored & (1ull << (sig - 1))))
+		return;
+	if (sig >= 10)
+		msg[n++] = (char)('0' + sig / 10);
+	msg[n++] = (char)('0' + sig % 10);
+	(void)!send(host_fd, msg, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	signal(sig, SIG_DFL);
+	raise(sig);     /* delivered as the handler returns */
 }
 
 /* PROG as execvp would find it, made absolute (the host has another cwd). */
@@ -590,7 +644,8 @@ int cmd_join(int argc, char **argv)
 "Runs PROGRAM inside the host NAME (`rpal host NAME`) as its own process, with\n"
 "this shell's standard input, output and error, working directory, environment,\n"
 "umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
-"passed on to PROGRAM; rpal join exits with PROGRAM's status (128 + N when\n"
+"passed on to PROGRAM (one that comes before it started ends rpal join by that signal, and\n"
+"reaches PROGRAM if it starts after all); rpal join exits with PROGRAM's status (128 + N when\n"
 "signal N ended it), or 2 when it could not be started or the host went away.\n");
 		return help ? 0 : 2;
 	}
@@ -670,7 +725,9 @@ int cmd_join(int argc, char **argv)
 		}
 	}
 	free(buf);
-	/* Pass signals on from before the answer: one that comes meanwhile waits for the pid. */
+	host_fd = fd;
+	joiner_ignored = rq.ignored;
+	/* Pass signals on from before the answer (see pass_on). */
 	struct sigaction sa = { .sa_handler = pass_on };
 	sigemptyset(&sa.sa_mask);
 	for (unsigned i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)

@@ -1,6 +1,7 @@
 /* prog_ctor.c: an ordinary program whose constructor does what CTOR_MODE says, as a plain exec
  * would let it: "stderr" writes through stderr (a copy relocation in this PIE), "exit" calls
- * exit(3), "segv" faults.  It records what its constructor and its library's constructor saw. */
+ * exit(3), "segv" faults; with "libslow" (its library's constructor sleeps 2 s) main then waits
+ * 20 s for a signal.  It records what its constructor and its library's constructor saw. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,5 +29,7 @@ int main(int argc, char **argv) {
     main_ran = 1;
     printf("prog_ctor: main, argc %d, the library's constructor saw CTOR_MODE=%s\n", argc,
            ctorlib_saw ? ctorlib_saw : "(unset)");
+    fflush(stdout);
+    if (ctorlib_saw && !strcmp(ctorlib_saw, "libslow")) sleep(20);
     return 0;
 }

@@ -1,6 +1,12 @@
 /* prog_ctorlib.c: prog_ctor's shared library; its constructor runs when the program is loaded. */
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 const char *ctorlib_saw;
 
-__attribute__((constructor)) static void ctorlib_init(void) { ctorlib_saw = getenv("CTOR_MODE"); }
+/* CTOR_MODE=libslow: a load that takes 2 s (the launcher waits in dlmopen meanwhile). */
+__attribute__((constructor)) static void ctorlib_init(void) {
+    ctorlib_saw = getenv("CTOR_MODE");
+    if (ctorlib_saw && !strcmp(ctorlib_saw, "libslow")) sleep(2);
+}

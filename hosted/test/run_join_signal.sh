@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# run_join_signal.sh RPAL PROGDIR - a joiner waiting for the host's answer (a load that takes 2 s:
+# prog_ctor's library constructor sleeps, CTOR_MODE=libslow) ends on SIGINT or SIGTERM at once,
+# by that signal (exit status 130, 143), and the program, once started, gets that signal:
+#  1. SIGINT: the joiner ends within 1 s, status 130; the program is then killed by SIGINT (rpal ps
+#     lists it as killed), not left running its 20 s.
+#  2. SIGTERM: the same, status 143.
+#  3. A joiner started with SIGINT ignored (as `cmd &` in a script) ignores it while it waits, as
+#     the program will; SIGTERM then ends it.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 PD=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+ok()  { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+"$RPAL" host js 2>"$tmp/host.err" &
+hpid=$!
+for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+now() { date +%s%N; }
+# state N: program N's state in rpal ps --json
+state() { "$RPAL" ps js --json | grep -o '"state": "[a-z]*"' | sed -n "$(($1 + 1))s/.*: \"\(.*\)\"/\1/p"; }
+
+# signal_waiting SIG STATUS N: a slow join gets SIG 0.5 s in; it must end with STATUS within 1 s,
+# and program N must end killed within 10 s.
+signal_waiting() {
+	# A background job of a script starts with SIGINT ignored: take it back to its default.
+	CTOR_MODE=libslow $dfl "$RPAL" join js "$PD/hosted_prog_ctor" x >"$tmp/j.out" 2>&1 &
+	local j=$! t0 rc ms st
+	sleep 0.5
+	t0=$(now)
+	kill -"$1" $j
+	for _ in $(seq 500); do kill -0 $j 2>/dev/null || break; sleep 0.01; done
+	kill -9 $j 2>/dev/null # it ignored the signal
+	wait $j
+	rc=$?
+	ms=$((($(now) - t0) / 1000000))
+	[ $rc -eq "$2" ] && [ $ms -lt 1000 ] && ok "SIG$1 while the joiner waits: it exits $rc after $ms ms" ||
+		bad "SIG$1 while the joiner waits: rc $rc after $ms ms, $(cat "$tmp/j.out")"
+	for _ in $(seq 100); do
+		st=$(state "$3")
+		[ -n "$st" ] && [ "$st" != running ] && break
+		sleep 0.1
+	done
+	[ "$st" = killed ] && ok "the program, once started, got SIG$1: rpal ps says $st" ||
+		bad "program $3 after SIG$1 to its joiner: ${st:-not listed}"
+}
+
+# ---- 1, 2
+dfl="env --default-signal=INT"
+if $dfl true 2>/dev/null; then
+	signal_waiting INT 130 0
+	signal_waiting TERM 143 1
+else
+	echo "skip: SIGINT: no env --default-signal (coreutils 8.31) to undo the shell's SIG_IGN"
+	dfl=
+	signal_waiting TERM 143 0
+fi
+
+# ---- 3. SIGINT ignored by the joiner's parent
+(trap '' INT; CTOR_MODE=libslow exec "$RPAL" join js "$PD/hosted_prog_ctor" x) >"$tmp/j.out" 2>&1 &
+j=$!
+sleep 0.5
+kill -INT $j
+sleep 0.3
+kill -0 $j 2>/dev/null && ok "an ignored SIGINT stays ignored while the joiner waits" || bad "the joiner ended on an ignored SIGINT"
+kill -TERM $j
+for _ in $(seq 500); do kill -0 $j 2>/dev/null || break; sleep 0.01; done
+kill -9 $j 2>/dev/null
+wait $j
+rc=$?
+[ $rc -eq 143 ] && ok "SIGTERM then ends it (143)" || bad "SIGTERM after the ignored SIGINT: rc $rc"
+
+timeout 10 "$RPAL" ps js >/dev/null && ok "the host answers rpal ps after it" || bad "the host does not answer"
+kill -TERM $hpid
+wait $hpid
+exit $fail
