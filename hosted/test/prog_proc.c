@@ -2,7 +2,9 @@
  *   prog_proc info        its pid, parent, cwd, umask, RLIMIT_NOFILE, RPAL_TEST_VAR, whether
  *                         SIGPIPE and SIGHUP are ignored, and its open descriptors, one per line
  *   prog_proc hold FILE   opens FILE, says which descriptor it got, then waits for SIGTERM in a
- *                         handler of its own and exits 0 ("clean shutdown") */
+ *                         handler of its own and exits 0 ("clean shutdown")
+ *   prog_proc count       counts the SIGINTs that reach it: from the first, for 1 s, then says how
+ *                         many ("got SIGINT N time(s)") and exits 0 */
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -16,6 +18,8 @@
 static volatile sig_atomic_t term;
 
 static void on_term(int sig) { term = sig; }
+static volatile sig_atomic_t nint;
+static void on_int(int sig) { (void)sig; nint++; }
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "info")) {
@@ -53,6 +57,17 @@ int main(int argc, char **argv) {
         printf("clean shutdown on signal %d\n", (int)term);
         return 0;
     }
-    fprintf(stderr, "usage: prog_proc info | hold FILE\n");
+    if (argc == 2 && !strcmp(argv[1], "count")) {
+        struct sigaction sa = { .sa_handler = on_int };
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        printf("counting, pid %d\n", (int)getpid());
+        fflush(stdout);
+        while (!nint) pause();
+        sleep(1);
+        printf("got SIGINT %d time(s)\n", (int)nint);
+        return 0;
+    }
+    fprintf(stderr, "usage: prog_proc info | hold FILE | count\n");
     return 2;
 }
