@@ -24,7 +24,7 @@ static void run_usage(FILE *f)
 "descriptors, signal handlers); at most %d programs.  SIGTERM, SIGINT,\n"
 "SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to rpal run with kill are passed\n"
 "on to every program; the programs share its process group, so one sent to\n"
-"the whole group (kill -PGID, kill %%1) reaches each of them twice.\n"
+"the whole group (kill -PGID, kill %%1) can reach each of them twice.\n"
 "A PROGRAM is an ordinary PIE executable linked with -rdynamic (pkg-config\n"
 "--variable=hosted_ldflags rpal).  rpal connections between the programs\n"
 "deliver messages by RPAL calls: a user-mode switch into a receiver parked\n"

@@ -27,7 +27,7 @@ static void forward_all(int sig) {
 
 /* The programs share our process group: a signal from the terminal (Ctrl-C) reaches them
  * already; one sent with kill() is passed on.  kill() to the whole group looks the same to us
- * (SI_USER, whoever sent it), so that one reaches each program twice: docs/HOSTED.md's limits
+ * (SI_USER, whoever sent it), so that one can reach each program twice: docs/HOSTED.md's limits
  * say so and why the programs keep our group (the terminal and job control). */
 static void forward(int sig, siginfo_t *si, void *uc) {
     (void)uc;

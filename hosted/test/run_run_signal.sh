@@ -3,9 +3,10 @@
 # `rpal run`, which share its process group and to which it passes such signals on (docs/HOSTED.md,
 # "Limits and open problems"):
 #  1. kill -INT of rpal run's pid: each program gets SIGINT once (passed on).
-#  2. kill -INT of rpal run's process group: each program gets it twice, directly as a member of
-#     the group and passed on (the kernel does not tell a group's signal from a process's); this
-#     checks the documented behaviour.
+#  2. kill -INT of rpal run's process group: each program gets it directly as a member of the
+#     group and again passed on (the kernel does not tell a group's signal from a process's):
+#     twice, or once where the second comes while the first is pending (a standard signal does
+#     not queue); this checks the documented behaviour.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -16,7 +17,8 @@ ok()  { echo "ok: $*"; }
 bad() { echo "FAIL: $*"; fail=1; }
 
 # counted TARGET WHAT N: rpal run of two counting programs in a process group of its own (setsid),
-# sent SIGINT by `kill -INT TARGET` (pid, or -pgid); each program must count N.
+# sent SIGINT by `kill -INT TARGET` (pid, or -pgid); each program must count a number in N (a
+# regular expression).
 counted() {
 	setsid "$RPAL" run "$PD/hosted_prog_proc" count ::: "$PD/hosted_prog_proc" count >"$tmp/out" 2>&1 &
 	local r=$! rc
@@ -32,9 +34,9 @@ counted() {
 	wait $r
 	rc=$?
 	sed 's/^/  | /' "$tmp/out"
-	[ $rc -eq 0 ] && [ "$(grep -c "got SIGINT $3 time(s)" "$tmp/out")" = 2 ] &&
+	[ $rc -eq 0 ] && [ "$(grep -c -E "got SIGINT $3 time\(s\)" "$tmp/out")" = 2 ] &&
 		ok "$2: each program got SIGINT $3 time(s)" || bad "$2: rc $rc, not $3 each"
 }
 counted pid "kill -INT of rpal run's pid" 1
-counted group "kill -INT of rpal run's process group (documented)" 2
+counted group "kill -INT of rpal run's process group (documented)" "[12]"
 exit $fail
