@@ -139,10 +139,30 @@ func handOnCopy(fd int) {
 	handOn(d, nested, r, false)
 }
 
+// fileClosers bounds the goroutines closing other files at once (see
+// closeAside); past it, the closer takes them.
+var fileClosers = make(chan struct{}, 64)
+
+// closeAside closes a file whose close may wait on whoever serves it (a
+// FUSE file system the peer runs may never answer its flush) in a
+// goroutine of its own: the descriptor leaves our table as that close
+// starts (so a fork does not inherit it), and one file that never closes
+// holds neither the caller nor the closer's sockets.
+func closeAside(fd int) {
+	select {
+	case fileClosers <- struct{}{}:
+		go func() {
+			unix.Close(fd)
+			<-fileClosers
+		}()
+	default:
+		deferClose([]int{fd}, false)
+	}
+}
+
 // closeOrDefer closes a descriptor that is no Unix socket.  Sockets
-// (linger off), memory files and pipes close at once; any other file's
-// close may wait on whoever serves it (a FUSE file system the peer runs:
-// its flush), so the closer closes those.  Each look reaches no file
+// (linger off), memory files and pipes close at once; any other file may
+// be served by the peer (see closeAside).  Each look reaches no file
 // system.  Honest peers pass only sockets and memfds.
 func closeOrDefer(fd int) {
 	if _, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err == nil {
@@ -152,7 +172,7 @@ func closeOrDefer(fd int) {
 	} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETPIPE_SZ, 0); err == nil {
 		unix.Close(fd)
 	} else {
-		deferClose([]int{fd}, false)
+		closeAside(fd)
 	}
 }
 

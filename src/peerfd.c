@@ -22,6 +22,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -104,12 +105,54 @@ static bool peer_shut(int fd)
 
 static void peer_fd_defer(const int *fds, int n);
 
+/* Threads closing other files at once (see close_aside()), and how many
+ * may: past that, the closer's list takes them. */
+#define FILE_CLOSERS_MAX 64
+static _Atomic int file_closers;
+
+static void *file_close_main(void *arg)
+{
+	close((int)(intptr_t)arg);
+	atomic_fetch_sub(&file_closers, 1);
+	return NULL;
+}
+
+/*
+ * Close a file whose close may wait on whoever serves it (a FUSE file
+ * system the peer runs may never answer its flush) on a thread of its own:
+ * the descriptor leaves our table as that close starts (so a fork() does
+ * not inherit it), and one file that never closes holds neither the caller
+ * nor the closer's sockets.
+ */
+static void close_aside(int fd)
+{
+	if (atomic_fetch_add(&file_closers, 1) < FILE_CLOSERS_MAX) {
+		pthread_attr_t a;
+		pthread_t t;
+		sigset_t all, old;
+		int ok = 0;
+
+		sigfillset(&all);
+		pthread_sigmask(SIG_SETMASK, &all, &old);       /* signals stay with the application */
+		if (!pthread_attr_init(&a)) {
+			pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+			pthread_attr_setstacksize(&a, 64 << 10);
+			ok = !pthread_create(&t, &a, file_close_main, (void *)(intptr_t)fd);
+			pthread_attr_destroy(&a);
+		}
+		pthread_sigmask(SIG_SETMASK, &old, NULL);
+		if (ok)
+			return;
+	}
+	atomic_fetch_sub(&file_closers, 1);
+	peer_fd_defer(&fd, 1);
+}
+
 /*
  * Close a descriptor that is no Unix socket.  Sockets (linger off), memory
- * files and pipes close at once; any other file's close may wait on
- * whoever serves it (a FUSE file system the peer runs: its flush), so the
- * closer thread closes those.  Each look reaches no file system.  Honest
- * peers pass only sockets and memfds.
+ * files and pipes close at once; any other file may be served by the peer
+ * (see close_aside()).  Each look reaches no file system.  Honest peers
+ * pass only sockets and memfds.
  */
 static void close_or_defer(int fd)
 {
@@ -120,7 +163,7 @@ static void close_or_defer(int fd)
 	    fcntl(fd, F_GETPIPE_SZ) >= 0)
 		close(fd);
 	else
-		peer_fd_defer(&fd, 1);
+		close_aside(fd);
 }
 
 /* Descriptors that came out of a socket: closed, or, Unix sockets, kept in

@@ -4,7 +4,9 @@
  * file of a FUSE file system it serves itself, then stops answering the
  * kernel.  Looking at such a file (fstat) or closing it (its flush) would
  * wait for that client: rpal_accept() refuses it without either, and an
- * honest client behind it gets in at once.  Needs /dev/fuse and
+ * honest client behind it gets in at once.  Several such files at once
+ * leave nothing in our descriptor table (a fork would inherit it, and an
+ * exec would wait on its flush).  Needs /dev/fuse and
  * the right to mount (root, in a mount namespace of its own): skipped
  * where those are missing.
  */
@@ -20,6 +22,8 @@
 
 /* How long the hostile client holds its requests unanswered. */
 #define HOLD_S 3
+/* Files of one hostile client stalled at once. */
+#define STALLED 24
 
 static int fuse_fd;
 static _Atomic int stalled;     /* from now on, leave the kernel's requests unanswered */
@@ -107,7 +111,7 @@ static void *serve(void *arg)
 
 /* The hostile client: writes 'r' to ready once its hello is sent, or 's'
  * where it cannot mount. */
-static void hostile(int as_doorbell, int ready)
+static void hostile(int as_doorbell, int n, int ready)
 {
 	char mnt[] = "/tmp/rpal-fuse-XXXXXX", opts[128], path[64];
 	struct rpal_block *blk;
@@ -134,18 +138,22 @@ static void hostile(int as_doorbell, int ready)
 	}
 	t_check(pthread_create(&th, NULL, serve, NULL) == 0, "pthread_create");
 	snprintf(path, sizeof(path), "%s/f", mnt);
-	f = open(path, O_RDWR | O_CLOEXEC);
-	t_check(f >= 0, "open %s: %s", path, strerror(errno));
 	blk = block_create(64, 64);
 	geom_self(&g);
 	hello_fill(&h, &g, RPAL_HS_HELLO, blk, "fuse", 0);
-	t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
-	fds[0] = as_doorbell ? rpal_g.memfd : f;
-	fds[1] = as_doorbell ? f : sv[1];
-	s = raw_connect("fuse");
-	t_check(hs_sendmsg(s, &h, sizeof(h), fds, 2) == 0, "the hello");
-	close(f);                       /* answered: the server's copy is the last */
-	atomic_store(&stalled, 1);
+	atomic_store(&stalled, 1);      /* our own requests are still answered */
+	for (int i = 0; i < n; i++) {
+		f = open(path, O_RDWR | O_CLOEXEC);
+		t_check(f >= 0, "open %s: %s", path, strerror(errno));
+		t_check(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0, "socketpair");
+		fds[0] = as_doorbell ? rpal_g.memfd : f;
+		fds[1] = as_doorbell ? f : sv[1];
+		s = raw_connect("fuse");
+		t_check(hs_sendmsg(s, &h, sizeof(h), fds, 2) == 0, "the hello");
+		close(f);               /* the server's copy is the last */
+		close(sv[0]);
+		close(sv[1]);
+	}
 	(void)!write(ready, "r", 1);
 	sleep(HOLD_S);
 	umount2(mnt, MNT_DETACH);
@@ -185,7 +193,7 @@ int main(void)
 		}
 		bad = fork();
 		if (bad == 0)
-			hostile(as_doorbell, ready[1]);
+			hostile(as_doorbell, 1, ready[1]);
 		t_check(read(ready[0], &c, 1) == 1, "the hostile client's start");
 		if (c == 's') {
 			(void)!write(go[1], "q", 1);
@@ -217,6 +225,46 @@ int main(void)
 			close(go[i]);
 			close(ready[i]);
 		}
+	}
+	printf("%d such files at once: none stays in our descriptor table, and a fork and exec runs at once\n",
+	       STALLED);
+	{
+		int fds0, ready[2];
+		pid_t bad;
+		char c;
+
+		t_check(pipe(ready) == 0, "pipe");
+		fds0 = t_count_fds();
+		bad = fork();
+		if (bad == 0)
+			hostile(0, STALLED, ready[1]);
+		t_check(read(ready[0], &c, 1) == 1 && c == 'r', "the hostile client's start");
+		/* Refusals after the first are passed over: a second of
+		 * non-blocking accepts takes them all. */
+		for (uint64_t t0 = t_now_ns(); t_now_ns() - t0 < 1000000000ull;) {
+			long r = rpal_accept(lfd, RPAL_NONBLOCK);
+
+			t_check(r < 0, "a hostile hello was accepted");
+			if (r == -EAGAIN)
+				usleep(1000);
+		}
+		t_check(t_eventually(t_count_fds() == fds0, 1000), "%d descriptors open, were %d", t_count_fds(),
+			fds0);
+		uint64_t t0 = t_now_ns();
+		pid_t p = fork();
+		int status;
+		if (p == 0) {
+			execl("/bin/true", "true", (char *)NULL);
+			_exit(127);
+		}
+		while (waitpid(p, &status, WNOHANG) == 0 && t_now_ns() - t0 < 5000000000ull)
+			usleep(1000);
+		printf("  fork and exec of true: %.3f s\n", (t_now_ns() - t0) / 1e9);
+		t_check(t_now_ns() - t0 < 1000000000ull, "fork and exec took %.1f s", (t_now_ns() - t0) / 1e9);
+		t_wait_ok(bad, "the hostile client");
+		waitpid(p, NULL, 0);
+		close(ready[0]);
+		close(ready[1]);
 	}
 	printf("PASS\n");
 	return 0;
