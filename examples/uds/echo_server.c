@@ -49,9 +49,8 @@ int main(int argc, char **argv)
 				continue;
 			}
 			ssize_t len = read(fd, buf, sizeof(buf));
-			if (len > 0)
-				write(fd, buf, (size_t)len);
-			else
+			/* End of stream, an error, or a client that stopped reading. */
+			if (len <= 0 || write(fd, buf, (size_t)len) != len)
 				close(fd);
 		}
 	}
