@@ -16,6 +16,24 @@
 #define N 200   /* fits the ring: the sender exits before we read */
 #define LINGER_N 100    /* connection blocks: about three times a 1 MiB arena */
 
+/* In a forked child: a server of service with room for a few dozen
+ * connection blocks (a 1 MiB arena), its listener's descriptor; 'l' is
+ * written to ready once it listens.  It dies with the test. */
+static int small_server(const char *service, int ready)
+{
+	struct rpal_config cfg;
+	int l;
+
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	rpal_fini();
+	rpal_config_default(&cfg);
+	cfg.arena_size = 1 << 20;
+	t_ok(rpal_init(&cfg));
+	l = (int)t_ok(rpal_listen(service, NULL));
+	(void)!write(ready, "l", 1);
+	return l;
+}
+
 int main(void)
 {
 	static char big[8192];
@@ -141,17 +159,9 @@ int main(void)
 		t_check(pipe(go) == 0, "pipe");
 		pid = fork();
 		if (pid == 0) {
-			/* The server, with room for a few dozen connection blocks:
-			 * it answers each connection and closes it at once. */
-			struct rpal_config cfg;
+			/* Answers each connection and closes it at once. */
 			char b;
-			prctl(PR_SET_PDEATHSIG, SIGKILL);       /* if the test fails */
-			rpal_fini();
-			rpal_config_default(&cfg);
-			cfg.arena_size = 1 << 20;
-			t_ok(rpal_init(&cfg));
-			int l = t_ok(rpal_listen("close-linger", NULL));
-			(void)!write(go[1], "l", 1);
+			int l = small_server("close-linger", go[1]);
 			for (int k = 0; k < LINGER_N; k++) {
 				int a = (int)t_ok(rpal_accept(l, 0));
 				t_ok(rpal_send(a, "bye", 3, 0));
@@ -191,15 +201,8 @@ int main(void)
 		pid = fork();
 		if (pid == 0) {
 			/* Answers and closes the first connection only. */
-			struct rpal_config cfg;
 			char b;
-			prctl(PR_SET_PDEATHSIG, SIGKILL);
-			rpal_fini();
-			rpal_config_default(&cfg);
-			cfg.arena_size = 1 << 20;
-			t_ok(rpal_init(&cfg));
-			int l = t_ok(rpal_listen("close-reuse", NULL));
-			(void)!write(go[1], "l", 1);
+			int l = small_server("close-reuse", go[1]);
 			int a = (int)t_ok(rpal_accept(l, 0));
 			t_ok(rpal_send(a, "bye", 3, 0));
 			t_ok(rpal_close(a));

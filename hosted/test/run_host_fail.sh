@@ -9,21 +9,10 @@
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
+. "$(dirname "$0")/hostlib.sh"
 . "$(dirname "$0")/calls_here.sh"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
 svc=hfail-$$
-
-# host NAME: a host of its own for each part (the crasher counts the calls into program 0);
-# its pid in $hpid, its stderr in $tmp/NAME.err.
-host() {
-	"$RPAL" host "$1" 2>"$tmp/$1.err" &
-	hpid=$!
-	for _ in $(seq 500); do grep -q listening "$tmp/$1.err" 2>/dev/null && break; sleep 0.01; done
-	grep -q listening "$tmp/$1.err" || { bad "the host did not start: $(cat "$tmp/$1.err")"; exit 1; }
-}
+# A host of its own for each part (start_host fN): the crasher counts the calls into program 0.
 # serve N: a joined server of service $svc-N in host fN, ready: program 0; its joiner's pid in $sj.
 serve() {
 	timeout 60 "$RPAL" join "f$1" "$PROG" server "$svc-$1" >"$tmp/srv$1.out" 2>&1 &
@@ -34,7 +23,7 @@ serve() {
 named_pid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$1" | head -1; }
 
 # ---- 1. a fault inside a call
-host f1
+start_host f1
 serve 1
 out=$(timeout 60 "$RPAL" join f1 "$PROG" crasher "$svc-1" 2>&1)
 rc=$?
@@ -56,7 +45,7 @@ kill -TERM $hpid
 wait $hpid
 
 # ---- 2. kill -9 of a caller inside a call
-host f2
+start_host f2
 serve 2
 timeout 60 "$RPAL" join f2 "$PROG" crasher "$svc-2" spin >"$tmp/cr2.out" 2>&1 &
 cj=$!

@@ -8,18 +8,8 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-
-"$RPAL" host r 2>"$tmp/host.err" &
-hpid=$!
-for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
-grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+. "$(dirname "$0")/hostlib.sh"
+start_host r
 loaded() { "$RPAL" ps r --json | grep -o '"programs_loaded": [0-9]*' | sed 's/.*: //'; }
 # good: a join that must start and exit 0
 good() {
@@ -71,5 +61,5 @@ for _ in $(seq 1000); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
 kill -0 $hpid 2>/dev/null && { bad "the host does not stop on SIGTERM"; kill -9 $hpid; }
 wait $hpid
 rc=$?
-[ $rc -eq 0 ] && ok "SIGTERM: the host exits 0" || bad "host stop: rc $rc, $(cat "$tmp/host.err")"
+[ $rc -eq 0 ] && ok "SIGTERM: the host exits 0" || bad "host stop: rc $rc, $(cat "$tmp/r.err")"
 exit $fail

@@ -10,18 +10,8 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
-
-"$RPAL" host js 2>"$tmp/host.err" &
-hpid=$!
-for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
-grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+. "$(dirname "$0")/hostlib.sh"
+start_host js
 now() { date +%s%N; }
 # state N: program N's state in rpal ps --json
 state() { "$RPAL" ps js --json | grep -o '"state": "[a-z]*"' | sed -n "$(($1 + 1))s/.*: \"\(.*\)\"/\1/p"; }

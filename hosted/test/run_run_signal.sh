@@ -10,11 +10,7 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$(dirname "$0")/hostlib.sh"
 
 # counted TARGET WHAT N: rpal run of two counting programs in a process group of its own (setsid),
 # sent SIGINT by `kill -INT TARGET` (pid, or -pgid); each program must count a number in N (a
