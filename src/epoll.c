@@ -346,16 +346,9 @@ static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, 
 	if (lone) {
 		/* wv[1]: the connection's word as sampled above.  A kick from
 		 * the claim on bumps that word; one before shows in kick_seq. */
-		/* Always with a deadline (a year for none): an untimed
-		 * FUTEX_WAIT is restarted after a handler with SA_RESTART,
-		 * a timed one ends with EINTR, as epoll_wait() does. */
-		if (deadline == UINT64_MAX) {
-			ts.tv_sec = (time_t)(now_ns() / 1000000000ull) + 365 * 86400;
-			ts.tv_nsec = 0;
-		}
 		r = atomic_load(&ep->kick_seq) != kseq ? 0 :
-		    syscall(SYS_futex, (uint32_t *)wv[1].uaddr, FUTEX_WAIT_BITSET, (uint32_t)wv[1].val, &ts, NULL,
-			    FUTEX_BITSET_MATCH_ANY);
+		    syscall(SYS_futex, (uint32_t *)wv[1].uaddr, FUTEX_WAIT_BITSET, (uint32_t)wv[1].val,
+			    deadline == UINT64_MAX ? NULL : &ts, NULL, FUTEX_BITSET_MATCH_ANY);
 		atomic_fetch_add(&ep->lone_gen, 1);
 	} else {
 		r = futex_waitv(wv, nw, deadline == UINT64_MAX ? NULL : &ts);
