@@ -283,21 +283,17 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
         seterr(err, errlen, "%s: not an x86-64 ELF64 file", path);
         goto fail;
     }
-    if (eh.e_type != ET_DYN) {
-        seterr(err, errlen,
-               "%s: not a position-independent executable (ELF type %u); build it with -fPIE -pie",
-               path, eh.e_type);
-        goto fail;
-    }
     if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM ||
         eh.e_phoff > size || (size - eh.e_phoff) / sizeof(Elf64_Phdr) < eh.e_phnum) {
         seterr(err, errlen, "%s: bad program header table", path);
         goto fail;
     }
     const Elf64_Phdr *dyn_ph = NULL;
+    int interp = 0;
     for (unsigned i = 0; i < eh.e_phnum; i++) {
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_INTERP) interp = 1;
         if (ph.p_type == PT_DYNAMIC) {
             if (dyn_ph) {
                 seterr(err, errlen, "%s: two PT_DYNAMIC headers", path);
@@ -305,6 +301,17 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
             }
             dyn_ph = (const Elf64_Phdr *)(buf + eh.e_phoff + (size_t)i * sizeof ph);
         }
+    }
+    if (eh.e_type == ET_EXEC && !interp && !dyn_ph) {
+        seterr(err, errlen, "%s: statically linked: a hosted program is linked dynamically (with -fPIE -pie)",
+               path);
+        goto fail;
+    }
+    if (eh.e_type != ET_DYN) {
+        seterr(err, errlen,
+               "%s: not a position-independent executable (ELF type %u); build it with -fPIE -pie",
+               path, eh.e_type);
+        goto fail;
     }
     if (!dyn_ph) {
         seterr(err, errlen, "%s: no dynamic section (a static executable cannot be hosted)", path);
@@ -317,7 +324,7 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
         goto fail;
     }
     size_t ndyn = dph.p_filesz / sizeof(Elf64_Dyn);
-    int found_null = 0;
+    int found_null = 0, needed = 0;
     uint64_t symtab = 0, strtab = 0, strsz = 0, hash = 0, gnu_hash = 0;
     for (size_t i = 0; i < ndyn; i++) {
         unsigned char *ep = buf + dph.p_offset + i * sizeof(Elf64_Dyn);
@@ -327,6 +334,7 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
             found_null = 1;
             break;
         }
+        if (d.d_tag == DT_NEEDED) needed = 1;
         if (d.d_tag == DT_SYMTAB) symtab = d.d_un.d_ptr;
         else if (d.d_tag == DT_STRTAB) strtab = d.d_un.d_ptr;
         else if (d.d_tag == DT_STRSZ) strsz = d.d_un.d_val;
@@ -345,6 +353,12 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
     }
     if (!found_null) {
         seterr(err, errlen, "%s: dynamic section not terminated by DT_NULL", path);
+        goto fail;
+    }
+    /* A static PIE has a dynamic section of its own and no interpreter nor library to load. */
+    if (!interp && !needed) {
+        seterr(err, errlen, "%s: statically linked: a hosted program is linked dynamically (with -fPIE -pie)",
+               path);
         goto fail;
     }
     if (!exports_main(buf, size, &eh, symtab, strtab, strsz, hash, gnu_hash)) {

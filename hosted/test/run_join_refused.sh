@@ -4,7 +4,8 @@
 #     starts, and `rpal ps` counts only it.
 #  2. 15 joins of a PIE whose main is not exported are refused before loading: a good join then
 #     starts, `rpal ps` counts 2 programs loaded.
-#  3. A join of a FIFO is refused at once, and the host answers `rpal ps` meanwhile.
+#  3. Statically linked programs (an executable, a static PIE) are refused as such.
+#  4. A join of a FIFO is refused at once, and the host answers `rpal ps` meanwhile.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -42,7 +43,16 @@ good "after 15 joins without an exported main"
 n=$(loaded)
 [ "$n" = 2 ] && ok "rpal ps: 2 programs loaded" || bad "rpal ps: $n programs loaded, not 2"
 
-# ---- 3. a FIFO
+# ---- 3. statically linked programs, plain and PIE: refused, and said so
+for prog in hosted_prog_static hosted_prog_static_pie; do
+	[ -x "$PD/$prog" ] || { echo "SKIP (part): no $prog (the C library cannot be linked statically here)"; continue; }
+	out=$(timeout 20 "$RPAL" run "$PD/$prog" main 0 2>&1)
+	rc=$?
+	[ $rc -eq 2 ] && echo "$out" | grep -q "statically linked" && ok "rpal run of $prog: $out" ||
+		bad "rpal run of $prog: rc $rc, $out"
+done
+
+# ---- 4. a FIFO
 mkfifo "$tmp/fifo"
 # To a file: a host stuck in open() would keep a pipe's write end, passed on with descriptor 1.
 timeout -k 2 10 "$RPAL" join r "$tmp/fifo" >"$tmp/fifo.out" 2>&1
