@@ -30,6 +30,15 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	seq := atomic.LoadUint32(c.u32(s, sSeq)) // A0: pairs with R0
 	if seq != want {
 		if seq == want-uint32(c.pringMask+1) || (seq == 0 && c.rxHead <= c.pringMask) {
+			// Empty, unless the block is another connection's by now:
+			// one the peer freed after its close (a lingering block
+			// whose room it needed) can be reused before we read its
+			// end of stream, and its ring and state are not ours.  A
+			// zero nonce: freed, not reused; a slot left in it fails
+			// the check below.
+			if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce && nonce != 0 {
+				return false, c.fail("connection block reused under us", nonce)
+			}
 			return false, nil
 		}
 		return false, c.fail("slot sequence out of order", uint64(seq))
@@ -114,14 +123,6 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 		if c.rxChecked != c.rxHead {
 			c.rxChecked = c.rxHead
 			c.notifyTX(true, c.rxHead)
-		}
-		// A block the peer freed after its close, before we read its
-		// end of stream, may be another connection's by now (a
-		// lingering block whose room it needed): its empty ring and
-		// state are not ours.  Zero: freed, not reused, and a slot left
-		// in it fails peek's check.
-		if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce && nonce != 0 {
-			return c.fail("connection block reused under us", nonce)
 		}
 		if c.updatePeerState()&stateShutWr != 0 {
 			// A3: state was stored after the last slot; look once more.

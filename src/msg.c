@@ -268,8 +268,6 @@ static RPAL_HOT int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 	*eof = false;
 	if (conn_err(c))
 		return -conn_err(c);
-	if (unlikely(ring_block_reused(c)))
-		return -conn_err(c);
 	/* The consumer went idle: a producer stuck on a full ring must hear
 	 * (not one that is calling us: it waits for us to park, not for room). */
 	if (c->rx_checked != c->rx_head && !(c->local && call_from_producer(c)))

@@ -121,23 +121,6 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
  */
-/*
- * Is the peer's block another connection's by now?  One the peer freed
- * after its close (a lingering block whose room it needed) can be reused
- * before we read its end of stream: its empty ring and its state are not
- * ours.  A zero nonce: freed, not reused, and a slot left in it fails
- * ring_peek()'s check.  Marks the violation (sticky).
- */
-bool ring_block_reused(struct rpal_conn *c)
-{
-	uint64_t nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_ACQUIRE);
-
-	if (nonce == c->pnonce || !nonce)
-		return false;
-	violation(c, "connection block reused under us", nonce);
-	return true;
-}
-
 RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 {
 	const struct rpal_slot *s;
@@ -149,8 +132,19 @@ RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	/* A0: pairs with R0; the contents below are the published ones. */
 	seq = load_acquire(&s->seq);
 	if (seq != want) {
-		if (slot_empty(c, c->rx_head, seq))
+		if (slot_empty(c, c->rx_head, seq)) {
+			/* Empty, unless the block is another connection's by now:
+			 * one the peer freed after its close (a lingering block
+			 * whose room it needed) can be reused before we read its
+			 * end of stream, and its ring and state are not ours.  A
+			 * zero nonce: freed, not reused; a slot left in it fails
+			 * the check below. */
+			uint64_t nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_ACQUIRE);
+
+			if (unlikely(nonce != c->pnonce && nonce))
+				return violation(c, "connection block reused under us", nonce);
 			return 0;
+		}
 		return violation(c, "slot sequence out of order", seq);
 	}
 	memcpy(out, s, sizeof(*out));
