@@ -120,10 +120,18 @@ long hosted_lmid(const hosted_prog *p);
 
 const char *hosted_path(const hosted_prog *p);
 
-/* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1 and its
- * initializers hidden from the dynamic linker (hosted_start runs them).  Returns the memfd (close-on-exec) or -1 with a message in err.  *was_pie (may be NULL) tells
- * whether the flag was set.  Exposed for tests. */
-int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen);
+/* What hosted_depie did to the copy. */
+struct hosted_copy {
+    int was_pie;     /* DF_1_PIE was set */
+    int origin_kept; /* strings that keep $ORIGIN: no room in the file for their expansion */
+};
+
+/* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1, its
+ * initializers hidden from the dynamic linker (hosted_start runs them), and $ORIGIN in its
+ * DT_NEEDED, DT_RPATH and DT_RUNPATH strings expanded to the file's directory.  Returns the memfd
+ * (close-on-exec) or -1 with a message in err; *info (may be NULL) says what was changed.  Exposed
+ * for tests. */
+int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------
  * Launcher (launch.c, host.c)

@@ -4,7 +4,8 @@
  *  1. Copy the executable into a memfd with DF_1_PIE cleared in DT_FLAGS_1 (glibc refuses to dlopen
  *     an object flagged PIE), validating every offset of the ELF header, program headers and the
  *     dynamic section against the file size.
- *     Its initializers (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY) are hidden from the dynamic linker.
+ *     Its initializers (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY) are hidden from the dynamic linker,
+ *     and $ORIGIN in its library names and search paths is expanded to its own directory.
  *  2. dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
  *     libc copy (own malloc, stdio, errno, exit handlers).  Its libraries' constructors run here.
  *  3. Look up the namespace's own main, exit, _exit, pthread_create/join, environ and
@@ -244,11 +245,133 @@ static int exec_permitted(int fd, const struct stat *st, const char *path, char 
     return 0;
 }
 
-int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
+/* ---------------------------------------------------------------- ELF: $ORIGIN */
+
+/* Length of the $ORIGIN or ${ORIGIN} token at s ('$' included), or 0: the dynamic linker's rule,
+ * where $ORIGIN followed by a letter, digit or '_' names something else. */
+static size_t origin_token(const char *s) {
+    if (s[0] != '$') return 0;
+    if (!strncmp(s + 1, "{ORIGIN}", 8)) return 9;
+    if (strncmp(s + 1, "ORIGIN", 6)) return 0;
+    char c = s[7];
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_') return 0;
+    return 7;
+}
+
+/* Room for a string the dynamic linker will read: zero bytes at file offsets [off, lim) that are
+ * mapped (the tail of a readable segment's last page, past its file contents, with no zero-filled
+ * memory after them) and belong to nothing else in the file (no segment, section, or header
+ * table).  Consumed from the front as strings are placed. */
+struct str_room {
+    uint64_t off, lim, vaddr; /* vaddr: where off is mapped */
+};
+
+static int overlaps(uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_len) {
+    return b_len && b < a_end && a < b + b_len;
+}
+
+static int find_rooms(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
+                      struct str_room *rooms, int max) {
+    const uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+    Elf64_Shdr sh;
+    int n = 0;
+    if (eh->e_shnum && (eh->e_shentsize != sizeof sh || eh->e_shoff > size ||
+                        (size - eh->e_shoff) / sizeof sh < eh->e_shnum))
+        return 0; /* a section table we cannot read: nothing is known free */
+    for (unsigned i = 0; i < eh->e_phnum && n < max; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_R) || !ph.p_filesz || ph.p_memsz != ph.p_filesz ||
+            ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_offset % page != ph.p_vaddr % page)
+            continue;
+        uint64_t off = ph.p_offset + ph.p_filesz;
+        uint64_t lim = (off + page - 1) / page * page;
+        if (lim > size) lim = size;
+        if (off >= lim) continue;
+        int clash = overlaps(off, lim, 0, sizeof *eh) ||
+                    overlaps(off, lim, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof ph) ||
+                    overlaps(off, lim, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof sh);
+        for (unsigned j = 0; j < eh->e_phnum && !clash; j++) {
+            Elf64_Phdr q;
+            memcpy(&q, buf + eh->e_phoff + (size_t)j * sizeof q, sizeof q);
+            clash = j != i && overlaps(off, lim, q.p_offset, q.p_filesz);
+        }
+        for (unsigned j = 0; j < eh->e_shnum && !clash; j++) {
+            memcpy(&sh, buf + eh->e_shoff + (size_t)j * sizeof sh, sizeof sh);
+            clash = sh.sh_type != SHT_NOBITS && overlaps(off, lim, sh.sh_offset, sh.sh_size);
+        }
+        for (uint64_t k = off; k < lim && !clash; k++) clash = buf[k] != 0;
+        if (!clash) rooms[n++] = (struct str_room){off, lim, ph.p_vaddr + ph.p_filesz};
+    }
+    return n;
+}
+
+/* The dynamic linker expands $ORIGIN to the directory of the object as it was named, and for the
+ * memfd copy that is /proc/self/fd, where no library is.  So every DT_NEEDED, DT_RPATH and
+ * DT_RUNPATH string with $ORIGIN in it is written out again with the program's own directory
+ * (that of the file we opened, symlinks resolved, as exec's $ORIGIN is) into room the copy maps
+ * anyway, and its entry pointed there; the strings themselves cannot grow in place.  Returns how
+ * many such strings found no room (they keep $ORIGIN). */
+static int expand_origin(unsigned char *buf, size_t size, const Elf64_Ehdr *eh, int fd,
+                         unsigned char *dyn, size_t ndyn, uint64_t strtab, uint64_t strsz) {
+    struct str_room rooms[16];
+    int nrooms = -1, kept = 0;
+    char dir[PATH_MAX];
+    for (size_t i = 0; i < ndyn; i++) {
+        Elf64_Dyn d;
+        memcpy(&d, dyn + i * sizeof d, sizeof d);
+        if (d.d_tag == DT_NULL) break;
+        if (d.d_tag != DT_NEEDED && d.d_tag != DT_RPATH && d.d_tag != DT_RUNPATH) continue;
+        const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
+        if (!str || d.d_un.d_val >= strsz) continue;
+        const char *s = str + d.d_un.d_val;
+        size_t slen = strnlen(s, strsz - d.d_un.d_val), ntok = 0;
+        if (slen == strsz - d.d_un.d_val) continue; /* unterminated: the linker's to refuse */
+        for (size_t k = 0; k < slen; k++)
+            if (origin_token(s + k)) ntok++;
+        if (!ntok) continue;
+        if (nrooms < 0) {
+            char link[64];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+            ssize_t n = readlink(link, dir, sizeof dir - 1);
+            char *slash = n > 0 && dir[0] == '/' ? memrchr(dir, '/', (size_t)n) : NULL;
+            if (!slash) return 1;
+            *(slash == dir ? slash + 1 : slash) = '\0';
+            nrooms = find_rooms(buf, size, eh, rooms, 16);
+        }
+        size_t dlen = strlen(dir), need = slen + 1 + ntok * dlen;
+        struct str_room *r = NULL;
+        for (int k = 0; k < nrooms && !r; k++)
+            if (rooms[k].lim - rooms[k].off >= need && rooms[k].vaddr >= strtab) r = &rooms[k];
+        if (!r) {
+            kept++;
+            continue;
+        }
+        char *out = (char *)buf + r->off;
+        for (size_t k = 0; k < slen;) {
+            size_t t = origin_token(s + k);
+            if (t) {
+                memcpy(out, dir, dlen);
+                out += dlen;
+                k += t;
+            } else {
+                *out++ = s[k++];
+            }
+        }
+        *out++ = '\0';
+        d.d_un.d_val = r->vaddr - strtab;
+        memcpy(dyn + i * sizeof d, &d, sizeof d);
+        r->vaddr += (uint64_t)(out - ((char *)buf + r->off));
+        r->off = (uint64_t)(out - (char *)buf);
+    }
+    return kept;
+}
+
+int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t errlen) {
     int fd = -1, mfd = -1;
     unsigned char *buf = MAP_FAILED;
     size_t size = 0;
-    if (was_pie) *was_pie = 0;
+    if (info) *info = (struct hosted_copy){0};
 
     /* O_NONBLOCK: opening a FIFO for reading would wait for a writer (a device, for whatever its
      * driver does), and the launcher loads on its only loop; anything but a regular file is
@@ -341,7 +464,7 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
         else if (d.d_tag == DT_HASH) hash = d.d_un.d_ptr;
         else if (d.d_tag == DT_GNU_HASH) gnu_hash = d.d_un.d_ptr;
         if (d.d_tag == DT_FLAGS_1 && (d.d_un.d_val & DF_1_PIE)) {
-            if (was_pie) *was_pie = 1;
+            if (info) info->was_pie = 1;
             d.d_un.d_val &= ~(Elf64_Xword)DF_1_PIE;
             memcpy(ep, &d, sizeof d);
         }
@@ -367,6 +490,9 @@ int hosted_depie(const char *path, int *was_pie, char *err, size_t errlen) {
                "-Wl,--export-dynamic-symbol=main)", path);
         goto fail;
     }
+
+    int kept = expand_origin(buf, size, &eh, fd, buf + dph.p_offset, ndyn, strtab, strsz);
+    if (info) info->origin_kept = kept;
 
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
@@ -625,8 +751,8 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
         goto fail;
     }
 
-    int was_pie = 0;
-    int mfd = hosted_depie(path, &was_pie, err, errlen);
+    struct hosted_copy copy;
+    int mfd = hosted_depie(path, &copy, err, errlen);
     if (mfd < 0) goto fail;
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
@@ -654,6 +780,12 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
                    "glibc.rtld.optional_static_tls (RPAL_HOSTED_STATIC_TLS, now %s) [%s]",
                    path, ns_in_use - 1,
                    getenv("GLIBC_TUNABLES") ? getenv("GLIBC_TUNABLES") : "unset", e);
+        else if (copy.origin_kept && strstr(e, "cannot open shared object file"))
+            seterr(err, errlen,
+                   "%s: dlmopen: %s (the program finds its libraries through $ORIGIN, and its "
+                   "file had no room for the expanded path: give the launcher, rpal run or rpal "
+                   "host, LD_LIBRARY_PATH with the library directory)",
+                   path, e);
         else
             seterr(err, errlen, "%s: dlmopen: %s", path, e);
         goto fail;

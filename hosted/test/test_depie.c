@@ -38,15 +38,15 @@ static void write_file(const char *path, const void *data, size_t n) {
 
 int main(void) {
     char err[512];
-    int was_pie = 0;
+    struct hosted_copy copy;
 
     void *h = dlmopen(LM_ID_NEWLM, PROG_COUNTER, RTLD_NOW | RTLD_LOCAL);
     CHECK(h == NULL && strstr(dlerror(), "position-independent executable"),
           "negative control: glibc refuses to dlmopen the PIE executable as built");
 
-    int fd = hosted_depie(PROG_COUNTER, &was_pie, err, sizeof err);
+    int fd = hosted_depie(PROG_COUNTER, &copy, err, sizeof err);
     CHECK(fd >= 0, "hosted_depie makes a memfd copy of prog_counter (%s)", fd < 0 ? err : "");
-    CHECK(was_pie, "the original had DF_1_PIE set");
+    CHECK(copy.was_pie, "the original had DF_1_PIE set");
     Elf64_Xword f1 = 0;
     CHECK(fd >= 0 && dyn_flags1(fd, &f1) == 0 && !(f1 & DF_1_PIE),
           "the copy's DT_FLAGS_1 (0x%llx) lacks DF_1_PIE", (unsigned long long)f1);
