@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* main.c - the `rpal` command: one subcommand per file. */
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include "bench.h"
@@ -26,7 +27,22 @@ static void usage(FILE *f)
 "  help      this text\n");
 }
 
-int main(int argc, char **argv)
+/*
+ * Output that did not all reach stdout (a full disk; a closed pipe where
+ * SIGPIPE is ignored) fails the command: `rpal stat --prometheus > f.$$ &&
+ * mv f.$$ f` must not install a cut file.
+ */
+static int finish(int ret)
+{
+	int err = fflush(stdout) ? errno : 0;
+
+	if (!err && !ferror(stdout))
+		return ret;
+	fprintf(stderr, "rpal: cannot write the output: %s\n", err ? strerror(err) : "write error");
+	return ret ? ret : 1;
+}
+
+static int run(int argc, char **argv)
 {
 	if (argc < 2) {
 		usage(stderr);
@@ -59,4 +75,9 @@ int main(int argc, char **argv)
 	fprintf(stderr, "rpal: unknown command \"%s\"\n\n", argv[1]);
 	usage(stderr);
 	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	return finish(run(argc, argv));
 }

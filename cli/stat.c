@@ -32,7 +32,8 @@ static int usage(FILE *f)
 "  --dir DIR       read the pages of runtime directory DIR only\n"
 "  -h, --help      this text\n"
 "\n"
-"Exit status: 0, 1 when PID or SERVICE matched nothing, 2 on a usage error.\n");
+"Exit status: 0, 1 when PID or SERVICE matched nothing, DIR cannot be read or\n"
+"the output cannot be written, 2 on a usage error.\n");
 	return f == stdout ? 0 : 2;
 }
 

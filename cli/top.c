@@ -440,7 +440,14 @@ int cmd_top(int argc, char **argv)
 			frame_print(&prev, 0, "\n");
 			putchar('\n');
 		}
-		fflush(stdout);
+		/* Nobody reads on: a full disk, or a reader gone where SIGPIPE
+		 * is ignored. */
+		if (fflush(stdout) || ferror(stdout)) {
+			fprintf(stderr, "rpal top: cannot write the output: %s\n", strerror(errno));
+			clearerr(stdout);
+			ret = 1;
+			break;
+		}
 		done++;
 	}
 	frame_free(&prev);
