@@ -290,7 +290,9 @@ static int add_skip(struct snap *s, const char *path, const char *why)
 	if (!n)
 		return -ENOMEM;
 	s->skips = n;
-	snprintf(n[s->nskips].path, sizeof(n->path), "%s", path);
+	/* A directory's name is anyone's choice under /tmp, where root
+	 * looks: shown as a page's strings are. */
+	clean_string(n[s->nskips].path, path, sizeof(n->path));
 	snprintf(n[s->nskips].why, sizeof(n->why), "%s", why);
 	s->nskips++;
 	return 0;
@@ -389,7 +391,7 @@ static int scan_dir(const char *dir, struct snap *s)
 			free(p.conns);
 			continue;
 		}
-		snprintf(p.dir, sizeof(p.dir), "%s", dir);
+		clean_string(p.dir, dir, sizeof(p.dir));
 		np = realloc(s->procs, (s->nprocs + 1) * sizeof(*np));
 		if (!np) {
 			free(p.conns);

@@ -26,7 +26,7 @@ struct snap_conn {
 
 struct snap_proc {
 	char path[300];               /* the page */
-	char dir[256];                /* its runtime directory */
+	char dir[256];                /* its runtime directory, printable ASCII only */
 	uint32_t pid, uid, slot, flags, nr_open, overflow;
 	int64_t started;
 	uint64_t init_mono_ns;        /* CLOCK_MONOTONIC at its rpal_init() */
@@ -42,7 +42,7 @@ struct snap_proc {
 };
 
 struct snap_skip {
-	char path[300];
+	char path[300];               /* printable ASCII only */
 	char why[160];
 };
 

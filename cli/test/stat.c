@@ -12,7 +12,8 @@
  *     rpal_fini() is not listed and its page is removed; garbled pages
  *     (garbage, short, another version, lying counts and strings, a page
  *     that names another slot), held locked as a live owner would, are
- *     skipped with a reason and crash nothing; bad arguments fail.
+ *     skipped with a reason and crash nothing; a runtime directory named
+ *     with escape sequences is shown with '?' for them; bad arguments fail.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -717,6 +718,84 @@ static void forged(const char *rpal)
 	}
 }
 
+/* Every byte of out is printable ASCII, a newline or a tab. */
+static bool plain_text(const char *out, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if ((out[i] < 0x20 || out[i] > 0x7e) && out[i] != '\n' && out[i] != '\t')
+			return false;
+	return true;
+}
+
+/*
+ * A runtime directory whose name holds bytes a terminal acts on and bytes
+ * that are not UTF-8 (anyone may make such a directory under /tmp, where
+ * root's rpal stat looks): its path is shown with '?' for them, on stderr
+ * (a page skipped in it), in the table and in the JSON, which stays valid.
+ */
+static void odd_dir(const char *rpal)
+{
+	static _Alignas(64) unsigned char buf[sizeof(struct rpal_stat_hdr) + sizeof(struct rpal_stat_conn)];
+	static const char tail[] = "odd-\033]0;title\007\033[2J\t\xff", shown[] = "odd-?]0;title??[2J??";
+	struct rpal_stat_hdr *h = (void *)buf;
+	char odd[300], want[300], path[2][400];
+	int fd[2];
+
+	printf("stat: a runtime directory named with escape sequences and a byte outside UTF-8\n");
+	snprintf(odd, sizeof(odd), "%s/%s", dir, tail);
+	snprintf(want, sizeof(want), "%s/%s", dir, shown);
+	mkdir(odd, 0700);
+	/* A page that fails its checks, and a live one, each locked as its
+	 * owner would hold it. */
+	memset(buf, 0xee, sizeof(buf));
+	memset(buf, 0, sizeof(*h));
+	for (int i = 0; i < 2; i++) {
+		if (i) {
+			memset(buf, 0, sizeof(buf));
+			h->magic = RPAL_STAT_MAGIC;
+			h->version = RPAL_STAT_VERSION;
+			h->hdr_size = sizeof(*h);
+			h->entry_size = sizeof(struct rpal_stat_conn);
+			h->pid = 4243;
+			h->slot = 1;
+			snprintf(h->name, sizeof(h->name), "odd");
+		}
+		snprintf(path[i], sizeof(path[i]), "%s/stat.%d", odd, i);
+		fd[i] = open(path[i], O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		if (fd[i] < 0 || write(fd[i], buf, sizeof(buf)) != (ssize_t)sizeof(buf) || flock(fd[i], LOCK_EX)) {
+			printf("FAIL: cannot write %s\n", path[i]);
+			exit(1);
+		}
+	}
+	for (int json = 0; json < 2; json++) {
+		char *argv[] = { (char *)rpal, "stat", "--dir", odd, json ? "--json" : NULL, NULL };
+		struct out o;
+
+		CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --dir ODD%s: status %d", json ? " --json" : "",
+		      o.status);
+		CHECK(plain_text(o.buf[0], o.len[0]) && plain_text(o.buf[1], o.len[1]),
+		      "rpal stat --dir ODD%s writes bytes a terminal acts on:\n%s%s", json ? " --json" : "", o.buf[0],
+		      o.buf[1]);
+		CHECK(strstr(o.buf[1], want) != NULL, "stderr does not name the skipped page in %s:\n%s", want, o.buf[1]);
+		if (json) {
+			char err[200];
+			struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+			const struct jval *p = doc ? proc_of(doc, 4243) : NULL;
+
+			CHECK(doc != NULL, "rpal stat --dir ODD --json: %s\n%s", err, o.buf[0]);
+			CHECK(p && !strcmp(str(p, "runtime_dir"), want), "runtime_dir \"%s\", want \"%s\"",
+			      p ? str(p, "runtime_dir") : "(no process)", want);
+			json_free(doc);
+		}
+		out_free(&o);
+	}
+	for (int i = 0; i < 2; i++) {
+		close(fd[i]);
+		unlink(path[i]);
+	}
+	rmdir(odd);
+}
+
 /* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
  * ps looks for host NAME. */
 static int host_impostor(const char *name)
@@ -807,6 +886,7 @@ int main(int argc, char **argv)
 		names(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);
+		odd_dir(argv[1]);
 		ps_impostor(argv[1]);
 	}
 	if (fails)
