@@ -213,11 +213,14 @@ static const char *human(double v, char *buf, size_t len)
 	return buf;
 }
 
-/* One frame: the header, then at most max_rows rows (0: all).  eol ends
- * each line: "\n" in batch mode, "\033[K\n" on a screen (clears what the
- * previous frame left on the line). */
-static void frame_print(struct frame *f, unsigned max_rows, const char *eol)
+/* One frame: the header, then the rows in at most max_lines lines (0: all),
+ * the last of them "(N more)" where not all fit.  eol ends each line: "\n"
+ * in batch mode, "\033[K\n" on a screen (clears what the previous frame
+ * left on the line). */
+static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 {
+	bool cut = max_lines && f->n > max_lines;
+	unsigned shown = cut ? max_lines - 1 : f->n;
 	char tbuf[16], a[16], b[16], c[16], d[16], e[16], g[16], ws[16];
 	time_t now = time(NULL);
 	double tot = 0;
@@ -239,7 +242,7 @@ static void frame_print(struct frame *f, unsigned max_rows, const char *eol)
 	printf("%s", eol);
 	printf("%7s %-12s %4s %7s %-16s %7s %7s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER", "SERVICE",
 	       "OUT/s", "IN/s", "BYTES/s", "WAKE%", "WAKE/s", "SLEEP/s", "FULL/s", "SPIN%", eol);
-	for (i = 0; i < f->n && (!max_rows || i < max_rows); i++) {
+	for (i = 0; i < shown; i++) {
 		const struct row *r = &sorted[i];
 
 		if (r->wake_share < 0)
@@ -252,8 +255,8 @@ static void frame_print(struct frame *f, unsigned max_rows, const char *eol)
 		       human(r->wake_s, d, sizeof(d)), human(r->sleep_s, e, sizeof(e)), human(r->full_s, g, sizeof(g)),
 		       100 * r->spin_share, eol);
 	}
-	if (max_rows && f->n > max_rows)
-		printf("(%u more)%s", f->n - max_rows, eol);
+	if (cut)
+		printf("(%u more)%s", f->n - shown, eol);
 	free(sorted);
 }
 
@@ -287,13 +290,15 @@ static int screen_setup(void)
 	return 0;
 }
 
-static unsigned screen_rows(void)
+/* The lines a frame's rows may take on the screen: all but the header's
+ * three and the last, where the cursor's newline would scroll the header
+ * away.  At least one, for "(N more)". */
+static unsigned screen_lines(void)
 {
 	struct winsize ws;
+	unsigned rows = ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0 || !ws.ws_row ? 24 : ws.ws_row;
 
-	if (ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) < 0 || ws.ws_row < 6)
-		return 24;
-	return ws.ws_row;
+	return rows > 5 ? rows - 4 : 1;
 }
 
 static bool sort_key(int ch)
@@ -419,7 +424,7 @@ int cmd_top(int argc, char **argv)
 			break;
 		if (redraw) {
 			fputs("\033[H", stdout);
-			frame_print(&prev, screen_rows() - 4, "\033[K\n");
+			frame_print(&prev, screen_lines(), "\033[K\n");
 			fputs("\033[J", stdout);
 			fflush(stdout);
 			continue;
@@ -434,7 +439,7 @@ int cmd_top(int argc, char **argv)
 		prev = cur;
 		if (screen) {
 			fputs("\033[H", stdout);
-			frame_print(&prev, screen_rows() - 4, "\033[K\n");
+			frame_print(&prev, screen_lines(), "\033[K\n");
 			fputs("\033[J", stdout);    /* clear below: fewer rows than last time */
 		} else {
 			frame_print(&prev, 0, "\n");

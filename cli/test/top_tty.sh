@@ -2,7 +2,9 @@
 # top_tty.sh PATH/TO/rpal PATH/TO/cli_test_stat - `rpal top` on a real
 # terminal (a tmux pane): it draws the busy pair of `cli_test_stat pair`,
 # re-sorts on w and p, and quits on q with status 0, leaving the terminal
-# as it found it (the main screen back).  Skipped (77) without tmux.
+# as it found it (the main screen back).  On a pane too short for every
+# connection its header stays on the first line and the rows left out are
+# counted on the last.  Skipped (77) without tmux.
 set -u
 RPAL=$1
 HELPER=$2
@@ -47,5 +49,23 @@ t send-keys -t "$sess" q
 await "top-exited-0" && echo "PASS: q quits with status 0"
 t capture-pane -p -t "$sess" | grep -q "rpal top -" &&
 	{ echo "FAIL: the frame is still on the screen: the alternate screen was not left"; fail=1; }
+
+# Three pairs, six connections, on 8 lines: the header, a blank line, the
+# column names, three rows and "(3 more)", the cursor's line left free.
+for i in 2 3; do
+	"$HELPER" pair 30 > "pair$i.pid" &
+	eval "pair$i=\$!"
+	for _ in $(seq 50); do [ -s "pair$i.pid" ] && break; sleep 0.1; done
+done
+t new-session -d -s short -x 160 -y 8 "env RPAL_RUNTIME_DIR='$RPAL_RUNTIME_DIR' '$RPAL' top -d 0.3 stat-pair; sleep 30"
+sess=short
+if await "more\)"; then
+	screen=$(t capture-pane -p -t short)
+	echo "$screen"
+	echo "$screen" | head -n 1 | grep -q "^rpal top - .* 6 connections" ||
+		{ echo "FAIL: on 8 lines the header is not the first line"; fail=1; }
+	echo "$screen" | grep -q "^(3 more)" || { echo "FAIL: on 8 lines, not \"(3 more)\""; fail=1; }
+fi
+kill "$pair2" "$pair3" 2>/dev/null
 [ $fail -eq 0 ] && echo "PASS: rpal top on a terminal"
 exit $fail
