@@ -45,7 +45,7 @@ struct frame {
 enum sort { SORT_MSGS, SORT_BYTES, SORT_WAKE, SORT_SLEEP, SORT_PID };
 static const char *const sort_name[] = { "messages/s", "bytes/s", "wake-ups/s", "sleeps/s", "pid" };
 
-static volatile sig_atomic_t stop;
+static volatile sig_atomic_t stop, suspend, resumed;
 static struct termios saved_tio;
 static bool tio_saved;
 
@@ -53,6 +53,18 @@ static void on_signal(int sig)
 {
 	(void)sig;
 	stop = 1;
+}
+
+static void on_suspend(int sig)
+{
+	(void)sig;
+	suspend = 1;
+}
+
+static void on_continue(int sig)
+{
+	(void)sig;
+	resumed = 1;
 }
 
 static uint64_t mono_ns(void)
@@ -271,11 +283,15 @@ static void screen_restore(void)
 	tio_saved = false;
 }
 
+/* Also after a stop: the shell that took the terminal meanwhile set its
+ * own modes.  The terminal's settings are saved once, at the start or
+ * after screen_restore(): stopped by SIGSTOP, we left ours on it. */
 static int screen_setup(void)
 {
+	static bool registered;
 	struct termios t;
 
-	if (tcgetattr(STDIN_FILENO, &saved_tio) < 0)
+	if (!tio_saved && tcgetattr(STDIN_FILENO, &saved_tio) < 0)
 		return -errno;
 	t = saved_tio;
 	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
@@ -284,7 +300,9 @@ static int screen_setup(void)
 	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0)
 		return -errno;
 	tio_saved = true;
-	atexit(screen_restore);
+	if (!registered)
+		atexit(screen_restore);
+	registered = true;
 	/* The alternate screen, cursor hidden, no autowrap: long lines are cut. */
 	fputs("\033[?1049h\033[?25l\033[?7l", stdout);
 	return 0;
@@ -386,6 +404,10 @@ int cmd_top(int argc, char **argv)
 	signal(SIGHUP, on_signal);
 	if (screen && screen_setup() < 0)
 		screen = false;
+	if (screen) {
+		signal(SIGTSTP, on_suspend);
+		signal(SIGCONT, on_continue);
+	}
 	if (frame_take(&where, &filt, NULL, &prev, why, sizeof(why))) {
 		screen_restore();
 		fprintf(stderr, "rpal top: %s\n", why);
@@ -405,7 +427,7 @@ int cmd_top(int argc, char **argv)
 			struct pollfd p = { .fd = screen ? STDIN_FILENO : -1, .events = POLLIN };
 			char ch;
 
-			if (now >= deadline || stop)
+			if (now >= deadline || stop || suspend || resumed)
 				break;
 			if (poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0 || !(p.revents & POLLIN))
 				continue;
@@ -422,6 +444,27 @@ int cmd_top(int argc, char **argv)
 		}
 		if (stop)
 			break;
+		if (suspend) {
+			/* Ctrl-Z: the shell gets its screen, cursor and modes back
+			 * while we are stopped. */
+			suspend = 0;
+			screen_restore();
+			signal(SIGTSTP, SIG_DFL);
+			raise(SIGTSTP);
+			signal(SIGTSTP, on_suspend);
+			resumed = 1;
+		}
+		if (resumed) {
+			resumed = 0;
+			if (screen_setup() < 0)
+				continue;
+			if (!done) {
+				fputs("\033[H\033[2Jrpal top: reading...\033[K\n", stdout);
+				fflush(stdout);
+				continue;
+			}
+			redraw = true;
+		}
 		if (redraw) {
 			fputs("\033[H", stdout);
 			frame_print(&prev, screen_lines(), "\033[K\n");

@@ -4,7 +4,9 @@
 # re-sorts on w and p, and quits on q with status 0, leaving the terminal
 # as it found it (the main screen back).  On a pane too short for every
 # connection its header stays on the first line and the rows left out are
-# counted on the last.  Skipped (77) without tmux.
+# counted on the last.  Suspended with Ctrl-Z, it gives the shell back its
+# screen and cursor; after fg its keys work again without Enter.  Skipped
+# (77) without tmux.
 set -u
 RPAL=$1
 HELPER=$2
@@ -67,5 +69,23 @@ if await "more\)"; then
 	echo "$screen" | grep -q "^(3 more)" || { echo "FAIL: on 8 lines, not \"(3 more)\""; fail=1; }
 fi
 kill "$pair2" "$pair3" 2>/dev/null
+
+# Ctrl-Z and fg in an interactive shell.
+t new-session -d -s job -x 160 -y 30 "env -i PATH='$PATH' TERM=screen PS1='$ ' bash --norc --noprofile -i"
+sess=job
+t send-keys -t job "RPAL_RUNTIME_DIR='$RPAL_RUNTIME_DIR' '$RPAL' top -d 0.3 stat-pair" Enter
+await "sorted by messages/s" || exit 1
+t send-keys -t job C-z
+if await "Stopped"; then
+	state=$(t display -p -t job '#{alternate_on} #{cursor_flag}')
+	[ "$state" = "0 1" ] && echo "PASS: Ctrl-Z leaves the alternate screen and shows the cursor" ||
+		{ echo "FAIL: stopped, the pane reads alternate screen, cursor shown: $state (want 0 1)"; fail=1; }
+	t send-keys -t job "fg" Enter
+	await "sorted by messages/s"
+	t send-keys -t job w
+	await "sorted by wake-ups/s" && echo "PASS: after fg, w sorts at once"
+	t send-keys -t job q
+	await "^\\$ *$" && echo "PASS: after fg, q quits"
+fi
 [ $fail -eq 0 ] && echo "PASS: rpal top on a terminal"
 exit $fail
