@@ -270,13 +270,26 @@ int cmd_doctor(int argc, char **argv)
 	connected = connected_mode(why, sizeof(why), dir, sizeof(dir)) == 0;
 	line(connected, "connected mode", why,
 	     "everything: processes connect, map each other's arena, exchange messages");
-	if (dir[0]) {
+	/* Also where rpal_init failed: the directory is often why. */
+	if (dir[0] || !rpal_runtime_dir(NULL, dir, sizeof(dir))) {
 		struct stat sb;
+		char what[64];
 
-		ok = !stat(dir, &sb) && S_ISDIR(sb.st_mode) && sb.st_uid == geteuid() &&
-		     !(sb.st_mode & 077);
-		snprintf(detail, sizeof(detail), "%s (%s)", dir,
-			 ok ? "ours, mode 0700" : "not ours alone: other users could see its sockets");
+		ok = 0;
+		if (stat(dir, &sb) < 0)
+			snprintf(what, sizeof(what), "%s", strerror(errno));
+		else if (!S_ISDIR(sb.st_mode))
+			snprintf(what, sizeof(what), "not a directory");
+		else if (sb.st_uid != geteuid())
+			snprintf(what, sizeof(what), "owned by uid %u, not us", (unsigned)sb.st_uid);
+		else if (sb.st_mode & 077)
+			snprintf(what, sizeof(what), "mode %04o: other users could reach its sockets",
+				 (unsigned)(sb.st_mode & 07777));
+		else {
+			snprintf(what, sizeof(what), "ours, mode %04o", (unsigned)(sb.st_mode & 07777));
+			ok = 1;
+		}
+		snprintf(detail, sizeof(detail), "%s (%s)", dir, what);
 		line(ok, "runtime directory", detail,
 		     "rendezvous: processes (and containers) that connect must share it");
 	}

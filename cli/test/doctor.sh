@@ -3,6 +3,8 @@
 # every probe reported with ok or no and what it enables, the wake-up of an
 # idle CPU measured, or said to be unmeasurable on one CPU, no file of its
 # trial left behind); with rpal_init made to fail, it says why and exits 1.
+# The runtime directory line gives the directory's real mode, and is there
+# when rpal_init fails because of the directory.
 set -u
 RPAL=$1
 fail=0
@@ -34,5 +36,23 @@ rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a malformed RPAL_ARENA_SIZE"; fail=1; }
 echo "$out" | grep -q "^no   connected mode .*RPAL_ARENA_SIZE" ||
 	{ echo "$out"; echo "FAIL: the failure does not name RPAL_ARENA_SIZE"; fail=1; }
+# A directory of mode 0711 works (for root, and for its owner) but is not
+# the caller's alone: the line says so, with that mode.
+odd=$(mktemp -d /tmp/rpal-doctor-dir.XXXXXX)
+chmod 0711 "$odd"
+out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
+echo "$out" | grep -E "runtime directory"
+echo "$out" | grep -Eq "^no +runtime directory +$odd \(mode 0711" ||
+	{ echo "FAIL: a directory of mode 0711 is not reported as such"; fail=1; }
+# A runtime directory that is a file: rpal_init fails, and the line names it.
+rm -rf "$odd"
+touch "$odd"
+out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
+rc=$?
+echo "$out" | grep -E "connected mode|runtime directory"
+[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a file for a runtime directory"; fail=1; }
+echo "$out" | grep -Eq "^no +runtime directory +$odd \(not a directory\)" ||
+	{ echo "FAIL: with a file for a runtime directory, no runtime directory line says so"; fail=1; }
+rm -f "$odd"
 [ $fail -eq 0 ] && echo "PASS: rpal doctor"
 exit $fail
