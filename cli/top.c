@@ -395,7 +395,9 @@ int cmd_top(int argc, char **argv)
 		}
 	}
 	if (argc - optind > 1 || snap_filter_parse(optind < argc ? argv[optind] : NULL, &filt)) {
-		fprintf(stderr, "rpal top: %s\n\n", argc - optind > 1 ? "one PID or SERVICE at most" : "PID out of range");
+		fprintf(stderr, "rpal top: %s\n\n", argc - optind > 1 ? "one PID or SERVICE at most"
+							   : !argv[optind][0] ? "an empty SERVICE"
+							   : "PID out of range");
 		return usage(stderr);
 	}
 	screen = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);

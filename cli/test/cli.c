@@ -69,6 +69,7 @@ int main(int argc, char **argv)
 	expect((char *[]){ r, "join", "ah", NULL }, 2, 1, "usage: rpal join");
 	expect((char *[]){ r, "stat", "--json", "--prometheus", NULL }, 2, 1, "exclude each other");
 	expect((char *[]){ r, "stat", "", NULL }, 2, 1, "an empty SERVICE");
+	expect((char *[]){ r, "top", "", NULL }, 2, 1, "an empty SERVICE");
 	expect((char *[]){ r, "run", "/bin/true", ":::", NULL }, 2, 1, "empty program");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "uds-epoll");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "rpal-hosted");
