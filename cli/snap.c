@@ -449,9 +449,11 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 	memset(s, 0, sizeof(*s));
 	if (w && w->dir) {
 		ret = scan_dir(w->dir, s);
-		if (ret)
+		if (ret) {
 			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
-		return ret;
+			return ret;
+		}
+		goto sort;
 	}
 	snap_default_dir(def, sizeof(def));
 	ret = scan_once(def, seen, &nseen, 256, s);
@@ -469,6 +471,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 		snprintf(why, whylen, "out of memory");
 		return ret;
 	}
+sort:
 	if (s->nprocs > 1)
 		qsort(s->procs, s->nprocs, sizeof(*s->procs), proc_cmp);
 	return 0;

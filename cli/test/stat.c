@@ -13,7 +13,8 @@
  *     (garbage, short, another version, lying counts and strings, a page
  *     that names another slot), held locked as a live owner would, are
  *     skipped with a reason and crash nothing; a runtime directory named
- *     with escape sequences is shown with '?' for them; bad arguments fail.
+ *     with escape sequences is shown with '?' for them; --dir lists by
+ *     pid; bad arguments fail.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -796,6 +797,65 @@ static void odd_dir(const char *rpal)
 	rmdir(odd);
 }
 
+/* A well-formed page of pid in dir, held locked as its owner would: its
+ * descriptor. */
+static int live_page(const char *in, unsigned slot, uint32_t pid, uint32_t nr_open, uint32_t overflow)
+{
+	static _Alignas(64) struct rpal_stat_hdr h;
+	char path[400];
+	int fd;
+
+	memset(&h, 0, sizeof(h));
+	h.magic = RPAL_STAT_MAGIC;
+	h.version = RPAL_STAT_VERSION;
+	h.hdr_size = sizeof(h);
+	h.entry_size = sizeof(struct rpal_stat_conn);
+	h.pid = pid;
+	h.slot = slot;
+	h.nr_open = nr_open;
+	h.overflow = overflow;
+	snprintf(h.name, sizeof(h.name), "forged");
+	snprintf(path, sizeof(path), "%s/stat.%u", in, slot);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, &h, sizeof(h)) != (ssize_t)sizeof(h) || flock(fd, LOCK_EX)) {
+		printf("FAIL: cannot write %s\n", path);
+		exit(1);
+	}
+	return fd;
+}
+
+/* rpal stat --dir lists processes by pid, as rpal stat does. */
+static void dir_order(const char *rpal)
+{
+	enum { N = 8 };
+	char sub[300], path[400];
+	int fd[N];
+	struct out o;
+
+	printf("stat: --dir lists processes by pid\n");
+	snprintf(sub, sizeof(sub), "%s/order", dir);
+	mkdir(sub, 0700);
+	for (int i = 0; i < N; i++)
+		fd[i] = live_page(sub, (unsigned)i + 1, 4300 + (uint32_t)(i * 7 % N), 0, 0);
+	char *argv[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
+	char err[200];
+	CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --json --dir %s: status %d", sub, o.status);
+	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
+	bool sorted = ps && ps->t == J_ARR && ps->n == N;
+	for (size_t i = 1; sorted && i < ps->n; i++)
+		sorted = num(ps->items[i - 1], "pid") < num(ps->items[i], "pid");
+	CHECK(sorted, "rpal stat --json --dir: %zu processes, want %d by pid:\n%s", ps ? ps->n : 0, N, o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	for (int i = 0; i < N; i++) {
+		close(fd[i]);
+		snprintf(path, sizeof(path), "%s/stat.%d", sub, i + 1);
+		unlink(path);
+	}
+	rmdir(sub);
+}
+
 /* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
  * ps looks for host NAME. */
 static int host_impostor(const char *name)
@@ -887,6 +947,7 @@ int main(int argc, char **argv)
 		growing(argv[1]);
 		forged(argv[1]);
 		odd_dir(argv[1]);
+		dir_order(argv[1]);
 		ps_impostor(argv[1]);
 	}
 	if (fails)
