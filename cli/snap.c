@@ -188,8 +188,11 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	p->flags = h.flags;
 	p->started = h.started;
 	p->init_mono_ns = h.clock_ns;
-	p->nr_open = atomic_load_explicit(&h.nr_open, memory_order_relaxed);
+	/* The page counts those with an entry and those without apart. */
 	p->overflow = atomic_load_explicit(&h.overflow, memory_order_relaxed);
+	p->nr_open = atomic_load_explicit(&h.nr_open, memory_order_relaxed) + p->overflow;
+	if (p->nr_open < p->overflow)
+		p->nr_open = UINT32_MAX;
 	p->sleep_cost_ns = atomic_load_explicit(&h.sleep_cost_ns, memory_order_relaxed);
 	p->wake_cost_ns = atomic_load_explicit(&h.wake_cost_ns, memory_order_relaxed);
 	if (p->flags & RPAL_STAT_HOSTED) {

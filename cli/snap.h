@@ -27,7 +27,8 @@ struct snap_conn {
 struct snap_proc {
 	char path[300];               /* the page */
 	char dir[256];                /* its runtime directory, printable ASCII only */
-	uint32_t pid, uid, slot, flags, nr_open, overflow;
+	uint32_t pid, uid, slot, flags;
+	uint32_t nr_open, overflow;   /* open connections; of them, those without an entry */
 	int64_t started;
 	uint64_t init_mono_ns;        /* CLOCK_MONOTONIC at its rpal_init() */
 	/* Hosted programs (RPAL_STAT_HOSTED): RPAL calls into it and made by its

@@ -14,7 +14,8 @@
  *     that names another slot), held locked as a live owner would, are
  *     skipped with a reason and crash nothing; a runtime directory named
  *     with escape sequences is shown with '?' for them; --dir lists by
- *     pid; bad arguments fail.
+ *     pid; connections a full page has no entry for count as open; bad
+ *     arguments fail.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -856,6 +857,44 @@ static void dir_order(const char *rpal)
 	rmdir(sub);
 }
 
+/*
+ * A process whose page is full: 2 open connections with an entry, 3
+ * without.  It has 5 open connections, 3 of them unlisted, in the table,
+ * the JSON and Prometheus.
+ */
+static void unlisted(const char *rpal)
+{
+	char sub[300], path[400], want[80];
+	struct out o;
+	char err[200];
+
+	printf("stat: a process with connections its page has no room for counts them as open\n");
+	snprintf(sub, sizeof(sub), "%s/full", dir);
+	mkdir(sub, 0700);
+	int fd = live_page(sub, 1, 4400, 2, 3);
+	char *json[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
+	CHECK(!runcmd(json, &o) && o.status == 0, "rpal stat --json --dir %s: status %d", sub, o.status);
+	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+	const struct jval *p = doc ? proc_of(doc, 4400) : NULL;
+	CHECK(p && num(p, "open_connections") == 5 && num(p, "unlisted_connections") == 3,
+	      "open_connections %.0f, unlisted_connections %.0f, want 5 and 3", p ? num(p, "open_connections") : -1,
+	      p ? num(p, "unlisted_connections") : -1);
+	json_free(doc);
+	out_free(&o);
+	char *table[] = { (char *)rpal, "stat", "--dir", sub, NULL };
+	CHECK(!runcmd(table, &o) && o.status == 0 && strstr(o.buf[0], "5 connections (some not listed: page full)"),
+	      "the table does not count 5 connections:\n%s", o.buf[0]);
+	out_free(&o);
+	char *prom[] = { (char *)rpal, "stat", "--prometheus", "--dir", sub, NULL };
+	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4400\",slot=\"1\",name=\"forged\"} 5\n");
+	CHECK(!runcmd(prom, &o) && o.status == 0 && strstr(o.buf[0], want), "--prometheus has no %s", want);
+	out_free(&o);
+	close(fd);
+	snprintf(path, sizeof(path), "%s/stat.1", sub);
+	unlink(path);
+	rmdir(sub);
+}
+
 /* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
  * ps looks for host NAME. */
 static int host_impostor(const char *name)
@@ -948,6 +987,7 @@ int main(int argc, char **argv)
 		forged(argv[1]);
 		odd_dir(argv[1]);
 		dir_order(argv[1]);
+		unlisted(argv[1]);
 		ps_impostor(argv[1]);
 	}
 	if (fails)
