@@ -491,6 +491,34 @@ void snap_free(struct snap *s)
 	memset(s, 0, sizeof(*s));
 }
 
+int snap_page_dir(long pid, char *dir, size_t len)
+{
+	char path[40], line[4200];
+	int ret = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return -1;
+	/* The path is the rest of the line from its first '/'. */
+	while (ret < 0 && fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash;
+
+		if (!p || !nl)
+			continue;
+		*nl = '\0';
+		slash = strrchr(p, '/');
+		if (slash == p || page_slot(slash + 1) < 0)
+			continue;
+		*slash = '\0';
+		clean_string(dir, p, len);
+		ret = 0;
+	}
+	fclose(f);
+	return ret;
+}
+
 int snap_filter_parse(const char *arg, struct snap_filter *f)
 {
 	const char *p;

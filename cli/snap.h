@@ -71,6 +71,11 @@ void snap_default_dir(char *out, size_t len);
  * of the checks and for snap_take(). */
 int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, size_t whylen);
 
+/* The runtime directory of the statistics page that pid maps (printable
+ * ASCII only): 0, or -1 where it maps none or its mappings cannot be read.
+ * For a process started with another RPAL_RUNTIME_DIR. */
+int snap_page_dir(long pid, char *dir, size_t len);
+
 /* Selection from the command line: a pid (all digits) or a service name. */
 struct snap_filter {
 	long pid;                     /* -1: any */

@@ -336,6 +336,9 @@ int cmd_stat(int argc, char **argv)
 		if (filter.service)
 			fprintf(stderr, "rpal stat: no open connection of service %s (a server is found by "
 				"its open connections: one with none now is not listed)\n", filter.service);
+		else if (snap_page_dir(filter.pid, why, sizeof(why)) == 0)
+			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory: "
+				"rpal stat --dir %s %ld\n", filter.pid, why, filter.pid);
 		else
 			fprintf(stderr, "rpal stat: no rpal process has pid %s\n", optind < argc ? argv[optind] : "");
 		c = 1;

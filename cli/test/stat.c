@@ -14,8 +14,9 @@
  *     that names another slot), held locked as a live owner would, are
  *     skipped with a reason and crash nothing; a runtime directory named
  *     with escape sequences is shown with '?' for them; --dir lists by
- *     pid; connections a full page has no entry for count as open; bad
- *     arguments fail.
+ *     pid; connections a full page has no entry for count as open; a pid
+ *     whose page is in another runtime directory is not listed, and the
+ *     message names that directory; bad arguments fail.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -895,6 +896,30 @@ static void unlisted(const char *rpal)
 	rmdir(sub);
 }
 
+/* A process whose runtime directory is not ours: rpal stat PID does not
+ * list it, and says which directory to name with --dir. */
+static void elsewhere(const char *rpal)
+{
+	char other[300], pidarg[16], want[400];
+	struct out o;
+	int ctl;
+	pid_t pid;
+
+	printf("stat: a pid not found names the runtime directory where its page is\n");
+	snprintf(other, sizeof(other), "%s/elsewhere", dir);
+	mkdir(other, 0700);
+	setenv("RPAL_RUNTIME_DIR", other, 1);
+	pid = child("stat-elsewhere", 1, 8, 0, &ctl);
+	setenv("RPAL_RUNTIME_DIR", dir, 1);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	char *argv[] = { (char *)rpal, "stat", pidarg, NULL };
+	snprintf(want, sizeof(want), "--dir %s", other);
+	CHECK(!runcmd(argv, &o) && o.status == 1 && strstr(o.buf[1], want),
+	      "rpal stat %s: status %d, stderr does not say %s:\n%s", pidarg, o.status, want, o.buf[1]);
+	out_free(&o);
+	child_end(pid, ctl);
+}
+
 /* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
  * ps looks for host NAME. */
 static int host_impostor(const char *name)
@@ -988,6 +1013,7 @@ int main(int argc, char **argv)
 		odd_dir(argv[1]);
 		dir_order(argv[1]);
 		unlisted(argv[1]);
+		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
 	if (fails)
