@@ -364,6 +364,9 @@ static void names(const char *rpal)
 	rpal_close(b);
 	rpal_close(c);
 	rpal_close(d);
+	/* rpal_close() leaves the name's lock file for its next server. */
+	snprintf(path + strlen(path), sizeof(path) - strlen(path), ".lock");
+	unlink(path);
 	rmdir(sub);
 	/* No watcher thread of ours in the children forked next (TSan
 	 * cannot fork a process whose threads it still tracks). */
