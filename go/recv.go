@@ -73,6 +73,18 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	return true, nil
 }
 
+// checkBufCopy says whether a copy just made out of a peer's buffer is
+// good: the peer zeroes its block's nonce before it frees the buffers we
+// hold (a closed peer short of room, or past its linger time, frees them
+// while we read), and its allocator may then hand them out again.  The
+// nonce unchanged after the copy means the copy was made before.
+func (c *Conn) checkBufCopy() error {
+	if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce {
+		return c.fail("connection block freed while its buffer was read", nonce)
+	}
+	return nil
+}
+
 func (c *Conn) consume(n uint32) {
 	c.rxHead++
 	atomic.StoreUint64(c.u64(c.me, bRxHead), c.rxHead) // R1
@@ -174,6 +186,9 @@ func (c *Conn) Recv(b []byte) (int, error) {
 		return int(s.n), nil
 	}
 	copy(b, unsafe.Slice((*byte)(c.peerPtr(s.addr)), s.n))
+	if err := c.checkBufCopy(); err != nil {
+		return 0, c.opErr("recv", err)
+	}
 	c.consume(s.n)
 	if err := c.ackPush(s.addr); err != nil {
 		return 0, c.opErr("recv", err)

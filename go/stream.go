@@ -140,6 +140,15 @@ func (s *Stream) Read(b []byte) (int, error) {
 			k = copy(b[n:], s.inline[s.off:s.n])
 		} else {
 			k = copy(b[n:], unsafe.Slice((*byte)(c.peerPtr(s.addr)), s.n)[s.off:])
+			// A message read in several calls leaves the buffer with
+			// the peer in between, which may free it (checkBufCopy).
+			if err := c.checkBufCopy(); err != nil {
+				s.have = false
+				if n > 0 {
+					return n, nil // what came before; the error comes next time
+				}
+				return 0, c.opErr("read", err)
+			}
 		}
 		n += k
 		s.off += k
