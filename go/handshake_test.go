@@ -883,3 +883,41 @@ func testDropsSilentClients(t *testing.T, n int) {
 		t.Fatalf("a client behind %d silent ones took %v", n, d)
 	}
 }
+
+// Listener.Close ends the handshakes under way at once: clients that
+// connected and never speak (or speak slowly) do not hold it for the
+// handshake timeout.
+func TestListenerCloseEndsHandshakes(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName("closehs")
+	l, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _, _ := p.socketPath(name)
+	for range 3 {
+		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(s)
+		if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	until(t, "the silent clients' handshakes never started", func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.running) == 3
+	})
+	t0 := time.Now()
+	l.Close()
+	d := time.Since(t0)
+	t.Logf("Close with 3 silent clients: %v (handshake timeout %v)", d, p.cfg.HandshakeTimeout)
+	if d > p.cfg.HandshakeTimeout/4 {
+		t.Fatalf("Close waited %v for clients that never spoke", d)
+	}
+}

@@ -36,6 +36,7 @@ type Listener struct {
 	mu      sync.Mutex
 	refused []error
 	running map[*handshake]struct{} // under mu
+	closing bool                    // Close ends every handshake (under mu)
 	exited  chan struct{}           // a token when a handshake ends: room for the next
 }
 
@@ -115,6 +116,9 @@ func (l *Listener) loop() {
 		_ = uc.SetDeadline(h.start.Add(l.p.cfg.HandshakeTimeout))
 		l.mu.Lock()
 		l.running[h] = struct{}{}
+		if l.closing {
+			_ = uc.SetDeadline(time.Unix(1, 0))
+		}
 		l.mu.Unlock()
 		l.wg.Add(1)
 		go func() {
@@ -261,6 +265,14 @@ func (l *Listener) Close() error {
 	l.once.Do(func() {
 		first = true
 		close(l.done)
+		// Handshakes under way fail at once: a client that never
+		// speaks would otherwise hold Close for the handshake timeout.
+		l.mu.Lock()
+		l.closing = true
+		for h := range l.running {
+			_ = h.uc.SetDeadline(time.Unix(1, 0))
+		}
+		l.mu.Unlock()
 		// Clients not yet accepted may have sent messages, and
 		// descriptors with them, which closing the socket would
 		// release here: no new ones once the path is gone.

@@ -108,6 +108,11 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
+			select {
+			case <-l.done:
+				return nil, fmt.Errorf("a client's handshake ended by the listener's close: %w", net.ErrClosed)
+			default:
+			}
 			return nil, refused(syscall.ETIMEDOUT, "a client connected but sent no hello within %v", p.cfg.HandshakeTimeout)
 		}
 		var re *refusedError
