@@ -73,6 +73,10 @@ type Conn struct {
 	lastRungTX  atomic.Uint64
 	watched     bool        // the socket watcher runs (see watch)
 	watchEnded  atomic.Bool // it ended: the peer hung up, or the linger time passed
+	// sockEmpty: sock refuses descriptors and held none after the
+	// handshake; else release empties it before its close, which would
+	// release what a peer queued there on our goroutine.
+	sockEmpty bool
 
 	txMu      sync.Mutex
 	tail      uint64
@@ -336,7 +340,11 @@ func (c *Conn) Close() error {
 func (c *Conn) release() {
 	c.releaseOnce.Do(func() {
 		c.p.lingerDel(c)
-		c.sock.Close()
+		if c.sockEmpty {
+			c.sock.Close()
+		} else {
+			closePeerConn(c.sock) // its descriptors closed without blocking
+		}
 		c.pidfd.Close()
 		// A peer that reads on sees the nonce change and stops: before
 		// the buffers it may hold are handed out again.

@@ -361,6 +361,26 @@ func runCloser() {
 	}
 }
 
+// takeQueued takes out, without blocking, the messages queued in a
+// connection's socket, closing what came with them (closePeerFd); true if
+// the socket is empty then.  Once it refuses descriptors, its close can
+// then release nothing that blocks.
+func takeQueued(fd int) bool {
+	var buf [hsSize]byte
+	oob := make([]byte, unix.CmsgSpace(scmMaxFd*4))
+	for range peerFdDrain {
+		n, oobn, _, _, err := unix.Recvmsg(fd, buf[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EAGAIN {
+			return true
+		}
+		if err != nil || (n == 0 && oobn == 0 && peerShut(fd)) {
+			return false // gone, or at its end: emptied at the close
+		}
+		closeFds(rightsOf(oob[:oobn]))
+	}
+	return false
+}
+
 // recvHandshake reads one datagram with at most two descriptors; extras,
 // and any with a truncated message, are closed.
 func recvHandshake(uc *net.UnixConn) ([]byte, []int, error) {
@@ -583,10 +603,15 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	}
 	unix.CloseOnExec(pidfd)
 	// The connection socket carries nothing after the handshake: refuse
-	// descriptors on it where the kernel can (6.16 on); the watcher
-	// closes what an older kernel lets through (closePeerFd).
+	// descriptors on it where the kernel can (6.16 on), and take out what
+	// the peer queued before that; the watcher closes what an older
+	// kernel lets through (closePeerFd), and release empties the socket
+	// first unless it is known empty (sockEmpty).
+	sockEmpty := false
 	if raw, err := uc.SyscallConn(); err == nil {
-		_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) })
+		_ = raw.Control(func(fd uintptr) {
+			sockEmpty = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 0) == nil && takeQueued(int(fd))
+		})
 	}
 	c := &Conn{
 		p: p, service: service, sock: uc, pidfd: os.NewFile(uintptr(pidfd), "rpal-pidfd"),
@@ -599,7 +624,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 		pnonce: h.BlockNonce, bufLo: pm.addr + pageSize, bufHi: pm.addr + pm.size, peerBell: peerBell,
 		out: make(map[uint64]uint64), outLimit: int(h.AckEntries),
 		peerPid: int(cred.Pid), peerUID: int(cred.Uid), peerGID: int(cred.Gid),
-		cpu: s.cpu,
+		cpu: s.cpu, sockEmpty: sockEmpty,
 	}
 	c.lastRungRX.Store(math.MaxUint64)
 	c.lastRungTX.Store(math.MaxUint64)

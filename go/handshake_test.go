@@ -921,3 +921,113 @@ func TestListenerCloseEndsHandshakes(t *testing.T) {
 		t.Fatalf("Close waited %v for clients that never spoke", d)
 	}
 }
+
+// Before Linux 6.16 a connection's socket cannot refuse passed
+// descriptors either: a peer can queue a socket set to linger with unsent
+// data behind more than the watcher has taken out, and whoever drops our
+// socket's last descriptor would release it and block for the linger
+// time.  Here the socket goes when the connection lingers after Close and
+// a new block needs its room (as it goes at the linger's end, or at Close
+// where the peer died with a child holding its socket): it is emptied
+// first.
+func TestReleaseWithPassedFdsInSocket(t *testing.T) {
+	a, b := connPair(t)
+	// Let b's socket take descriptors, as it does before 6.16.
+	if raw, err := b.sock.SyscallConn(); err == nil {
+		_ = raw.Control(func(fd uintptr) { _ = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PASSRIGHTS, 1) })
+	}
+	b.sockEmpty = false
+	linger := lingeringSocket(t)
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pipe[0])
+	defer unix.Close(pipe[1])
+	raw, err := a.sock.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(rights []byte) (err error) {
+		_ = raw.Control(func(fd uintptr) { err = unix.Sendmsg(int(fd), []byte{1}, rights, nil, unix.MSG_DONTWAIT) })
+		return err
+	}
+	// The hostile peer (a) fills b's socket with harmless descriptors,
+	// then queues the lingering socket behind them as soon as there is
+	// room: the watcher has all the others to take out first.
+	filler := unix.UnixRights(pipe[0], pipe[0], pipe[0], pipe[0], pipe[0], pipe[0], pipe[0], pipe[0])
+	n := 0
+	for send(filler) == nil {
+		n++
+	}
+	for send(unix.UnixRights(linger)) != nil {
+	}
+	unix.Close(linger) // b's socket holds the last reference
+	fds := openFds(t)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		for b.p.evictLingering() {
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("releasing a connection blocked on a lingering socket queued in its socket behind %d messages", n)
+	}
+	until(t, "what was queued in the socket is not closed", func() bool { return openFds(t) < fds })
+}
+
+// A client that queues a socket set to linger behind its HELLO, before the
+// server's socket refuses descriptors, and hangs up before the WELCOME:
+// the server's failed handshake closes the connection it made without
+// blocking on what was queued.
+func TestWelcomeFailsWithPassedFdQueued(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName("welcomefail")
+	l, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, _, _ := p.socketPath(name)
+	s, err := p.newSide()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.dropSide(s)
+	linger := lingeringSocket(t)
+	cs, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Connect(cs, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	h := p.helloFor(hsHello, s, name)
+	if err := unix.Sendmsg(cs, h.marshal(), unix.UnixRights(p.memfd, s.ringEnd), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Sendmsg(cs, []byte{1}, unix.UnixRights(linger), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(linger)
+	unix.Close(cs)
+	var errs []error
+	for end := time.Now().Add(2 * time.Second); len(errs) == 0 && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		errs = l.Refused()
+	}
+	t.Logf("the server: %v", errs)
+	done := make(chan struct{})
+	go func() { l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the server's handshake blocked on a lingering socket its client queued behind its HELLO")
+	}
+}
