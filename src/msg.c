@@ -333,6 +333,9 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 		notify_peer_tx(c, false);
 	} else {
 		memcpy(buf, (const void *)(uintptr_t)s.addr, s.len);
+		r = ring_check_buf_copy(c);
+		if (r)
+			return r;
 		ring_consume(c, s.len);
 		r = ack_push(c, s.addr);
 		if (r)

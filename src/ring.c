@@ -118,6 +118,25 @@ static int violation(struct rpal_conn *c, const char *what, unsigned long long v
 }
 
 /*
+ * After copying a message out of the peer's buffer: the copy is good if
+ * the peer's block is still this connection's.  A closed peer short of
+ * room, or past its linger time, frees the buffers we hold (its nonce
+ * cleared first, block_retire) and may hand them out again while we copy.
+ * 0, or -EPROTO (sticky).
+ */
+int ring_check_buf_copy(struct rpal_conn *c)
+{
+	uint64_t nonce;
+
+	/* The copy's loads come before the nonce's. */
+	__atomic_thread_fence(__ATOMIC_ACQUIRE);
+	nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_RELAXED);
+	if (unlikely(nonce != c->pnonce))
+		return violation(c, "connection block freed while its buffer was copied", nonce);
+	return 0;
+}
+
+/*
  * Copy the next slot into *out and validate it.  1: a message; 0: empty;
  * -EPROTO: the peer broke the protocol (sticky).
  */
