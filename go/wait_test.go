@@ -380,6 +380,14 @@ func TestYieldingWaiterRunsOurGoroutines(t *testing.T) {
 		a.cpu = noCPU
 		a.rxMu.Unlock()
 	}()
+	recvOwnSends(t, a, b)
+}
+
+// recvOwnSends has a receive on a wait for 20 messages, each sent by a
+// goroutine started just before it: with one P, runnable but run only
+// when the waiter lets it.  The waiter must catch each without sleeping.
+func recvOwnSends(t *testing.T, a, b *Conn) {
+	t.Helper()
 	buf := make([]byte, 64)
 	for i := 0; i < 20; i++ {
 		before := a.Info().Sleeps
@@ -396,6 +404,21 @@ func TestYieldingWaiterRunsOurGoroutines(t *testing.T) {
 			t.Fatalf("message %d: the waiter slept %d times for a goroutine of its own process", i, slept)
 		}
 	}
+}
+
+// With one P, a spinning waiter lets this process's other goroutines run
+// (runtime.Gosched), though nothing of theirs was written to the
+// connection yet: the message it waits for may be theirs to send.  The
+// ceiling is below the runtime's 10 ms preemption, which would otherwise
+// run them.
+func TestSpinningWaiterRunsOurGoroutinesOnOneP(t *testing.T) {
+	a, b := connPair(t)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	a.rxMu.Lock()
+	a.rxSpin.init(5*time.Millisecond, WaitSpin)
+	a.cpu = noCPU
+	a.rxMu.Unlock()
+	recvOwnSends(t, a, b)
 }
 
 // A receiver that had to wake its peer after a pause sleeps for the reply
