@@ -291,17 +291,22 @@ static int find_rooms(const unsigned char *buf, size_t size, const Elf64_Ehdr *e
         int clash = overlaps(off, lim, 0, sizeof *eh) ||
                     overlaps(off, lim, eh->e_phoff, (uint64_t)eh->e_phnum * sizeof ph) ||
                     overlaps(off, lim, eh->e_shoff, (uint64_t)eh->e_shnum * sizeof sh);
+        /* Nor mapped over by another segment sharing the page. */
+        uint64_t va = ph.p_vaddr + ph.p_filesz, va_lim = va + (lim - off);
         for (unsigned j = 0; j < eh->e_phnum && !clash; j++) {
             Elf64_Phdr q;
             memcpy(&q, buf + eh->e_phoff + (size_t)j * sizeof q, sizeof q);
-            clash = j != i && overlaps(off, lim, q.p_offset, q.p_filesz);
+            if (j == i) continue;
+            uint64_t q_lo = q.p_vaddr / page * page, q_hi = (q.p_vaddr + q.p_memsz + page - 1) / page * page;
+            clash = overlaps(off, lim, q.p_offset, q.p_filesz) ||
+                    (q.p_type == PT_LOAD && q.p_memsz && va < q_hi && q_lo < va_lim);
         }
         for (unsigned j = 0; j < eh->e_shnum && !clash; j++) {
             memcpy(&sh, buf + eh->e_shoff + (size_t)j * sizeof sh, sizeof sh);
             clash = sh.sh_type != SHT_NOBITS && overlaps(off, lim, sh.sh_offset, sh.sh_size);
         }
         for (uint64_t k = off; k < lim && !clash; k++) clash = buf[k] != 0;
-        if (!clash) rooms[n++] = (struct str_room){off, lim, ph.p_vaddr + ph.p_filesz};
+        if (!clash) rooms[n++] = (struct str_room){off, lim, va};
     }
     return n;
 }
