@@ -186,11 +186,11 @@ func TestBadHello(t *testing.T) {
 	}
 }
 
-// A peer already connected (so its arena is mapped here) that sends a
-// second hello saying its arena is twice as large, its block past the
-// mapping, is refused with EPROTO; its first connection works on.
-func TestSecondHelloOfAnotherSize(t *testing.T) {
-	a, b := connPair(t) // we are our own peer: our arena is mapped as one
+// rawClientSetup makes a service to connect to by hand: this process, the
+// service's name, its listener and socket path, and a connection block of
+// our own for the hand-made hello (freed when the test ends).
+func rawClientSetup(t *testing.T) (*process, string, *Listener, string, *side) {
+	t.Helper()
 	p, err := ensure()
 	if err != nil {
 		t.Fatal(err)
@@ -201,7 +201,16 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.dropSide(s)
+	t.Cleanup(func() { p.dropSide(s) })
+	return p, name, l, path, s
+}
+
+// A peer already connected (so its arena is mapped here) that sends a
+// second hello saying its arena is twice as large, its block past the
+// mapping, is refused with EPROTO; its first connection works on.
+func TestSecondHelloOfAnotherSize(t *testing.T) {
+	a, b := connPair(t) // we are our own peer: our arena is mapped as one
+	p, name, l, path, s := rawClientSetup(t)
 	big, err := unix.MemfdCreate("twice", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		t.Fatal(err)
@@ -837,6 +846,21 @@ func TestListenerDropsSilentClients(t *testing.T) {
 	}
 }
 
+// dialRaw connects a bare socket to a listener's path, as a client that
+// has not spoken yet; it is closed when the test ends.
+func dialRaw(t *testing.T, path string) int {
+	t.Helper()
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Close(s) })
+	if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
 func testDropsSilentClients(t *testing.T, n int) {
 	p, err := ensure()
 	if err != nil {
@@ -850,14 +874,7 @@ func testDropsSilentClients(t *testing.T, n int) {
 	name, l := newService(t)
 	path, _, _ := p.socketPath(name)
 	for range n {
-		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(s)
-		if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); err != nil {
-			t.Fatal(err)
-		}
+		dialRaw(t, path)
 	}
 	go func() {
 		for {
@@ -892,21 +909,10 @@ func TestListenerCloseEndsHandshakes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := uniqueName("closehs")
-	l, err := Listen(name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	name, l := newService(t)
 	path, _, _ := p.socketPath(name)
 	for range 3 {
-		s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Close(s)
-		if err := unix.Connect(s, &unix.SockaddrUnix{Name: path}); err != nil {
-			t.Fatal(err)
-		}
+		dialRaw(t, path)
 	}
 	until(t, "the silent clients' handshakes never started", func() bool {
 		l.mu.Lock()
@@ -986,21 +992,7 @@ func TestReleaseWithPassedFdsInSocket(t *testing.T) {
 // the server's failed handshake closes the connection it made without
 // blocking on what was queued.
 func TestWelcomeFailsWithPassedFdQueued(t *testing.T) {
-	p, err := ensure()
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := uniqueName("welcomefail")
-	l, err := Listen(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path, _, _ := p.socketPath(name)
-	s, err := p.newSide()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.dropSide(s)
+	p, name, l, path, s := rawClientSetup(t)
 	linger := lingeringSocket(t)
 	cs, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
