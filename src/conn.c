@@ -350,6 +350,8 @@ void conn_mark_dead(struct rpal_conn *c, bool process_exited)
 	if (atomic_exchange(&c->dead, true))
 		return;
 	atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_PEER_GONE, memory_order_relaxed);
+	/* A peer whose socket hung up may still run and read what it holds. */
+	block_retire(c->me);
 	conn_reclaim(c);
 }
 
@@ -566,6 +568,7 @@ void conn_close(struct rpal_conn *c)
 		rpal_g.lingering = l;
 		watch_linger(l->sock);  /* under the lock: a sweep may free l after it */
 	} else {
+		block_retire(c->me);    /* a live peer may still copy what it holds */
 		conn_reclaim(c);
 		bufset_free(&c->out);
 		block_destroy(c->me);

@@ -48,11 +48,14 @@ struct rpal_block *block_create(unsigned ring_entries, unsigned ack_entries)
 }
 
 /* Tell a peer still reading that this block is no longer its connection:
- * before the buffers it may hold go back to the allocator. */
+ * before the buffers it may hold go back to the allocator.  The fence
+ * keeps the stores that reuse them after the nonce's, as the peer's check
+ * after its copy (ring_check_buf_copy) needs. */
 void block_retire(struct rpal_block *b)
 {
 	__atomic_store_n(&b->magic, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&b->nonce, 0, __ATOMIC_RELEASE);
+	__atomic_thread_fence(__ATOMIC_RELEASE);
 }
 
 void block_destroy(struct rpal_block *b)
