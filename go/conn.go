@@ -208,9 +208,12 @@ func (c *Conn) markDead(processExited bool) {
 	}
 	c.statNote(statPeerGone, false)
 	if c.txMu.TryLock() {
-		// Take every ack it published, then the rest back.
+		// Take every ack it published, then the rest back: a peer whose
+		// socket hung up may still run and read, so it is told first that
+		// our block is no longer its connection (as release does).
 		if !c.closed.Load() {
 			c.drainAcks()
+			c.retire()
 			c.reclaim()
 		}
 		c.txMu.Unlock()
@@ -334,6 +337,14 @@ func (c *Conn) Close() error {
 	return nil
 }
 
+// retire tells a peer that reads on that our block is no longer its
+// connection: it sees the nonce change and stops, before the buffers it
+// may hold are handed out again.
+func (c *Conn) retire() {
+	atomic.StoreUint32(c.u32(c.me, bMagic), 0)
+	atomic.StoreUint64(c.u64(c.me, bNonce), 0)
+}
+
 // release frees our block and the buffers the peer held, and drops the
 // peer's mapping: the end of a closed connection.  Only the first call
 // does; a later one returns once that is done.
@@ -346,10 +357,7 @@ func (c *Conn) release() {
 			closePeerConn(c.sock) // its descriptors closed without blocking
 		}
 		c.pidfd.Close()
-		// A peer that reads on sees the nonce change and stops: before
-		// the buffers it may hold are handed out again.
-		atomic.StoreUint32(c.u32(c.me, bMagic), 0)
-		atomic.StoreUint64(c.u64(c.me, bNonce), 0)
+		c.retire()
 		c.txMu.Lock()
 		c.reclaim()
 		c.txMu.Unlock()

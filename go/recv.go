@@ -47,6 +47,7 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	out.flags = *c.u32(s, sFlags)
 	out.addr = *c.u64(s, sAddr)
 	copy(out.data[:], unsafe.Slice((*byte)(unsafe.Add(s, sData)), InlineMax))
+	loadFence()
 	if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce {
 		return false, c.fail("connection block reused under us", nonce)
 	}
@@ -79,6 +80,7 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 // while we read), and its allocator may then hand them out again.  The
 // nonce unchanged after the copy means the copy was made before.
 func (c *Conn) checkBufCopy() error {
+	loadFence()
 	if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce {
 		return c.fail("connection block freed while its buffer was read", nonce)
 	}

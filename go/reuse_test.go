@@ -19,6 +19,26 @@ import (
 // buffer out again.  A Stream that read part of the message must then fail
 // with EPROTO, never return the new contents as the rest of the message.
 func TestStreamBufferFreedUnderUs(t *testing.T) {
+	testStreamBufferFreed(t, func(b *Conn) {
+		b.Close()
+		// The peer's arena is short of room: its lingering block goes
+		// now, and its allocator hands the buffer out again.
+		for b.p.evictLingering() {
+		}
+	})
+}
+
+// A peer that takes us for gone (our socket hung up) frees the buffers we
+// hold at once: we may still run and read, so it retires its block first.
+func TestStreamBufferFreedByPeerThatThinksUsGone(t *testing.T) {
+	testStreamBufferFreed(t, func(b *Conn) { b.markDead(false) })
+}
+
+// testStreamBufferFreed has a Stream read the first 1,000 bytes of a 64 KiB
+// buffer message, then free (the peer's side) the buffer, which the peer's
+// allocator hands out again and is overwritten: the next Read fails with
+// EPROTO.
+func testStreamBufferFreed(t *testing.T, free func(b *Conn)) {
 	a, b := connPair(t)
 	msg := make([]byte, 64<<10)
 	fill(msg, 7)
@@ -34,11 +54,7 @@ func TestStreamBufferFreedUnderUs(t *testing.T) {
 	for k := range b.out {
 		addr = k
 	}
-	b.Close()
-	// The peer's arena is short of room: its lingering block goes now,
-	// and its allocator hands the buffer out again.
-	for b.p.evictLingering() {
-	}
+	free(b)
 	var buf *Buffer
 	for buf == nil || buf.addr != addr {
 		nb, err := Alloc(len(msg))
