@@ -266,6 +266,11 @@ struct str_room {
     uint64_t off, lim, vaddr; /* vaddr: where off is mapped */
 };
 
+/* Whether a + b + c overflows: sums a crafted file could make wrap. */
+static int wraps(uint64_t a, uint64_t b, uint64_t c) {
+    return b > UINT64_MAX - c || a > UINT64_MAX - b - c;
+}
+
 static int overlaps(uint64_t a, uint64_t a_end, uint64_t b, uint64_t b_len) {
     return b_len && b < a_end && a < b + b_len;
 }
@@ -284,6 +289,7 @@ static int find_rooms(const unsigned char *buf, size_t size, const Elf64_Ehdr *e
         if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_R) || !ph.p_filesz || ph.p_memsz != ph.p_filesz ||
             ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_offset % page != ph.p_vaddr % page)
             continue;
+        if (wraps(ph.p_vaddr, ph.p_memsz, page)) continue; /* no room is trusted there */
         uint64_t off = ph.p_offset + ph.p_filesz;
         uint64_t lim = (off + page - 1) / page * page;
         if (lim > size) lim = size;
@@ -297,13 +303,18 @@ static int find_rooms(const unsigned char *buf, size_t size, const Elf64_Ehdr *e
             Elf64_Phdr q;
             memcpy(&q, buf + eh->e_phoff + (size_t)j * sizeof q, sizeof q);
             if (j == i) continue;
+            if (wraps(q.p_vaddr, q.p_memsz, page) || wraps(q.p_offset, q.p_filesz, 0)) {
+                clash = 1; /* sums that wrap: nothing near it is known free */
+                break;
+            }
             uint64_t q_lo = q.p_vaddr / page * page, q_hi = (q.p_vaddr + q.p_memsz + page - 1) / page * page;
             clash = overlaps(off, lim, q.p_offset, q.p_filesz) ||
                     (q.p_type == PT_LOAD && q.p_memsz && va < q_hi && q_lo < va_lim);
         }
         for (unsigned j = 0; j < eh->e_shnum && !clash; j++) {
             memcpy(&sh, buf + eh->e_shoff + (size_t)j * sizeof sh, sizeof sh);
-            clash = sh.sh_type != SHT_NOBITS && overlaps(off, lim, sh.sh_offset, sh.sh_size);
+            clash = sh.sh_type != SHT_NOBITS && (wraps(sh.sh_offset, sh.sh_size, 0) ||
+                                                 overlaps(off, lim, sh.sh_offset, sh.sh_size));
         }
         for (uint64_t k = off; k < lim && !clash; k++) clash = buf[k] != 0;
         if (!clash) rooms[n++] = (struct str_room){off, lim, va};
@@ -343,6 +354,13 @@ static int expand_origin(unsigned char *buf, size_t size, const Elf64_Ehdr *eh, 
             if (!slash) return 1;
             *(slash == dir ? slash + 1 : slash) = '\0';
             nrooms = find_rooms(buf, size, eh, rooms, 16);
+        }
+        /* The dynamic linker splits a search path at ':' before it expands each element, and
+         * reads '$' as the start of a token: a directory with either, written in, would be read
+         * as something else. */
+        if (strchr(dir, '$') || (d.d_tag != DT_NEEDED && strchr(dir, ':'))) {
+            kept++;
+            continue;
         }
         size_t dlen = strlen(dir), need = slen + 1 + ntok * dlen;
         struct str_room *r = NULL;
@@ -787,9 +805,10 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
                    getenv("GLIBC_TUNABLES") ? getenv("GLIBC_TUNABLES") : "unset", e);
         else if (copy.origin_kept && strstr(e, "cannot open shared object file"))
             seterr(err, errlen,
-                   "%s: dlmopen: %s (the program finds its libraries through $ORIGIN, and its "
-                   "file had no room for the expanded path: give the launcher, rpal run or rpal "
-                   "host, LD_LIBRARY_PATH with the library directory)",
+                   "%s: dlmopen: %s (the program finds its libraries through $ORIGIN, which "
+                   "could not be expanded for it: its directory's name has a ':' or '$', or its "
+                   "file no room for the name; give the launcher, rpal run or rpal host, "
+                   "LD_LIBRARY_PATH with the library directory, by a name without ':' or '$')",
                    path, e);
         else
             seterr(err, errlen, "%s: dlmopen: %s", path, e);

@@ -6,6 +6,9 @@
 #  2. Run through a symlink from another directory: $ORIGIN is the real file's, as under exec.
 #  3. In a directory so deep that its name fits nowhere in the file: it runs, or it is refused
 #     with the LD_LIBRARY_PATH advice, and that advice works.
+#  4. In a directory whose name has a ':' or a '$' (which the dynamic linker would split at or
+#     expand, in a search path): refused with the advice, which works; a DT_NEEDED of
+#     $ORIGIN/... in a directory with a ':' runs.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -55,21 +58,36 @@ check 'through a symlink in another directory' "$tmp/elsewhere/prog"
 
 # A directory name of about 3,900 bytes (PATH_MAX is 4,096): only a segment that ends in the first
 # 200 bytes of a page leaves room for it.
+# advised WHAT DIR LIBDIR [may-run]: DIR/bin/prog is refused hosted with the LD_LIBRARY_PATH
+# advice, and runs with LD_LIBRARY_PATH=LIBDIR; with may-run, running at once passes too.
+advised() {
+	local out rc
+	out=$(cd "$2/bin" && timeout 30 "$RPAL" run -q ./prog 2>&1)
+	rc=$?
+	if [ -n "${4:-}" ] && [ $rc = 0 ] && [ "$out" = "answer 42" ]; then
+		ok "$1: runs hosted (the file had room)"
+	elif echo "$out" | grep -q 'LD_LIBRARY_PATH'; then
+		ok "$1: refused with the advice: $(echo "$out" | head -c 200)..."
+		out=$(cd "$2/bin" && LD_LIBRARY_PATH="$3" timeout 30 "$RPAL" run -q ./prog 2>&1)
+		[ $? = 0 ] && [ "$out" = "answer 42" ] && ok "$1: with LD_LIBRARY_PATH it runs" ||
+			bad "$1: with LD_LIBRARY_PATH: $out"
+	else
+		bad "$1: exit $rc, no advice: $out"
+	fi
+}
 deep=$tmp
 while [ ${#deep} -lt 3880 ]; do deep=$deep/$(printf 'd%.0s' $(seq 60)); done
 build "$deep" liba.so -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib' || { bad "cannot build deep"; exit 1; }
-out=$(cd "$deep/bin" && timeout 30 "$RPAL" run -q ./prog 2>&1)
-rc=$?
-if [ $rc = 0 ] && [ "$out" = "answer 42" ]; then
-	ok "a ${#deep}-byte directory: runs hosted (the file had room)"
-elif echo "$out" | grep -q 'LD_LIBRARY_PATH'; then
-	ok "a ${#deep}-byte directory: refused with the advice: $(echo "$out" | head -c 300)..."
-	out=$(cd "$deep/bin" && LD_LIBRARY_PATH="$deep/lib" timeout 30 "$RPAL" run -q ./prog 2>&1)
-	[ $? = 0 ] && [ "$out" = "answer 42" ] && ok "with LD_LIBRARY_PATH it runs" ||
-		bad "with LD_LIBRARY_PATH: $out"
-else
-	bad "a ${#deep}-byte directory: exit $rc, no advice: $out"
-fi
+advised "a ${#deep}-byte directory" "$deep" "$deep/lib" may-run
+
+build "$tmp/a:b" liba.so -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib' || { bad "cannot build a:b"; exit 1; }
+ln -s "$tmp/a:b/lib" "$tmp/ab-lib"
+advised "RUNPATH in a directory named a:b" "$tmp/a:b" "$tmp/ab-lib"
+build "$tmp/x\$LIB" liba.so -Wl,--enable-new-dtags,-rpath,'$ORIGIN/../lib' || { bad "cannot build x\$LIB"; exit 1; }
+ln -s "$tmp/x\$LIB/lib" "$tmp/xlib-lib"
+advised 'RUNPATH in a directory named x$LIB' "$tmp/x\$LIB" "$tmp/xlib-lib"
+build "$tmp/n:c" '$ORIGIN/../lib/liba.so' || { bad "cannot build n:c"; exit 1; }
+check 'DT_NEEDED $ORIGIN/../lib/liba.so in a directory named n:c' "$tmp/n:c/bin/prog"
 
 [ $fail = 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
