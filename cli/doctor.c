@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/utsname.h>
+#include <fcntl.h>
 #include <unistd.h>
 #include <rpal.h>
 
@@ -284,6 +285,9 @@ int cmd_doctor(int argc, char **argv)
 			snprintf(what, sizeof(what), "owned by uid %u, not us", (unsigned)sb.st_uid);
 		else if (sb.st_mode & 077)
 			snprintf(what, sizeof(what), "mode %04o: other users could reach its sockets",
+				 (unsigned)(sb.st_mode & 07777));
+		else if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0)
+			snprintf(what, sizeof(what), "mode %04o: we cannot make our sockets in it",
 				 (unsigned)(sb.st_mode & 07777));
 		else {
 			snprintf(what, sizeof(what), "ours, mode %04o", (unsigned)(sb.st_mode & 07777));

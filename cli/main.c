@@ -34,9 +34,11 @@ static void usage(FILE *f)
  */
 static int finish(int ret)
 {
-	int err = fflush(stdout) ? errno : 0;
+	int bad = ferror(stdout);
+	/* Some file systems (NFS, FUSE) report a failed write only at the close. */
+	int err = fclose(stdout) ? errno : 0;
 
-	if (!err && !ferror(stdout))
+	if (!err && !bad)
 		return ret;
 	fprintf(stderr, "rpal: cannot write the output: %s\n", err ? strerror(err) : "write error");
 	return ret ? ret : 1;

@@ -44,7 +44,20 @@ out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
 echo "$out" | grep -E "runtime directory"
 echo "$out" | grep -Eq "^no +runtime directory +$odd \(mode 0711" ||
 	{ echo "FAIL: a directory of mode 0711 is not reported as such"; fail=1; }
+# A directory of ours of mode 0500, for a user other than root (whom no mode
+# stops): connected mode fails there, and the line says why, not "ok".
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	chmod 0500 "$odd"
+	chown nobody "$odd"
+	out=$(RPAL_RUNTIME_DIR=$odd setpriv --reuid=nobody --regid=nogroup --clear-groups "$RPAL" doctor 2>&1)
+	echo "$out" | grep -E "runtime directory"
+	echo "$out" | grep -Eq "^no +runtime directory +$odd \(mode 0500: we cannot" ||
+		{ echo "FAIL: a directory of ours we cannot write to is not reported as such"; fail=1; }
+else
+	echo "skip: a directory of mode 0500 (needs root and setpriv to run as another user)"
+fi
 # A runtime directory that is a file: rpal_init fails, and the line names it.
+chmod 0700 "$odd"
 rm -rf "$odd"
 touch "$odd"
 out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
