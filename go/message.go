@@ -38,7 +38,9 @@ func (m *Message) Pointer() unsafe.Pointer {
 }
 
 // Bytes returns the payload.  For an in-place message the slice is
-// read-only and valid until Ack (or the connection's Close).
+// read-only and valid until Ack (or the connection's Close), or until a
+// peer that has closed frees it to make room for a new connection: copy
+// what must outlive the peer's close.
 func (m *Message) Bytes() []byte {
 	if m.buf {
 		return unsafe.Slice((*byte)(m.c.peerPtr(m.addr)), m.n)
