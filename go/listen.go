@@ -249,6 +249,16 @@ func (l *Listener) Accept() (net.Conn, error) {
 	return NewStream(c), nil
 }
 
+// isClosed says whether Close has begun.
+func (l *Listener) isClosed() bool {
+	select {
+	case <-l.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Refused returns (and forgets) the errors of handshakes refused since the
 // last call: at most 64 are kept.
 func (l *Listener) Refused() []error {

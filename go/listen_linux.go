@@ -108,10 +108,8 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			select {
-			case <-l.done:
+			if l.isClosed() {
 				return nil, fmt.Errorf("a client's handshake ended by the listener's close: %w", net.ErrClosed)
-			default:
 			}
 			return nil, refused(syscall.ETIMEDOUT, "a client connected but sent no hello within %v", p.cfg.HandshakeTimeout)
 		}
@@ -142,7 +140,7 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 		sendRefuse(uc, syscall.EAGAIN, why)
 		return nil, refused(syscall.EAGAIN, "refused client pid %d: %s", cred.Pid, why)
 	}
-	c, err := l.makeConn(uc, msg, fds, cred)
+	c, err := l.makeConn(h, msg, fds, cred)
 	if err != nil {
 		<-l.ready
 	}
@@ -151,8 +149,8 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 
 // makeConn answers a client whose HELLO passed the policy: the rest of
 // the server's handshake.
-func (l *Listener) makeConn(uc *net.UnixConn, msg []byte, fds []int, cred *unix.Ucred) (*Conn, error) {
-	p := l.p
+func (l *Listener) makeConn(h *handshake, msg []byte, fds []int, cred *unix.Ucred) (*Conn, error) {
+	p, uc := l.p, h.uc
 	s, err := p.newSide()
 	if err != nil {
 		closeFds(fds)
@@ -170,7 +168,21 @@ func (l *Listener) makeConn(uc *net.UnixConn, msg []byte, fds []int, cred *unix.
 	unix.Close(s.ringEnd) // the peer has it: we keep no copy (wakeAll says why)
 	if err != nil {
 		c.Close()
+		if l.isClosed() {
+			return nil, fmt.Errorf("client pid %d: handshake ended by the listener's close: %w", cred.Pid, net.ErrClosed)
+		}
 		return nil, fmt.Errorf("client pid %d went away during the handshake: %w", cred.Pid, err)
+	}
+	// Out of the running set before its deadline is cleared: Close expires
+	// the deadlines of the handshakes it finds there, and one expired now
+	// would end the connection's watcher, which takes that for a hang-up.
+	l.mu.Lock()
+	delete(l.running, h)
+	closing := l.closing
+	l.mu.Unlock()
+	if closing {
+		c.Close()
+		return nil, fmt.Errorf("client pid %d: handshake ended by the listener's close: %w", cred.Pid, net.ErrClosed)
 	}
 	_ = uc.SetDeadline(time.Time{})
 	c.accepted = true
