@@ -46,6 +46,8 @@ enum sort { SORT_MSGS, SORT_BYTES, SORT_WAKE, SORT_SLEEP, SORT_PID };
 static const char *const sort_name[] = { "messages/s", "bytes/s", "wake-ups/s", "sleeps/s", "pid" };
 
 static volatile sig_atomic_t stop, suspend, resumed;
+static sigset_t waiting_only, unblocked; /* the signals taken in the wait; the mask outside it */
+static bool catch_tstp;
 static struct termios saved_tio;
 static bool tio_saved;
 
@@ -407,9 +409,23 @@ int cmd_top(int argc, char **argv)
 	if (screen && screen_setup() < 0)
 		screen = false;
 	if (screen) {
-		signal(SIGTSTP, on_suspend);
+		struct sigaction old;
+
+		/* Where Ctrl-Z was ignored before us (no job control), it stays so. */
+		catch_tstp = sigaction(SIGTSTP, NULL, &old) == 0 && old.sa_handler == SIG_DFL;
+		if (catch_tstp)
+			signal(SIGTSTP, on_suspend);
 		signal(SIGCONT, on_continue);
 	}
+	/* The signals come only inside the wait below, where they end it: one
+	 * between a look at the flags and the wait would wait out the interval. */
+	sigemptyset(&waiting_only);
+	sigaddset(&waiting_only, SIGINT);
+	sigaddset(&waiting_only, SIGTERM);
+	sigaddset(&waiting_only, SIGHUP);
+	sigaddset(&waiting_only, SIGTSTP);
+	sigaddset(&waiting_only, SIGCONT);
+	sigprocmask(SIG_BLOCK, &waiting_only, &unblocked);
 	if (frame_take(&where, &filt, NULL, &prev, why, sizeof(why))) {
 		screen_restore();
 		fprintf(stderr, "rpal top: %s\n", why);
@@ -429,9 +445,12 @@ int cmd_top(int argc, char **argv)
 			struct pollfd p = { .fd = screen ? STDIN_FILENO : -1, .events = POLLIN };
 			char ch;
 
+			struct timespec left = { (time_t)((deadline - now) / 1000000000),
+						 (long)((deadline - now) % 1000000000) };
+
 			if (now >= deadline || stop || suspend || resumed)
 				break;
-			if (poll(&p, 1, (int)((deadline - now + 999999) / 1000000)) <= 0 || !(p.revents & POLLIN))
+			if (ppoll(&p, 1, &left, &unblocked) <= 0 || !(p.revents & POLLIN))
 				continue;
 			if (read(STDIN_FILENO, &ch, 1) != 1)
 				continue;
@@ -452,14 +471,21 @@ int cmd_top(int argc, char **argv)
 			suspend = 0;
 			screen_restore();
 			signal(SIGTSTP, SIG_DFL);
+			sigprocmask(SIG_SETMASK, &unblocked, NULL);
 			raise(SIGTSTP);
-			signal(SIGTSTP, on_suspend);
+			sigprocmask(SIG_BLOCK, &waiting_only, NULL);
+			if (catch_tstp)
+				signal(SIGTSTP, on_suspend);
 			resumed = 1;
 		}
 		if (resumed) {
 			resumed = 0;
-			if (screen_setup() < 0)
-				continue;
+			if (screen_setup() < 0) {
+				/* Frames drawn for a screen we do not have would be noise. */
+				fprintf(stderr, "rpal top: cannot set up the terminal again: %s\n", strerror(errno));
+				ret = 1;
+				break;
+			}
 			if (!done) {
 				fputs("\033[H\033[2Jrpal top: reading...\033[K\n", stdout);
 				fflush(stdout);

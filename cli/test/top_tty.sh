@@ -5,8 +5,8 @@
 # as it found it (the main screen back).  On a pane too short for every
 # connection its header stays on the first line and the rows left out are
 # counted on the last.  Suspended with Ctrl-Z, it gives the shell back its
-# screen and cursor; after fg its keys work again without Enter.  Skipped
-# (77) without tmux.
+# screen and cursor; after fg its keys work again without Enter.  Started
+# with SIGTSTP ignored, it leaves it so.  Skipped (77) without tmux.
 set -u
 RPAL=$1
 HELPER=$2
@@ -86,6 +86,23 @@ if await "Stopped"; then
 	await "sorted by wake-ups/s" && echo "PASS: after fg, w sorts at once"
 	t send-keys -t job q
 	await "^\\$ *$" && echo "PASS: after fg, q quits"
+fi
+# Started with SIGTSTP ignored (a job whose shell ignores it): a SIGTSTP
+# does not stop it, and it draws on.
+t new-session -d -s nojc -x 160 -y 30 "env -i PATH='$PATH' TERM=screen PS1='$ ' bash --norc --noprofile -i"
+sess=nojc
+t send-keys -t nojc "(trap '' TSTP; echo \$BASHPID > top.pid; exec env RPAL_RUNTIME_DIR='$RPAL_RUNTIME_DIR' '$RPAL' top -d 0.3 stat-pair)" Enter
+if await "sorted by messages/s"; then
+	tpid=$(cat top.pid)
+	kill -TSTP "$tpid"
+	sleep 0.5
+	st=$(awk '{print $3}' "/proc/$tpid/stat" 2>/dev/null)
+	t send-keys -t nojc w
+	[ "$st" != T ] && await "sorted by wake-ups/s" &&
+		echo "PASS: with SIGTSTP ignored before it, a SIGTSTP leaves it running (state $st)" ||
+		{ echo "FAIL: with SIGTSTP ignored before it, a SIGTSTP stopped it (state $st)"; fail=1; }
+	kill -CONT "$tpid" 2>/dev/null
+	t send-keys -t nojc q
 fi
 [ $fail -eq 0 ] && echo "PASS: rpal top on a terminal"
 exit $fail
