@@ -501,9 +501,13 @@ int snap_page_dir(long pid, char *dir, size_t len)
 	f = fopen(path, "re");
 	if (!f)
 		return -1;
-	/* The path is the rest of the line from its first '/'. */
+	/* The path is the rest of the line from its first '/'.  A process may
+	 * map other processes' pages too (rpal top does): its own is the one
+	 * that reads as a good page of that pid. */
 	while (ret < 0 && fgets(line, sizeof(line), f)) {
-		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash;
+		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash, why[8];
+		struct snap_proc proc;
+		int fd;
 
 		if (!p || !nl)
 			continue;
@@ -511,9 +515,17 @@ int snap_page_dir(long pid, char *dir, size_t len)
 		slash = strrchr(p, '/');
 		if (slash == p || page_slot(slash + 1) < 0)
 			continue;
-		*slash = '\0';
-		clean_string(dir, p, len);
-		ret = 0;
+		fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		if (fd < 0)
+			continue;
+		memset(&proc, 0, sizeof(proc));
+		if (snap_read_page(fd, p, &proc, why, sizeof(why)) == 0 && proc.pid == (uint32_t)pid) {
+			*slash = '\0';
+			clean_string(dir, p, len);
+			ret = 0;
+		}
+		free(proc.conns);
+		close(fd);
 	}
 	fclose(f);
 	return ret;

@@ -337,8 +337,8 @@ int cmd_stat(int argc, char **argv)
 			fprintf(stderr, "rpal stat: no open connection of service %s (a server is found by "
 				"its open connections: one with none now is not listed)\n", filter.service);
 		else if (snap_page_dir(filter.pid, why, sizeof(why)) == 0)
-			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory: "
-				"rpal stat --dir %s %ld\n", filter.pid, why, filter.pid);
+			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory, "
+				"which --dir names:\n  %s\n", filter.pid, why);
 		else
 			fprintf(stderr, "rpal stat: no rpal process has pid %s\n", optind < argc ? argv[optind] : "");
 		c = 1;

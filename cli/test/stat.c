@@ -916,7 +916,7 @@ static void elsewhere(const char *rpal)
 	setenv("RPAL_RUNTIME_DIR", dir, 1);
 	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
 	char *argv[] = { (char *)rpal, "stat", pidarg, NULL };
-	snprintf(want, sizeof(want), "--dir %s", other);
+	snprintf(want, sizeof(want), "--dir names:\n  %s\n", other);
 	CHECK(!runcmd(argv, &o) && o.status == 1 && strstr(o.buf[1], want),
 	      "rpal stat %s: status %d, stderr does not say %s:\n%s", pidarg, o.status, want, o.buf[1]);
 	out_free(&o);
