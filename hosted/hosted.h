@@ -124,6 +124,7 @@ const char *hosted_path(const hosted_prog *p);
 struct hosted_copy {
     int was_pie;     /* DF_1_PIE was set */
     int origin_kept; /* strings that keep $ORIGIN: no room in the file for their expansion */
+    uint64_t relro_vaddr, relro_memsz; /* its PT_GNU_RELRO, if any (memsz 0 if none) */
 };
 
 /* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1, its

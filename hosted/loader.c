@@ -81,6 +81,7 @@ struct hosted_prog {
     cxa_atexit_fn ns_cxa_atexit;
     _Atomic unsigned *ns_nthreads; /* the namespace's libc's count of its threads, or NULL */
     struct link_map *exe_map;
+    uint64_t relro_vaddr, relro_memsz; /* the executable's PT_GNU_RELRO */
 
     unsigned long thread; /* the namespace's pthread_t of the main thread */
     _Atomic int main_tid;
@@ -440,6 +441,10 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
         if (ph.p_type == PT_INTERP) interp = 1;
+        if (ph.p_type == PT_GNU_RELRO && info) {
+            info->relro_vaddr = ph.p_vaddr;
+            info->relro_memsz = ph.p_memsz;
+        }
         if (ph.p_type == PT_DYNAMIC) {
             if (dyn_ph) {
                 seterr(err, errlen, "%s: two PT_DYNAMIC headers", path);
@@ -713,7 +718,9 @@ static void *need(hosted_prog *p, const char *name, char *err, size_t errlen) {
  * fills the copy from libc's original; loaded by dlmopen, the lookup finds the executable's own
  * (still zero) copy first, so stdout would stay NULL.  Redo each copy from the first later object
  * of the namespace that defines the symbol.  The libraries' constructors ran inside dlmopen, bound
- * to the copy: one they wrote to (no longer all zero) keeps what they stored. */
+ * to the copy: one they wrote to (no longer all zero) keeps what they stored.  A copy of read-only
+ * data lies in .data.rel.ro, which dlmopen has already made read-only (PT_GNU_RELRO): its pages are
+ * made writable for the copy and read-only again, as ld.so leaves them. */
 static void fix_copy_relocs(hosted_prog *p) {
     struct link_map *exe = p->exe_map;
     ElfW(Addr) base = exe->l_addr;
@@ -744,7 +751,18 @@ static void fix_copy_relocs(hosted_prog *p) {
             void *orig = dlsym(h, name);
             dlclose(h);
             if (orig && orig != copy) {
+                /* ld.so's _dl_protect_relro: whole pages from the segment's start to its end,
+                 * both rounded down. */
+                uintptr_t pg = (uintptr_t)getpagesize();
+                uintptr_t r_lo = (base + p->relro_vaddr) & ~(pg - 1);
+                uintptr_t r_hi = (base + p->relro_vaddr + p->relro_memsz) & ~(pg - 1);
+                uintptr_t lo = (uintptr_t)copy & ~(pg - 1), hi = (uintptr_t)copy + sym->st_size;
+                if (lo < r_lo) lo = r_lo;
+                if (hi > r_hi) hi = r_hi;
+                int ro = p->relro_memsz && lo < hi;
+                if (ro && mprotect((void *)lo, hi - lo, PROT_READ | PROT_WRITE) != 0) break;
                 memcpy(copy, orig, sym->st_size);
+                if (ro) mprotect((void *)lo, hi - lo, PROT_READ);
                 break;
             }
         }
@@ -777,6 +795,8 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     struct hosted_copy copy;
     int mfd = hosted_depie(path, &copy, err, errlen);
     if (mfd < 0) goto fail;
+    p->relro_vaddr = copy.relro_vaddr;
+    p->relro_memsz = copy.relro_memsz;
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
     dlerror();
