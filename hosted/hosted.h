@@ -31,6 +31,10 @@ typedef struct hosted_prog hosted_prog;
 /* Values of GLIBC_TUNABLES that hosted_reexec_with_tunables() adds. */
 #define HOSTED_NNS 16 /* glibc's hard maximum of namespaces (DL_NNS), base included */
 #define HOSTED_STATIC_TLS_DEFAULT 65536 /* bytes of optional static TLS (RPAL_HOSTED_STATIC_TLS) */
+/* Bytes the launcher's executable sets aside below every thread pointer for a program's own
+ * thread-locals (its executable's PT_TLS, addressed at fixed offsets there): the most a hosted
+ * executable may have. */
+#define HOSTED_EXE_TLS_ROOM 16384
 
 /* If GLIBC_TUNABLES does not already set glibc.rtld.nns, re-execute /proc/self/exe with
  * GLIBC_TUNABLES=glibc.rtld.nns=16:glibc.rtld.optional_static_tls=<n> appended (n from the

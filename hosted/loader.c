@@ -391,6 +391,72 @@ static int expand_origin(unsigned char *buf, size_t size, const Elf64_Ehdr *eh, 
     return kept;
 }
 
+/* ---------------------------------------------------------------- an executable's own TLS */
+
+/* An executable addresses its own thread-locals at fixed offsets below the thread pointer (the
+ * linker resolves them, local-exec: no relocation), in [tp - S, tp) where S is its PT_TLS size
+ * rounded up to its alignment: the block that exec gives TLS module 1, the executable.  Hosted,
+ * module 1 is the launcher's executable, and glibc places its block right below the thread pointer
+ * of every thread of every namespace, zeroed as each thread starts.  So it is made large enough to
+ * hold a program's: the launcher's code never touches it on a program's thread. */
+__attribute__((used, aligned(64))) __thread unsigned char hosted_exe_tls_room[HOSTED_EXE_TLS_ROOM];
+
+static int module1_tls(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    if (info->dlpi_tls_modid != 1) return 0;
+    for (int i = 0; i < info->dlpi_phnum; i++)
+        if (info->dlpi_phdr[i].p_type == PT_TLS) *(const ElfW(Phdr) **)data = &info->dlpi_phdr[i];
+    return 1;
+}
+
+/* The bytes of module 1's block that lie right below the thread pointer and start at zero: its
+ * zero-initialized part, when nothing pads it (glibc puts module 1 at tp - its size rounded up to
+ * its alignment, and may fill that padding with another module). */
+static uint64_t exe_tls_room(void) {
+    const ElfW(Phdr) *ph = NULL;
+    dl_iterate_phdr(module1_tls, &ph);
+    if (!ph || !ph->p_align || ph->p_memsz % ph->p_align) return 0;
+    return ph->p_memsz - ph->p_filesz;
+}
+
+/* 0 when the executable's own thread-locals fit what exe_tls_room() sets aside, with no initial
+ * value the thread pointer's block would not have; else -1 with a message. */
+static int check_exe_tls(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
+                         const char *path, char *err, size_t errlen) {
+    for (unsigned i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type != PT_TLS || !ph.p_memsz) continue;
+        uint64_t align = ph.p_align ? ph.p_align : 1;
+        if (align > 64 || (align & (align - 1)) || ph.p_filesz > ph.p_memsz ||
+            ph.p_memsz > (uint64_t)1 << 40) {
+            seterr(err, errlen, "%s: its thread-local storage (PT_TLS: %llu bytes, alignment %llu) "
+                   "cannot be hosted (at most alignment 64)", path,
+                   (unsigned long long)ph.p_memsz, (unsigned long long)align);
+            return -1;
+        }
+        uint64_t need = (ph.p_memsz + align - 1) & ~(align - 1), room = exe_tls_room();
+        if (need > room) {
+            seterr(err, errlen, "%s: its own thread-local variables take %llu bytes, more than the "
+                   "%llu that hosted mode sets aside for an executable's; move the large ones into "
+                   "a shared library, or allocate them",
+                   path, (unsigned long long)need, (unsigned long long)room);
+            return -1;
+        }
+        const unsigned char *img = ph.p_filesz ? at_vaddr(buf, size, eh, ph.p_vaddr, ph.p_filesz) : NULL;
+        for (uint64_t k = 0; img && k < ph.p_filesz; k++)
+            if (img[k]) {
+                seterr(err, errlen, "%s: its own thread-local variables have initial values "
+                       "(%llu bytes of .tdata), which hosted they would not get: every thread "
+                       "would see them zero; initialize them at run time, or move them into a "
+                       "shared library, whose thread-locals get theirs",
+                       path, (unsigned long long)ph.p_filesz);
+                return -1;
+            }
+    }
+    return 0;
+}
+
 int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t errlen) {
     int fd = -1, mfd = -1;
     unsigned char *buf = MAP_FAILED;
@@ -518,6 +584,8 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
                "-Wl,--export-dynamic-symbol=main)", path);
         goto fail;
     }
+
+    if (check_exe_tls(buf, size, &eh, path, err, errlen) < 0) goto fail;
 
     int kept = expand_origin(buf, size, &eh, fd, buf + dph.p_offset, ndyn, strtab, strsz);
     if (info) info->origin_kept = kept;

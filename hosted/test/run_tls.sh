@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# run_tls.sh RPAL CC - an executable's own thread-local variables, hosted.  The linker resolves
+# them to fixed offsets below the thread pointer (local-exec: no relocation, nothing the dynamic
+# linker places), where an exec'd program has its own TLS block; hosted, that range must be memory
+# nothing else of the thread uses, and zero when a thread starts.
+#  1. 4 KiB and 12 KiB of zero-initialized __thread data, filled by main and by a second thread:
+#     errno and stdio of the program's libc still work, and each thread sees its own zeros first;
+#     two copies at once under rpal run, with different fill bytes.
+#  2. Thread-locals with initial values (.tdata): exec'd, 5 and "hello"; hosted, each thread would
+#     see zero, so rpal run and rpal join refuse the program with a message saying so.  The same
+#     variables in a shared library (the remedy that message gives) run hosted with their values.
+#  3. 1 MiB of thread-locals: refused by rpal run and rpal join with a message naming the sizes;
+#     the host stays up.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 CC=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+ok()  { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat >"$tmp/zero.c" <<'C'
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+static __thread unsigned char mine[SZ];
+static int fill;
+static const char *check(void) {
+    for (size_t i = 0; i < SZ; i++)
+        if (mine[i]) return "thread-locals not zero at start";
+    memset(mine, fill, SZ);
+    errno = 0;
+    if (fopen("/nonexistent/x", "r") || errno != ENOENT) return "errno lost";
+    for (size_t i = 0; i < SZ; i++)
+        if (mine[i] != fill) return "thread-locals overwritten";
+    return NULL;
+}
+static void *thr(void *a) { (void)a; return (void *)check(); }
+int main(int argc, char **argv) {
+    fill = argc > 1 ? atoi(argv[1]) : 0x55;
+    const char *e = check();
+    pthread_t t;
+    void *te = NULL;
+    if (!e && pthread_create(&t, NULL, thr, NULL) == 0) pthread_join(t, &te);
+    if (!e) e = te;
+    printf("%s\n", e ? e : "ok");
+    return e != NULL;
+}
+C
+cat >"$tmp/init.c" <<'C'
+#include <pthread.h>
+#include <stdio.h>
+#ifdef IN_LIB
+extern __thread int x;
+extern __thread char s[16];
+#else
+__thread int x = 5;
+__thread char s[16] = "hello";
+#endif
+static void *thr(void *a) { (void)a; printf("thread %d %s\n", x, s); return NULL; }
+int main(void) {
+    printf("main %d %s\n", x, s);
+    pthread_t t;
+    pthread_create(&t, NULL, thr, NULL);
+    pthread_join(t, NULL);
+    return x != 5;
+}
+C
+cat >"$tmp/initlib.c" <<'C'
+__thread int x = 5;
+__thread char s[16] = "hello";
+C
+
+"$RPAL" host tls 2>"$tmp/host.err" &
+hpid=$!
+for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+
+# 1. zero-initialized thread-locals
+for sz in 4096 12288; do
+	"$CC" -DSZ=$sz -fPIE -pie -rdynamic -pthread -o "$tmp/zero$sz" "$tmp/zero.c" || { bad "cannot build"; exit 1; }
+	out=$("$tmp/zero$sz" 2>&1)
+	[ "$out" = ok ] || { bad "negative control: $sz bytes exec'd: $out"; continue; }
+	out=$(timeout 30 "$RPAL" run -q "$tmp/zero$sz" 85 ::: "$tmp/zero$sz" 170 2>&1)
+	rc=$?
+	[ $rc = 0 ] && [ "$out" = "$(printf 'ok\nok')" ] && ok "$sz bytes of zeroed thread-locals, two programs: $(echo $out)" ||
+		bad "$sz bytes of zeroed thread-locals hosted: rc $rc, $out"
+done
+
+# 2. initial values
+"$CC" -fPIE -pie -rdynamic -pthread -o "$tmp/init" "$tmp/init.c" || { bad "cannot build"; exit 1; }
+want=$(printf 'main 5 hello\nthread 5 hello')
+out=$("$tmp/init" 2>&1)
+[ "$out" = "$want" ] || bad "negative control: initialized thread-locals exec'd: $out"
+out=$(timeout 30 "$RPAL" run "$tmp/init" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'initial values' && ok "rpal run refuses initialized thread-locals: $out" ||
+	bad "rpal run of initialized thread-locals: rc $rc, $out"
+out=$(timeout 30 "$RPAL" join tls "$tmp/init" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'initial values' && ok "rpal join refuses them: $out" ||
+	bad "rpal join of initialized thread-locals: rc $rc, $out"
+"$CC" -shared -fPIC -o "$tmp/libinit.so" "$tmp/initlib.c" &&
+	"$CC" -DIN_LIB -fPIE -pie -rdynamic -pthread -o "$tmp/initlib" "$tmp/init.c" -L"$tmp" -linit -Wl,-rpath,"$tmp" ||
+	{ bad "cannot build"; exit 1; }
+out=$(timeout 30 "$RPAL" run -q "$tmp/initlib" 2>&1)
+rc=$?
+[ $rc = 0 ] && [ "$out" = "$want" ] && ok "the same thread-locals in a shared library run hosted: $(echo $out)" ||
+	bad "thread-locals in a library hosted: rc $rc, $out"
+
+# 3. too large
+"$CC" -DSZ=1048576 -fPIE -pie -rdynamic -pthread -o "$tmp/huge" "$tmp/zero.c" || { bad "cannot build"; exit 1; }
+out=$("$tmp/huge" 2>&1)
+[ "$out" = ok ] || bad "negative control: 1 MiB exec'd: $out"
+out=$(timeout 30 "$RPAL" run "$tmp/huge" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal run refuses 1 MiB of thread-locals: $out" ||
+	bad "rpal run of 1 MiB of thread-locals: rc $rc, $out"
+out=$(timeout 30 "$RPAL" join tls "$tmp/huge" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal join refuses it" ||
+	bad "rpal join of 1 MiB of thread-locals: rc $rc, $out"
+kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/host.err")"
+kill -TERM $hpid 2>/dev/null
+wait $hpid 2>/dev/null
+
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
