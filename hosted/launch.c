@@ -8,10 +8,41 @@
 #include "hosted.h"
 #include "rpal_host.h"
 
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+/* PROG as execvp(3) finds it: PROG itself when it has a slash, else the first file of that name
+ * in PATH that we may execute, or else the first that exists (the loader then says why it cannot
+ * run it).  NULL when there is none. */
+static const char *find_in_path(const char *prog, char *buf, size_t len) {
+    if (strchr(prog, '/')) return prog;
+    const char *path = getenv("PATH"), *found = NULL;
+    char cand[PATH_MAX];
+    for (path = path ? path : "/usr/local/bin:/usr/bin:/bin"; ; path++) {
+        size_t n = strcspn(path, ":");
+        struct stat st;
+        if (*prog && snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? path : ".", prog) < (int)sizeof cand &&
+            stat(cand, &st) == 0 && !S_ISDIR(st.st_mode)) {
+            if (access(cand, X_OK) == 0) {
+                snprintf(buf, len, "%s", cand);
+                return buf;
+            }
+            if (!found) {
+                snprintf(buf, len, "%s", cand);
+                found = buf;
+            }
+        }
+        path += n;
+        if (!*path) break;
+    }
+    return found;
+}
 
 /* What `kill` of rpal run means: each program is its own process, so the launcher passes the
  * signals that ask a process to end on to every program still running, and reports as they end. */
@@ -74,13 +105,19 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
                     HOSTED_NNS - 1);
             return 2;
         }
-        int idx = hosted_host_add(host, argv[start]);
+        char found[PATH_MAX];
+        const char *path = find_in_path(argv[start], found, sizeof found);
+        if (!path) {
+            fprintf(stderr, "%s: %s: not found in PATH\n", me, argv[start]);
+            return 2;
+        }
+        int idx = hosted_host_add(host, path);
         char **envp = idx < 0 ? NULL : hosted_host_environ(host, idx, NULL);
         if (!envp) {
             fprintf(stderr, "%s: out of memory\n", me);
             return 2;
         }
-        hosted_prog *p = hosted_load(argv[start], n, argv + start, envp, err, sizeof err);
+        hosted_prog *p = hosted_load(path, n, argv + start, envp, err, sizeof err);
         if (!p) {
             fprintf(stderr, "%s: %s\n", me, err);
             return 2;

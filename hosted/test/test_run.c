@@ -50,6 +50,23 @@ int main(void) {
     printf("---- %s\n%s----\n", cmd, out);
     CHECK(rc == 0 && !strstr(out, "exited with status"), "-q: no status line");
 
+    /* A PROGRAM without a slash is looked up in PATH, as execvp(3) and rpal join do. */
+    char dir[2048];
+    snprintf(dir, sizeof dir, "%s", PROG_EXIT);
+    char *base = strrchr(dir, '/');
+    *base++ = 0;
+    snprintf(cmd, sizeof cmd, "cd / && PATH=/nonexistent:%s:/usr/bin:/bin %s run %s main 7 2>&1", dir,
+             RPAL_BIN, base);
+    rc = run(cmd, out, sizeof out);
+    printf("---- %s\n%s----\n", cmd, out);
+    CHECK(rc == 1 && strstr(out, "prog_exit: handler ran before exit(7)") &&
+              strstr(out, "exited with status 7"),
+          "a program named without a slash is found in PATH (exit 7 reported, got %d)", rc);
+    snprintf(cmd, sizeof cmd, "cd / && PATH=/nonexistent %s run %s main 7 2>&1", RPAL_BIN, base);
+    rc = run(cmd, out, sizeof out);
+    printf("---- %s\n%s----\n", cmd, out);
+    CHECK(rc == 2 && strstr(out, "not found in PATH"), "one that is not in PATH: exit 2 and a message");
+
     snprintf(cmd, sizeof cmd, "%s run 2>&1", RPAL_BIN);
     rc = run(cmd, out, sizeof out);
     CHECK(rc == 2 && strstr(out, "usage: rpal run"), "no program: usage, exit 2");
