@@ -45,6 +45,7 @@
 #endif
 
 static struct rpal_host *the_host;
+static pid_t launcher_pid; /* the process that created the host block */
 static const int fault_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
 static struct sigaction old_fault[4], old_sys;
 
@@ -92,23 +93,40 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     hosted_ctx_jump_wrfs((hosted_ctx *)&s->ctx);
 }
 
-/* Async-signal-safe: "rpal run: signal N at pc 0x... (address 0x...), outside any RPAL call". */
+/* Async-signal-safe: "rpal: NAME (pid P): signal N at pc 0x... (address 0x...), outside any RPAL
+ * call: its process ends", or, in the launcher's own process (where the constructors of a loading
+ * program's libraries run), that the launcher faulted.  The same handler runs under rpal run and
+ * rpal host, and a joined program's stderr is its joiner's: the line names neither command. */
 static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
-    char buf[160], *p = buf;
-    const char *parts[] = { "rpal run: signal ", NULL, " at pc 0x", NULL, " (address 0x", NULL,
-                            "), outside any RPAL call: the program's process ends\n" };
-    char num[3][20];
-    uint64_t vals[3] = { (uint64_t)sig, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
+    char buf[320], *p = buf;
+    pid_t pid = getpid();
+    const char *name = NULL;
+    for (unsigned k = 0; the_host && pid != launcher_pid && k < the_host->nprogs && k < RPAL_HOST_MAX_PROGS; k++)
+        if (atomic_load(&the_host->progs[k].pid) == pid) name = the_host->progs[k].name;
+    char num[4][20];
+    uint64_t vals[4] = { (uint64_t)pid, (uint64_t)sig, (uint64_t)uc->uc_mcontext.gregs[REG_RIP],
                          (uint64_t)(uintptr_t)si->si_addr };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < 4; k++) {
         char *q = num[k] + sizeof num[k];
-        unsigned base = k ? 16 : 10;
+        unsigned base = k < 2 ? 10 : 16;
         *--q = 0;
         do *--q = "0123456789abcdef"[vals[k] % base]; while ((vals[k] /= base) && q > num[k]);
-        parts[2 * k + 1] = q;
+        vals[k] = (uint64_t)(uintptr_t)q;
     }
-    for (unsigned k = 0; k < sizeof parts / sizeof parts[0]; k++)
-        for (const char *c = parts[k]; *c && p < buf + sizeof buf; c++) *p++ = *c;
+#define S(k) ((const char *)(uintptr_t)vals[k])
+    const char *launcher[] = { "rpal: signal ", S(1), " at pc 0x", S(2), " (address 0x", S(3),
+                               ") in the launcher itself (pid ", S(0), "; the constructors of a "
+                               "program's libraries run there while it loads): it ends, and every "
+                               "program with it\n" };
+    const char *prog[] = { "rpal: ", name ? name : "a program", " (pid ", S(0), "): signal ", S(1),
+                           " at pc 0x", S(2), " (address 0x", S(3),
+                           "), outside any RPAL call: its process ends\n" };
+#undef S
+    const char **parts = pid == launcher_pid ? launcher : prog;
+    size_t nparts = pid == launcher_pid ? sizeof launcher / sizeof *launcher : sizeof prog / sizeof *prog;
+    for (size_t k = 0; k < nparts; k++)
+        for (const char *c = parts[k]; *c && p < buf + sizeof buf - 1; c++) *p++ = *c;
+    if (p == buf + sizeof buf - 1) *p++ = '\n';
     ssize_t w = write(2, buf, (size_t)(p - buf));
     (void)w;
 }
@@ -237,6 +255,7 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
         sa.sa_sigaction = on_sigsys;
         if (sigaction(SIGSYS, &sa, &old_sys) == 0) h->sud = 1;
     }
+    launcher_pid = getpid();
     the_host = h;
     return h;
 }

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# run_fault_report.sh RPAL CC - the line printed for a fault outside any RPAL call says whose it is.
+#  1. rpal run of a program that dereferences address 16: the line names the program and its pid,
+#     the signal and the address.
+#  2. rpal join of it: the joiner's stderr gets the same line, and nothing in it says rpal run.
+#  3. rpal run of a program whose library's constructor faults (it runs in the launcher, while the
+#     program loads): the line says that the launcher itself faulted, not that a program's process
+#     ends, and rpal run ends by the signal.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 CC=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+ok()  { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat >"$tmp/segv.c" <<'C'
+int main(void) { *(volatile int *)16 = 1; return 0; }
+C
+cat >"$tmp/badlib.c" <<'C'
+__attribute__((constructor)) static void boom(void) { *(volatile int *)16 = 1; }
+int badlib_fn(void) { return 1; }
+C
+cat >"$tmp/ctor.c" <<'C'
+int badlib_fn(void);
+int main(void) { return badlib_fn() - 1; }
+C
+"$CC" -fPIE -pie -rdynamic -o "$tmp/segv" "$tmp/segv.c" &&
+	"$CC" -shared -fPIC -o "$tmp/libbad.so" "$tmp/badlib.c" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/ctor" "$tmp/ctor.c" -L"$tmp" -lbad -Wl,-rpath,"$tmp" ||
+	{ bad "cannot build"; exit 1; }
+
+# 1. rpal run
+out=$(timeout 30 "$RPAL" run "$tmp/segv" 2>&1)
+line=$(echo "$out" | grep 'signal 11 at pc')
+if echo "$line" | grep -q "segv (pid [0-9]*): signal 11 at pc 0x[0-9a-f]* (address 0x10), outside any RPAL call"; then
+	ok "rpal run: $line"
+else
+	bad "rpal run: the fault line does not name the program: $out"
+fi
+
+# 2. rpal join
+"$RPAL" host fr 2>"$tmp/host.err" &
+hpid=$!
+for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+out=$(timeout 30 "$RPAL" join fr "$tmp/segv" 2>&1)
+rc=$?
+if [ $rc = 139 ] && echo "$out" | grep -q "segv (pid [0-9]*): signal 11 at pc" && ! echo "$out" | grep -q 'rpal run'; then
+	ok "rpal join (exit 139): $out"
+else
+	bad "rpal join: rc $rc, $out"
+fi
+kill -TERM $hpid 2>/dev/null
+wait $hpid 2>/dev/null
+
+# 3. a library constructor, in the launcher
+out=$(timeout 30 "$RPAL" run "$tmp/ctor" 2>&1)
+rc=$?
+if [ $rc = 139 ] && echo "$out" | grep -q 'signal 11 at pc .* in the launcher' && ! echo "$out" | grep -q "program's process ends"; then
+	ok "a library constructor's fault is the launcher's (rpal run ends by SIGSEGV): $out"
+else
+	bad "a library constructor's fault: rc $rc, $out"
+fi
+
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
