@@ -907,6 +907,12 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     dlinfo(p->handle, RTLD_DI_LMID, &lmid);
     p->lmid = lmid;
     dlinfo(p->handle, RTLD_DI_LINKMAP, &p->exe_map);
+    /* The dynamic linker knows the executable as /proc/self/fd/N, the memfd copy's descriptor in
+     * the launcher, which in the program's process is another file or none; dladdr(3),
+     * dl_iterate_phdr(3), backtrace_symbols(3) and debuggers give that name to whoever opens it to
+     * read symbols.  The program's own file has the same symbols at the same addresses. */
+    char *real = realpath(path, NULL);
+    if (real) p->exe_map->l_name = real;
 
     p->main = (main_fn)dlsym(p->handle, "main");
     if (!p->main) {

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# run_selfname.sh RPAL CC - a hosted program's executable is known by its own file's name to
+# dladdr(3), dl_iterate_phdr(3) and backtrace_symbols(3), which symbolizers open to read it, not by
+# /proc/self/fd/N, the memfd copy's descriptor in the launcher (in the program's process that
+# number is another file, or none).
+#  1. exec'd (the control) and hosted: the file dladdr names for main is the program (same inode
+#     as argv[0]), and backtrace_symbols names that file.
+#  2. The same through rpal join from another directory.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 CC=$2
+export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
+mkdir -p "$RPAL_RUNTIME_DIR"
+tmp=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
+fail=0
+ok()  { echo "ok: $*"; }
+bad() { echo "FAIL: $*"; fail=1; }
+
+cat >"$tmp/self.c" <<'C'
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <execinfo.h>
+#include <link.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+static int first(struct dl_phdr_info *i, size_t n, void *d) {
+    (void)n;
+    *(const char **)d = i->dlpi_name;
+    return 1;
+}
+static int is_prog(const char *argv0, const char *f) {
+    struct stat a, b;
+    return stat(argv0, &a) == 0 && stat(f, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev;
+}
+int main(int argc, char **argv) {
+    (void)argc;
+    Dl_info di;
+    const char *pn = NULL;
+    void *bt[1];
+    dladdr((void *)main, &di);
+    dl_iterate_phdr(first, &pn);
+    backtrace(bt, 1);
+    char **s = backtrace_symbols(bt, 1), *paren = s ? strchr(s[0], '(') : NULL;
+    if (paren) *paren = 0;
+    int a = is_prog(argv[0], di.dli_fname), b = !*pn || is_prog(argv[0], pn), c = paren && is_prog(argv[0], s[0]);
+    printf("dladdr %s: %s; dl_iterate_phdr '%s': %s; backtrace_symbols %s: %s\n", di.dli_fname,
+           a ? "ok" : "not the program", pn, b ? "ok" : "not the program", s ? s[0] : "?",
+           c ? "ok" : "not the program");
+    return !(a && b && c);
+}
+C
+"$CC" -fPIE -pie -rdynamic -o "$tmp/self" "$tmp/self.c" || { bad "cannot build"; exit 1; }
+out=$(cd "$tmp" && ./self 2>&1)
+[ $? = 0 ] && ok "exec'd: $out" || bad "negative control: exec'd: $out"
+out=$(cd "$tmp" && timeout 30 "$RPAL" run -q ./self 2>&1)
+[ $? = 0 ] && ok "rpal run: $out" || bad "rpal run: $out"
+
+"$RPAL" host sn 2>"$tmp/host.err" &
+hpid=$!
+for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+mkdir "$tmp/elsewhere"
+out=$(cd "$tmp/elsewhere" && timeout 30 "$RPAL" join sn ../self 2>&1)
+[ $? = 0 ] && ok "rpal join: $out" || bad "rpal join: $out"
+kill -TERM $hpid 2>/dev/null
+wait $hpid 2>/dev/null
+
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
