@@ -477,6 +477,19 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         goto fail;
     }
     if (exec_permitted(fd, &st, path, err, errlen) < 0) goto fail;
+    /* A script, which execve(2) would hand to the interpreter of its #! line. */
+    char line[256];
+    ssize_t got = pread(fd, line, sizeof line - 1, 0);
+    if (got > 2 && line[0] == '#' && line[1] == '!') {
+        line[got] = 0;
+        char *interp = line + 2 + strspn(line + 2, " \t");
+        interp[strcspn(interp, "\n")] = 0;
+        seterr(err, errlen,
+               "%s: a script for %s: hosted mode loads ELF programs; host the interpreter with the "
+               "script as its argument (%s %s ...), where the interpreter is a PIE that exports main",
+               path, interp, interp, path);
+        goto fail;
+    }
     if (st.st_size < (off_t)sizeof(Elf64_Ehdr) || st.st_size > MAX_EXE_SIZE) {
         seterr(err, errlen, "%s: not an ELF executable (size %lld)", path, (long long)st.st_size);
         goto fail;

@@ -70,6 +70,11 @@ int main(void) {
     close(tfd);
     write_file(tmpl, "#!/bin/sh\n", 10);
     CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0, "a shell script is refused: %s", err);
+    CHECK(strstr(err, "script") && strstr(err, "/bin/sh"), "the message says it is a script for /bin/sh");
+    write_file(tmpl, "#! /usr/bin/perl -w\nprint 1;\n", 28);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "/usr/bin/perl -w ") &&
+              strstr(err, tmpl),
+          "a perl script: the message gives the interpreter's command line: %s", err);
 
     /* Truncated copies of the real executable at many lengths. */
     int src = open(PROG_COUNTER, O_RDONLY);
