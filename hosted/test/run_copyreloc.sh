@@ -11,13 +11,7 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$(dirname "$0")/hostlib.sh"
 
 cat >"$tmp/lib.c" <<'C'
 struct tab { int answer; const char *name; };
@@ -68,13 +62,11 @@ else
 fi
 
 # 3. rpal host: the join runs and the host stays up.
-"$RPAL" host cr 2>"$tmp/host.err" &
-hpid=$!
-for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+start_host cr
 out=$(timeout 30 "$RPAL" join cr "$tmp/prog2" 2>&1)
 rc=$?
 [ $rc = 0 ] && [ "$out" = "$want" ] && ok "rpal join runs it: $out" || bad "rpal join: rc $rc, $out"
-kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/host.err")"
+kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/cr.err")"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
 

@@ -9,13 +9,7 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$(dirname "$0")/hostlib.sh"
 
 cat >"$tmp/segv.c" <<'C'
 int main(void) { *(volatile int *)16 = 1; return 0; }
@@ -43,9 +37,7 @@ else
 fi
 
 # 2. rpal join
-"$RPAL" host fr 2>"$tmp/host.err" &
-hpid=$!
-for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
+start_host fr
 out=$(timeout 30 "$RPAL" join fr "$tmp/segv" 2>&1)
 rc=$?
 if [ $rc = 139 ] && echo "$out" | grep -q "segv (pid [0-9]*): signal 11 at pc" && ! echo "$out" | grep -q 'rpal run'; then

@@ -9,13 +9,7 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$(dirname "$0")/hostlib.sh"
 
 cat >"$tmp/self.c" <<'C'
 #define _GNU_SOURCE

@@ -14,13 +14,7 @@
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
-export RPAL_RUNTIME_DIR=${RPAL_RUNTIME_DIR:-$(mktemp -d)}
-mkdir -p "$RPAL_RUNTIME_DIR"
-tmp=$(mktemp -d)
-trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$tmp"' EXIT
-fail=0
-ok()  { echo "ok: $*"; }
-bad() { echo "FAIL: $*"; fail=1; }
+. "$(dirname "$0")/hostlib.sh"
 
 cat >"$tmp/zero.c" <<'C'
 #include <errno.h>
@@ -76,10 +70,8 @@ __thread int x = 5;
 __thread char s[16] = "hello";
 C
 
-"$RPAL" host tls 2>"$tmp/host.err" &
-hpid=$!
-for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; sleep 0.01; done
-grep -q listening "$tmp/host.err" || { bad "the host did not start: $(cat "$tmp/host.err")"; exit 1; }
+start_host tls
+grep -q listening "$tmp/tls.err" || { bad "the host did not start: $(cat "$tmp/tls.err")"; exit 1; }
 
 # 1. zero-initialized thread-locals
 for sz in 4096 12288; do
@@ -125,7 +117,7 @@ out=$(timeout 30 "$RPAL" join tls "$tmp/huge" 2>&1)
 rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal join refuses it" ||
 	bad "rpal join of 1 MiB of thread-locals: rc $rc, $out"
-kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/host.err")"
+kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/tls.err")"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
 
