@@ -289,6 +289,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	}
 	memcpy(sp.fds, fds, sizeof(sp.fds));
 	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
+	sp.own_pgrp = 1;        /* a job of its own, which the joiner signals */
 	sp.cwd = cwd;
 	sp.umask = rq.umask;
 	sp.sigmask = rq.sigmask;
@@ -582,13 +583,88 @@ static uint64_t joiner_ignored;  /* the signals ignored when rpal join started *
  * connection) and sends it to the program if it starts after all.  One that
  * the joiner's parent had ignored stays ignored, as the program will ignore it.
  */
-static void pass_on(int sig)
+/* 1 when process pid is stopped (state T in /proc); async-signal-safe. */
+static int stopped(pid_t pid)
+{
+	char path[40], buf[512], *p;
+	int fd;
+	ssize_t n;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	p = strrchr(buf, ')');  /* after the name, which may hold anything */
+	return p && p[1] == ' ' && p[2] == 'T';
+}
+
+/* 1 when process pid catches SIGTSTP (its SigCgt in /proc); async-signal-safe. */
+static int catches_tstp(pid_t pid)
+{
+	char path[40], buf[2048], *p, *end;
+	int fd, n = 0;
+	ssize_t r;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	while (n < (int)sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
+		n += (int)r;
+	close(fd);
+	buf[n] = 0;
+	p = strstr(buf, "SigCgt:");
+	if (!p)
+		return 0;
+	for (p += 7; *p == ' ' || *p == '\t'; p++)
+		;
+	end = p;
+	while ((*end >= '0' && *end <= '9') || (*end >= 'a' && *end <= 'f'))
+		end++;
+	/* SIGTSTP (20) is bit 19: the fifth hex digit from the right. */
+	if (end - p < 5)
+		return 0;
+	char d = end[-5];
+	int v = d <= '9' ? d - '0' : d - 'a' + 10;
+	return (v >> ((SIGTSTP - 1) % 4)) & 1;
+}
+
+/*
+ * Where a signal for the running program goes.  The program leads a process
+ * group of its own (its children join it), as a shell's job does, but not the
+ * terminal's foreground group, which is the joiner's: what the terminal sends
+ * to that group (Ctrl-C, Ctrl-\, Ctrl-Z, a resize: si_code SI_KERNEL) goes to
+ * the program's group, and so does SIGCONT (fg, bg: a stopped job goes on
+ * whole); a kill() of the joiner, to the program alone, as kill of an exec'd
+ * program's pid.
+ */
+static void send_to_program(int sig, const siginfo_t *si)
+{
+	pid_t pid = (pid_t)joined_pid, to = pid;
+
+	if ((sig == SIGCONT || (si && si->si_code == SI_KERNEL)) && kill(-pid, sig) == 0)
+		to = -pid;
+	else
+		kill(pid, sig);
+	/* One that ends a process must end a stopped one too (a program that
+	 * read a terminal it does not own got SIGTTIN): it acts once continued. */
+	if ((sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT) && stopped(pid))
+		kill(to, SIGCONT);
+}
+
+static void pass_on(int sig, siginfo_t *si, void *uc)
 {
 	char msg[8] = "SIG ";
 	size_t n = 4;
 
+	(void)uc;
 	if (joined_pid > 0) {
-		kill((pid_t)joined_pid, sig);
+		send_to_program(sig, si);
 		return;
 	}
 	if (sig == SIGWINCH || sig == SIGCONT || (joiner_ignored & (1ull << (sig - 1))))
@@ -599,6 +675,24 @@ static void pass_on(int sig)
 	(void)!send(host_fd, msg, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	signal(sig, SIG_DFL);
 	raise(sig);     /* delivered as the handler returns */
+}
+
+/*
+ * Ctrl-Z (or kill -TSTP of the joiner): stop the program as the terminal would
+ * have (send_to_program), then the joiner, so that the shell sees the job
+ * stopped; fg and bg send SIGCONT, which pass_on hands on.  A program that does
+ * not catch SIGTSTP also gets SIGSTOP: in an orphaned process group (one it
+ * made with setsid) the kernel discards a SIGTSTP that would stop it.
+ */
+static void stop_both(int sig, siginfo_t *si, void *uc)
+{
+	(void)uc;
+	if (joined_pid > 0) {
+		send_to_program(sig, si);
+		if (!catches_tstp((pid_t)joined_pid))
+			kill((pid_t)joined_pid, SIGSTOP);
+	}
+	raise(SIGSTOP);
 }
 
 /* PROG as execvp would find it, made absolute (the host has another cwd). */
@@ -644,9 +738,10 @@ int cmd_join(int argc, char **argv)
 "Runs PROGRAM inside the host NAME (`rpal host NAME`) as its own process, with\n"
 "this shell's standard input, output and error, working directory, environment,\n"
 "umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
-"passed on to PROGRAM (one that comes before it started ends rpal join by that signal, and\n"
-"reaches PROGRAM if it starts after all); rpal join exits with PROGRAM's status (128 + N when\n"
-"signal N ended it), or 2 when it could not be started or the host went away.\n");
+"passed on to PROGRAM, the terminal's to its process group (one that comes before it started\n"
+"ends rpal join by that signal, and reaches PROGRAM if it starts after all); Ctrl-Z stops\n"
+"PROGRAM, then rpal join.  rpal join exits with PROGRAM's status (128 + N when signal N ended\n"
+"it), or 2 when it could not be started or the host went away.\n");
 		return help ? 0 : 2;
 	}
 	if (resolve(argv[2], path) < 0) {
@@ -728,10 +823,14 @@ int cmd_join(int argc, char **argv)
 	host_fd = fd;
 	joiner_ignored = rq.ignored;
 	/* Pass signals on from before the answer (see pass_on). */
-	struct sigaction sa = { .sa_handler = pass_on };
+	struct sigaction sa = { .sa_sigaction = pass_on, .sa_flags = SA_SIGINFO };
 	sigemptyset(&sa.sa_mask);
 	for (unsigned i = 0; i < sizeof(passed) / sizeof(passed[0]); i++)
 		sigaction(passed[i], &sa, NULL);
+	if (!(joiner_ignored & (1ull << (SIGTSTP - 1)))) {
+		sa.sa_sigaction = stop_both;
+		sigaction(SIGTSTP, &sa, NULL);
+	}
 	if (recv_reply(fd, reply, sizeof(reply)) <= 0) {
 		fprintf(stderr, "rpal join: host \"%s\" closed the connection without an answer\n", argv[1]);
 		return 2;

@@ -72,6 +72,7 @@ int hosted_start(hosted_prog *p, char *err, size_t errlen);
 typedef struct hosted_spawn {
     int fds[3];     /* become its descriptors 0, 1, 2; -1 keeps the launcher's */
     int only_std_fds; /* 1: it keeps descriptors 0, 1, 2 only; 0: all but the close-on-exec ones */
+    int own_pgrp;     /* 1: it leads a process group of its own; 0: it stays in the launcher's */
     const char *cwd; /* NULL: the launcher's */
     int umask;      /* -1: the launcher's */
     _Atomic int *pid_out; /* receives its PID before main() runs; may be NULL */

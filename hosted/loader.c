@@ -1062,6 +1062,7 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
         if (sp->fds[i] >= 0 && sp->fds[i] != i && raw2(SYS_dup2, sp->fds[i], i) < 0) rc = EBADF;
     if (sp && !rc && sp->cwd && raw1(SYS_chdir, sp->cwd) < 0) rc = ENOENT;
     if (sp && !rc && sp->umask >= 0) raw1(SYS_umask, sp->umask);
+    if (sp && !rc && sp->own_pgrp) raw2(SYS_setpgid, 0, 0);
     for (int i = 0; sp && !rc && i < sp->nrlimits; i++) {
         struct rlimit rl = { sp->rlimits[i].cur, sp->rlimits[i].max };
         raw4(SYS_prlimit64, 0, sp->rlimits[i].resource, &rl, NULL);

@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# run_join_stop.sh RPAL CC - the signals a terminal sends to its foreground job reach a joined
+# program and its children through rpal join, as they reach an exec'd job: Ctrl-Z (SIGTSTP) stops
+# them and then the joiner, SIGCONT (fg, bg) goes on to them, Ctrl-C (SIGINT) ends them.
+#  1. A program that counts in a file every 20 ms: after SIGTSTP to its joiner, the joiner and
+#     the program are stopped (state T) and the count stays put for 0.5 s; after SIGCONT it counts
+#     on, ends, and the joiner exits 0.
+#  2. A program that catches SIGTSTP gets it (and stops itself, as a shell or an editor does).
+#  3. The same under a host started in a session of its own (setsid).
+#  4. A program that waits for a child (sh -c '...; exec sleep 30'): Ctrl-C on the joiner's
+#     terminal ends the child too, as it ends an exec'd job's children; the joiner exits 130.
+#  5. A host in the background of the joiner's terminal (bash -m: a job of its own, same session):
+#     a joined program that reads the terminal is stopped by SIGTTIN, it alone: the host is not
+#     stopped and takes another join meanwhile; Ctrl-C then ends the stopped program (exit 130).
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 CC=$2
+. "$(dirname "$0")/hostlib.sh"
+
+cat >"$tmp/count.c" <<'C'
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+static volatile sig_atomic_t tstp;
+static void on_tstp(int sig) { (void)sig; tstp = 1; }
+int main(int argc, char **argv) {
+    if (argc > 2 && !strcmp(argv[2], "catch")) signal(SIGTSTP, on_tstp);
+    for (int i = 1; i <= 100; i++) {
+        FILE *f = fopen(argv[1], "w");
+        fprintf(f, "%d %s\n", i, tstp ? "caught" : "-");
+        fclose(f);
+        if (tstp == 1) {
+            tstp = 2;
+            raise(SIGSTOP);
+        }
+        usleep(20000);
+    }
+    return 0;
+}
+C
+"$CC" -fPIE -pie -rdynamic -o "$tmp/count" "$tmp/count.c" || { bad "cannot build"; exit 1; }
+pstate() { sed 's/^[0-9]* (.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1; }
+
+# stop_cont HOST WHAT [catch]
+stop_cont() {
+	local c=$tmp/c.$1${3:-} j pid st n1 n2 rc
+	"$RPAL" join "$1" "$tmp/count" "$c" ${3:-} >"$tmp/j.out" 2>&1 &
+	j=$!
+	for _ in $(seq 200); do [ -s "$c" ] && break; sleep 0.01; done
+	pid=$("$RPAL" ps "$1" --json | grep -o '"pid": [0-9]*, "argv": \["[^"]*count' | tail -1 | grep -o '[0-9]*' | head -1)
+	sleep 0.1
+	kill -TSTP $j
+	sleep 0.2
+	n1=$(cut -d' ' -f1 "$c")
+	sleep 0.5
+	n2=$(cut -d' ' -f1 "$c")
+	st="joiner $(pstate $j), program $(pstate "$pid")"
+	if [ "$st" = "joiner T, program T" ] && [ "$n1" = "$n2" ]; then
+		ok "$2: after SIGTSTP the $st, the count stays at $n1 ($(cut -d' ' -f2 "$c"))"
+	else
+		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2"
+	fi
+	if [ -n "${3:-}" ]; then
+		grep -q caught "$c" && ok "$2: the program caught SIGTSTP" || bad "$2: the program did not catch SIGTSTP"
+	fi
+	kill -CONT $j
+	wait $j
+	rc=$?
+	n2=$(cut -d' ' -f1 "$c")
+	[ $rc = 0 ] && [ "$n2" = 100 ] && ok "$2: after SIGCONT it counts to $n2 and the joiner exits 0" ||
+		bad "$2: after SIGCONT: count $n2, joiner rc $rc, $(cat "$tmp/j.out")"
+}
+
+start_host js1
+stop_cont js1 "host in our process group"
+stop_cont js1 "host in our process group, a program that catches SIGTSTP" catch
+kill -TERM $hpid
+wait $hpid 2>/dev/null
+
+setsid "$RPAL" host js2 2>"$tmp/js2.err" &
+for _ in $(seq 500); do grep -q listening "$tmp/js2.err" 2>/dev/null && break; sleep 0.01; done
+stop_cont js2 "host in a session of its own"
+stop_cont js2 "host in a session of its own, a program that catches SIGTSTP" catch
+pkill_pid=$(grep -o 'pid [0-9]*' "$tmp/js2.err" | head -1 | cut -d' ' -f2)
+[ -n "$pkill_pid" ] && kill -TERM "$pkill_pid"
+
+# 4. a child of the program
+start_host js3
+cat >"$tmp/kid.c" <<'C'
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    int st;
+    pid_t c = fork();
+    if (c == 0) {
+        execl("/bin/sh", "sh", "-c", argv[1], (char *)0);
+        _exit(127);
+    }
+    waitpid(c, &st, 0);
+    return 0;
+}
+C
+"$CC" -fPIE -pie -rdynamic -o "$tmp/kid" "$tmp/kid.c" || { bad "cannot build"; exit 1; }
+if ! command -v script >/dev/null; then
+	echo "skip: no script(1) to give rpal join a terminal"
+else
+	# script(1) runs the joiner as the foreground job of a new terminal; a ^C typed 1 s later
+	# is the terminal's SIGINT (si_code SI_KERNEL) to that job.
+	(sleep 1; printf '\003'; sleep 2) | timeout 20 script -qfec \
+		"$RPAL join js3 $tmp/kid 'echo \$\$ >$tmp/kid.pid; exec sleep 30'" /dev/null >"$tmp/k.out" 2>&1
+	rc=$?
+	kid=$(cat "$tmp/kid.pid")
+	sleep 0.2
+	if [ $rc = 130 ] && [ -n "$kid" ] && ! kill -0 "$kid" 2>/dev/null; then
+		ok "Ctrl-C on the joiner's terminal ended the program and its child (pid $kid); the joiner exits 130"
+	else
+		bad "Ctrl-C on the joiner's terminal: rc $rc, child ${kid:-?} $(kill -0 "$kid" 2>/dev/null && echo 'still runs'), $(cat "$tmp/k.out")"
+		kill -9 "$kid" 2>/dev/null
+	fi
+fi
+kill -TERM $hpid
+
+# 5. a host in the background of the joiner's terminal
+if command -v script >/dev/null; then
+	cat >"$tmp/reader.c" <<'C'
+#include <unistd.h>
+int main(void) { char c; return read(0, &c, 1) == 1 ? 0 : 3; }
+C
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/reader" "$tmp/reader.c" || { bad "cannot build"; exit 1; }
+	cat >"$tmp/bg.sh" <<SH
+set -m
+"$RPAL" host js5 2>"$tmp/js5.err" &
+h=\$!
+for _ in \$(seq 500); do grep -q listening "$tmp/js5.err" && break; sleep 0.01; done
+( sleep 1; sed 's/^[0-9]* (.*) //' /proc/\$h/stat | cut -c1 >"$tmp/hstate"
+  timeout 5 "$RPAL" join js5 "$tmp/kid" true >/dev/null 2>&1; echo \$? >"$tmp/second" ) &
+"$RPAL" join js5 "$tmp/reader"
+echo \$? >"$tmp/rrc"
+kill -TERM \$h
+SH
+	(sleep 2.5; printf '\003'; sleep 1) | timeout 20 script -qfec "bash $tmp/bg.sh" /dev/null >"$tmp/bg.out" 2>&1
+	st=$(cat "$tmp/hstate" 2>/dev/null) second=$(cat "$tmp/second" 2>/dev/null) rrc=$(cat "$tmp/rrc" 2>/dev/null)
+	if [ "$st" != T ] && [ "$second" = 0 ] && [ "$rrc" = 130 ]; then
+		ok "a program reading the terminal of a background host stops alone: host state $st, another join exits $second, Ctrl-C ends the reader ($rrc)"
+	else
+		bad "a program reading the terminal of a background host: host state ${st:-?}, another join ${second:-?}, reader's joiner ${rrc:-?}: $(cat "$tmp/bg.out")"
+	fi
+fi
+
+[ $fail = 0 ] && echo "PASS" || echo "FAILED"
+exit $fail
