@@ -583,22 +583,34 @@ static uint64_t joiner_ignored;  /* the signals ignored when rpal join started *
  * connection) and sends it to the program if it starts after all.  One that
  * the joiner's parent had ignored stays ignored, as the program will ignore it.
  */
-/* 1 when process pid is stopped (state T in /proc); async-signal-safe. */
-static int stopped(pid_t pid)
+/* /proc/PID/NAME into buf, NUL-terminated (as much as fits); its length, 0
+ * where it cannot be read.  Async-signal-safe but for snprintf, which with
+ * these arguments neither allocates nor locks in glibc. */
+static size_t read_proc(pid_t pid, const char *name, char *buf, size_t len)
 {
-	char path[40], buf[512], *p;
+	char path[40];
+	size_t n = 0;
+	ssize_t r;
 	int fd;
-	ssize_t n;
 
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
 	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
+	while (n < len - 1 && (r = read(fd, buf + n, len - 1 - n)) > 0)
+		n += (size_t)r;
 	close(fd);
-	if (n <= 0)
-		return 0;
 	buf[n] = 0;
+	return n;
+}
+
+/* 1 when process pid is stopped (state T in /proc); async-signal-safe. */
+static int stopped(pid_t pid)
+{
+	char buf[512], *p;
+
+	if (!read_proc(pid, "stat", buf, sizeof(buf)))
+		return 0;
 	p = strrchr(buf, ')');  /* after the name, which may hold anything */
 	return p && p[1] == ' ' && p[2] == 'T';
 }
@@ -606,18 +618,10 @@ static int stopped(pid_t pid)
 /* 1 when process pid catches SIGTSTP (its SigCgt in /proc); async-signal-safe. */
 static int catches_tstp(pid_t pid)
 {
-	char path[40], buf[2048], *p, *end;
-	int fd, n = 0;
-	ssize_t r;
+	char buf[2048], *p, *end;
 
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (!read_proc(pid, "status", buf, sizeof(buf)))
 		return 0;
-	while (n < (int)sizeof(buf) - 1 && (r = read(fd, buf + n, sizeof(buf) - 1 - (size_t)n)) > 0)
-		n += (int)r;
-	close(fd);
-	buf[n] = 0;
 	p = strstr(buf, "SigCgt:");
 	if (!p)
 		return 0;
