@@ -385,11 +385,16 @@ func TestYieldingWaiterRunsOurGoroutines(t *testing.T) {
 
 // recvOwnSends has a receive on a wait for 20 messages, each sent by a
 // goroutine started just before it: with one P, runnable but run only
-// when the waiter lets it.  The waiter must catch each without sleeping.
+// when the waiter lets it.  The waiter must catch them without sleeping; a
+// waiter that never lets them run sleeps for every one.  A few sleeps are
+// let pass: a loaded machine (the race detector, a busy CI host) can keep
+// a sender off the CPU past the spin ceiling.
 func recvOwnSends(t *testing.T, a, b *Conn) {
 	t.Helper()
+	const messages, sleepsAllowed = 20, 3
 	buf := make([]byte, 64)
-	for i := 0; i < 20; i++ {
+	slept := 0
+	for i := 0; i < messages; i++ {
 		before := a.Info().Sleeps
 		sent := make(chan error, 1)
 		// Runnable, but on the only P: it runs when the waiter lets it.
@@ -400,9 +405,12 @@ func recvOwnSends(t *testing.T, a, b *Conn) {
 		if err := <-sent; err != nil {
 			t.Fatal(err)
 		}
-		if slept := a.Info().Sleeps - before; slept != 0 {
-			t.Fatalf("message %d: the waiter slept %d times for a goroutine of its own process", i, slept)
+		if a.Info().Sleeps != before {
+			slept++
 		}
+	}
+	if slept > sleepsAllowed {
+		t.Fatalf("the waiter slept for %d of %d messages sent by goroutines of its own process (at most %d allowed)", slept, messages, sleepsAllowed)
 	}
 }
 
