@@ -825,9 +825,11 @@ func TestListenerBoundsUnaccepted(t *testing.T) {
 		t.Fatalf("without Accept: %d made and %d refused, want %d and %d", made.Load(), again.Load(),
 			maxReady, clients-maxReady)
 	}
-	if _, err := l.AcceptConn(); err != nil {
+	accepted, err := l.AcceptConn()
+	if err != nil {
 		t.Fatal(err)
 	}
+	defer accepted.Close()
 	c, err := DialConn(name)
 	if err != nil {
 		t.Fatalf("a dial after one Accept: %v", err)
