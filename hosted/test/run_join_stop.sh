@@ -27,10 +27,14 @@ static volatile sig_atomic_t tstp;
 static void on_tstp(int sig) { (void)sig; tstp = 1; }
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "catch")) signal(SIGTSTP, on_tstp);
+    char tmp[4096];
+    snprintf(tmp, sizeof(tmp), "%s.tmp", argv[1]);
     for (int i = 1; i <= 100; i++) {
-        FILE *f = fopen(argv[1], "w");
+        /* Renamed into place: a reader never finds the file empty. */
+        FILE *f = fopen(tmp, "w");
         fprintf(f, "%d %s\n", i, tstp ? "caught" : "-");
         fclose(f);
+        rename(tmp, argv[1]);
         if (tstp == 1) {
             tstp = 2;
             raise(SIGSTOP);
