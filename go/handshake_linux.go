@@ -500,6 +500,11 @@ func checkMemfd(fd int, size uint64) error {
 	if seals&(unix.F_SEAL_SHRINK|unix.F_SEAL_GROW) != unix.F_SEAL_SHRINK|unix.F_SEAL_GROW {
 		return refused(syscall.EPROTO, "peer's arena is not sealed against shrink and grow (seals %#x)", seals)
 	}
+	// Nobody else can map it writable, and nobody can punch holes in it:
+	// a page we found written stays so (see pagesWritten).
+	if seals&unix.F_SEAL_FUTURE_WRITE == 0 {
+		return refused(syscall.EPROTO, "peer's arena is not sealed against future writes (seals %#x)", seals)
+	}
 	if uint64(st.Size) != size {
 		return refused(syscall.EPROTO, "peer's arena is %d bytes, its hello says %d", st.Size, size)
 	}

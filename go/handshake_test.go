@@ -219,7 +219,7 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 	if err := unix.Ftruncate(big, int64(2*p.cfg.ArenaSize)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := unix.FcntlInt(uintptr(big), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+	if _, err := unix.FcntlInt(uintptr(big), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_FUTURE_WRITE); err != nil {
 		t.Fatal(err)
 	}
 	h := p.helloFor(hsHello, s, name)
@@ -256,6 +256,37 @@ func TestSecondHelloOfAnotherSize(t *testing.T) {
 	}
 }
 
+// A peer's arena must be sealed against shrinking, growing and future
+// writes: without the last, its owner could punch holes in it, and a page
+// we found written could read as a hole again, allocated at our cost.
+func TestCheckMemfdSeals(t *testing.T) {
+	const size = 1 << 20
+	for _, c := range []struct {
+		seals int
+		want  string
+	}{
+		{0, "shrink and grow"},
+		{unix.F_SEAL_SHRINK | unix.F_SEAL_GROW, "future writes"},
+		{unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_FUTURE_WRITE, ""},
+	} {
+		fd, err := unix.MemfdCreate("seals", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		if err := unix.Ftruncate(fd, size); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, c.seals); err != nil {
+			t.Fatal(err)
+		}
+		err = checkMemfd(fd, size)
+		if c.want == "" && err != nil || c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)) {
+			t.Fatalf("seals %#x: %v, want %q", c.seals, err, c.want)
+		}
+	}
+}
+
 // A hugetlb memfd, sealed and of the right size, is refused as a peer's
 // arena: it maps only while huge pages are free.
 func TestCheckMemfdHugetlb(t *testing.T) {
@@ -268,7 +299,7 @@ func TestCheckMemfdHugetlb(t *testing.T) {
 	if err := unix.Ftruncate(fd, size); err != nil {
 		t.Skipf("hugetlb memfd of %d bytes: %v", size, err)
 	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW); err != nil {
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_FUTURE_WRITE); err != nil {
 		t.Fatal(err)
 	}
 	err = checkMemfd(fd, size)

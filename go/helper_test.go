@@ -5,6 +5,7 @@
 package rpal
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 )
 
 // runHelper runs a child-process role of a test (RPAL_GO_HELPER=role,
@@ -50,13 +54,49 @@ func runHelper(role string) int {
 		for {
 			time.Sleep(time.Hour)
 		}
-	case "bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq":
+	case "partial-buf":
+		// 4 MiB of which we write 8 bytes: the rest of its pages are
+		// not there until WriteMsg makes them.
+		const n = 4 << 20
+		b, err := Alloc(n)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		copy(b.Bytes(), "partial")
+		start := b.addr &^ (pageSize - 1)
+		vec := make([]byte, (b.addr-start+n+pageSize-1)/pageSize)
+		if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(addrPtr(start)), uintptr(len(vec)*pageSize), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			fmt.Fprintln(os.Stderr, "helper: mincore:", e)
+			return 1
+		}
+		if !bytes.ContainsFunc(vec, func(r rune) bool { return r&1 == 0 }) {
+			fmt.Fprintln(os.Stderr, "helper: every page of a fresh 4 MiB buffer is already there")
+			return 1
+		}
+		if err := c.WriteMsg(b); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		fmt.Println("ready")
+		if _, err := c.ReadMsg(); err != io.EOF {
+			return 3
+		}
+		return 0
+	case "bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq", "bad-unwritten":
 		fmt.Println("ready")
 		time.Sleep(100 * time.Millisecond) // let the server fall asleep first
 		c.txMu.Lock()
 		switch role {
 		case "bad-buf": // a pointer outside our arena
 			c.publish(nil, 100, c.p.arenaAddr+c.p.cfg.ArenaSize, slotBuf)
+		case "bad-unwritten": // 1 MiB of our arena that nobody wrote
+			off := int64(c.p.cfg.ArenaSize / 2)
+			if d, err := unix.Seek(c.p.memfd, off, unix.SEEK_DATA); err == nil && d < off+1<<20 {
+				fmt.Fprintln(os.Stderr, "helper: our arena has data at", d)
+				return 1
+			}
+			c.publish(nil, 1<<20, c.p.arenaAddr+uint64(off), slotBuf)
 		case "bad-flags":
 			c.publish(nil, 10, 0, 3)
 		case "bad-inline":

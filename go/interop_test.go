@@ -219,7 +219,7 @@ func TestInteropHostileGoClientCServer(t *testing.T) {
 	name := uniqueName("cserver-hostile")
 	srv := exec.Command(bin, name)
 	startReady(t, srv)
-	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-seq"} {
+	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-seq", "bad-unwritten"} {
 		cmd := helperCmd(role, name)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -234,7 +234,7 @@ func TestInteropHostileGoClientCServer(t *testing.T) {
 	c.Close()
 	time.Sleep(50 * time.Millisecond)
 	log := srv.Stderr.(*lockedBuf).String()
-	if strings.Count(log, "broke the protocol") < 4 {
+	if strings.Count(log, "broke the protocol") < 5 {
 		t.Fatalf("C server log lacks the violations:\n%s", log)
 	}
 	t.Logf("C server:\n%s", log)

@@ -68,7 +68,7 @@ func testCrossProcessKill(t *testing.T) {
 // EPROTO; the server goes on serving.
 func TestHostilePeer(t *testing.T) {
 	name, l := newService(t)
-	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq"} {
+	for _, role := range []string{"bad-buf", "bad-flags", "bad-inline", "bad-empty", "bad-empty-stream", "bad-seq", "bad-unwritten"} {
 		t.Run(role, func(t *testing.T) {
 			cmd := helperCmd(role, name)
 			startReady(t, cmd)
@@ -109,6 +109,33 @@ func TestHostilePeer(t *testing.T) {
 	}
 	echoClient(t, c, 100)
 	c.Close()
+}
+
+// A Buffer written only in part goes out whole, the rest of it zeros: the
+// pages its sender never wrote are made before the peer, which refuses a
+// buffer over pages nobody wrote, reads them.
+func TestPartlyWrittenBuffer(t *testing.T) {
+	name, l := newService(t)
+	cmd := helperCmd("partial-buf", name)
+	startReady(t, cmd)
+	c, err := l.AcceptConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	m, err := c.ReadMsg()
+	if err != nil {
+		t.Fatalf("a partly written buffer: %v", err)
+	}
+	b := m.Bytes()
+	if len(b) != 4<<20 || string(b[:8]) != "partial\x00" || b[len(b)/2] != 0 || b[len(b)-1] != 0 {
+		t.Fatalf("a partly written buffer: %d bytes, %q...", len(b), b[:min(len(b), 8)])
+	}
+	m.Ack()
+	c.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("helper: %v", err)
+	}
 }
 
 // In-process hostile acks: an ack naming a buffer the peer does not hold.

@@ -225,6 +225,39 @@ type peerMap struct {
 	base  unsafe.Pointer
 	refs  int  // connections using it; under process.mu
 	dead  bool // under process.mu
+
+	// Pages of the arena known written, one bit each, and the arena's
+	// memfd to look up the others (see pagesWritten); nil and -1 for our
+	// own arena.
+	written []uint64
+	memfd   int
+}
+
+// pagesWritten says whether the peer has written every page of
+// [addr, addr+n) of its arena (a range inside it, n > 0).  Reading a page
+// of a memory file that nobody wrote allocates it, and charges it to the
+// reader: a peer that published buffers over its untouched pages would
+// fill our memory cgroup at no cost of its own.  Pages once written stay
+// so (the arena's future-write seal forbids punching holes), so each is
+// looked up once (pagesCheck).
+func (pm *peerMap) pagesWritten(addr, n uint64) bool {
+	if pm.written == nil {
+		return true
+	}
+	first, last := (addr-pm.addr)/pageSize, (addr+n-1-pm.addr)/pageSize
+	for w := first / 64; w <= last/64; w++ {
+		want := ^uint64(0)
+		if w == first/64 {
+			want &= ^uint64(0) << (first % 64)
+		}
+		if w == last/64 {
+			want &= ^uint64(0) >> (63 - last%64)
+		}
+		if atomic.LoadUint64(&pm.written[w])&want != want {
+			return pm.pagesCheck(addr, n)
+		}
+	}
+	return true
 }
 
 func (p *process) markPeerDead(pm *peerMap) {
@@ -247,6 +280,7 @@ func (p *process) putPeer(pm *peerMap) {
 	}
 	if pm.pid != os.Getpid() {
 		p.unmapPeer(pm.slot, pm.addr, pm.size)
+		closeFd(pm.memfd)
 	}
 }
 

@@ -68,6 +68,9 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 		if out.n == 0 {
 			return false, c.fail("empty buffer message", 0)
 		}
+		if !c.peer.pagesWritten(out.addr, uint64(out.n)) {
+			return false, c.fail("buffer over pages the peer never wrote", out.addr)
+		}
 	default:
 		return false, c.fail("unknown slot flags", uint64(out.flags))
 	}

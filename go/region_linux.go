@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -255,7 +256,34 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 		}
 		return nil, fmt.Errorf("peer arena header does not match its hello (slot %d): %w", h.Slot, syscall.EPROTO)
 	}
-	pm := &peerMap{slot: h.Slot, pid: pid, nonce: h.ArenaNonce, addr: base, size: h.ArenaSize, base: m, refs: 1}
+	pm := &peerMap{slot: h.Slot, pid: pid, nonce: h.ArenaNonce, addr: base, size: h.ArenaSize, base: m, refs: 1, memfd: -1}
+	if pid != os.Getpid() {
+		// Our own descriptor of the memfd: the handshake's is closed
+		// after it.
+		fd, err := unix.FcntlInt(uintptr(memfd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			p.unmapPeer(h.Slot, base, h.ArenaSize)
+			return nil, fmt.Errorf("cannot keep the arena descriptor of peer slot %d: %w", h.Slot, err)
+		}
+		pm.memfd = fd
+		pm.written = make([]uint64, (h.ArenaSize/pageSize+63)/64)
+	}
 	p.peers[h.Slot] = pm
 	return pm, nil
+}
+
+// pagesCheck is the slow path of pagesWritten: it asks the memfd where its
+// first hole at or after the range's first page is (SEEK_HOLE: a page never
+// written is a hole; one swapped out is not), and notes the range's pages
+// as written if that is past its end.
+func (pm *peerMap) pagesCheck(addr, n uint64) bool {
+	first, last := (addr-pm.addr)/pageSize, (addr+n-1-pm.addr)/pageSize
+	hole, err := unix.Seek(pm.memfd, int64(first*pageSize), unix.SEEK_HOLE)
+	if err != nil || uint64(hole) < addr+n-pm.addr {
+		return false
+	}
+	for i := first; i <= last; i++ {
+		atomic.OrUint64(&pm.written[i/64], 1<<(i%64))
+	}
+	return true
 }

@@ -199,9 +199,10 @@ func (c *Conn) SendBatch(msgs [][]byte) (int, error) {
 }
 
 // WriteMsg publishes buf to the peer without copying; ownership passes to the
-// peer until it acknowledges the message, then the buffer is freed.  It
-// blocks while the ring, the buffer quota or the connection's budget is
-// full.  On error the caller still owns buf.
+// peer until it acknowledges the message, then the buffer is freed.  Bytes
+// of buf never written read as zeros.  It blocks while the ring, the buffer
+// quota or the connection's budget is full.  On error the caller still owns
+// buf.
 func (c *Conn) WriteMsg(buf *Buffer) error {
 	if buf.p != c.p || buf.n == 0 {
 		return c.opErr("write", fmt.Errorf("not a live buffer of this process: %w", syscall.EINVAL))
@@ -225,7 +226,18 @@ func (c *Conn) WriteMsg(buf *Buffer) error {
 		return c.opErr("write", fmt.Errorf("buffer already sent or freed: %w", syscall.EBUSY))
 	}
 	c.hold(buf.addr, size)
+	touchPages(buf.addr, uint64(buf.n))
 	c.publish(nil, uint32(buf.n), buf.addr, slotBuf)
 	c.notifyRX()
 	return nil
+}
+
+// touchPages makes every page of a buffer we publish exist in our memfd: a
+// peer refuses a buffer over pages nobody wrote (pagesWritten), and a
+// caller need not have written all of its Buffer.  A read of a page of our
+// memfd that is not there allocates it; one that is there costs a load.
+func touchPages(addr, n uint64) {
+	for p, end := addr, addr+n; p < end; p = (p | (pageSize - 1)) + 1 {
+		_ = atomic.LoadUint32((*uint32)(addrPtr(p &^ 3)))
+	}
 }

@@ -232,6 +232,18 @@ RPAL_EXPORT void rpal_buf_free(void *buf)
 	arena_free(buf);
 }
 
+/* Every page of a buffer we publish exists in our memfd: a peer refuses a
+ * buffer over pages nobody wrote (peer_pages_written()), and a caller need
+ * not have written all of its buffer.  A read of a page of our memfd that
+ * is not there allocates it; one that is there costs a load. */
+static RPAL_WARM void pages_touch(const void *buf, size_t len)
+{
+	uintptr_t p = (uintptr_t)buf, end = p + len;
+
+	for (; p < end; p = (p | (RPAL_PAGE - 1)) + 1)
+		(void)*(const volatile char *)p;
+}
+
 RPAL_EXPORT RPAL_WARM int rpal_send_buf(int fd, void *buf, size_t len, int flags)
 {
 	struct rpal_conn *c;
@@ -256,6 +268,7 @@ RPAL_EXPORT RPAL_WARM int rpal_send_buf(int fd, void *buf, size_t len, int flags
 		arena_unclaim(buf);     /* still the caller's */
 		return ret;
 	}
+	pages_touch(buf, len);
 	publish_buf(c, buf, len, (uint64_t)size);
 	return sent(c, flags);
 }

@@ -269,6 +269,9 @@ int region_setup(void)
 	return ret;
 }
 
+static int peer_pages_setup(struct rpal_peer *p, int memfd);
+static void peer_pages_teardown(struct rpal_peer *p);
+
 void region_teardown(void)
 {
 	bool hosted = host_active();
@@ -281,6 +284,7 @@ void region_teardown(void)
 		/* Hosted: the region outlives us; give back what we mapped. */
 		if (hosted && !pid_shares_our_memory(p->pid))
 			unmap_peer_arena(p->slot, p->base, p->size);
+		peer_pages_teardown(p);
 		free(p);
 	}
 	if (rpal_g.alloc)
@@ -379,11 +383,15 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	p->base = base;
 	p->size = h->arena_size;
 	p->refs = 1;
+	p->memfd = -1;
 	if (!pid_shares_our_memory(pid)) {
-		/* Unreadable outside windows from here on (protect_peers). */
-		int ret = mpk_peer_attach(p);
+		int ret = peer_pages_setup(p, memfd);
 
+		/* Unreadable outside windows from here on (protect_peers). */
+		if (!ret)
+			ret = mpk_peer_attach(p);
 		if (ret) {
+			peer_pages_teardown(p);
 			unmap_peer_arena(h->slot, base, h->arena_size);
 			free(p);
 			return ret;
@@ -411,7 +419,52 @@ void peer_put(struct rpal_peer *p)
 	if (!pid_shares_our_memory(p->pid))
 		unmap_peer_arena(p->slot, p->base, p->size);
 	mpk_peer_detach(p);
+	peer_pages_teardown(p);
 	free(p);
+}
+
+/* The written-pages bitmap of a peer's arena, all clear, and a descriptor of
+ * its memfd of our own (the handshake's is closed after it). */
+static int peer_pages_setup(struct rpal_peer *p, int memfd)
+{
+	size_t words = (p->size / RPAL_PAGE + 63) / 64;
+
+	/* calloc: a large bitmap is fresh mmap'd memory, whose pages cost
+	 * only once touched. */
+	p->written = calloc(words, sizeof(*p->written));
+	if (!p->written)
+		return rpal_fail(ENOMEM, "out of memory for the page map of peer slot %u", p->slot);
+	p->memfd = fcntl(memfd, F_DUPFD_CLOEXEC, 3);
+	if (p->memfd < 0)
+		return rpal_fail(errno, "cannot keep the arena descriptor of peer slot %u", p->slot);
+	return 0;
+}
+
+static void peer_pages_teardown(struct rpal_peer *p)
+{
+	free((void *)p->written);
+	p->written = NULL;
+	if (p->memfd >= 0)
+		close(p->memfd);
+	p->memfd = -1;
+}
+
+/*
+ * The slow path of peer_pages_written(): asks the memfd where its first
+ * hole at or after the range's first page is (SEEK_HOLE: a page never
+ * written is a hole; one swapped out is not), and notes the range's pages
+ * as written if that is past its end.
+ */
+RPAL_WARM bool peer_pages_check(struct rpal_peer *p, uintptr_t addr, size_t len)
+{
+	size_t first = (addr - p->base) / RPAL_PAGE, last = (addr + len - 1 - p->base) / RPAL_PAGE;
+	off_t hole = lseek(p->memfd, (off_t)(first * RPAL_PAGE), SEEK_HOLE);
+
+	if (hole < 0 || (uint64_t)hole < addr + len - p->base)
+		return false;
+	for (size_t i = first; i <= last; i++)
+		atomic_fetch_or_explicit(&p->written[i / 64], 1ull << (i % 64), memory_order_relaxed);
+	return true;
 }
 
 RPAL_WARM void *arena_alloc(size_t len)

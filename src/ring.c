@@ -183,6 +183,8 @@ RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 			return violation(c, "buffer outside the peer's arena", out->addr);
 		if (out->len == 0)
 			return violation(c, "empty buffer message", 0);
+		if (unlikely(!peer_pages_written(c->peer, out->addr, out->len)))
+			return violation(c, "buffer over pages the peer never wrote", out->addr);
 	} else {
 		return violation(c, "unknown slot flags", out->flags);
 	}

@@ -4,6 +4,8 @@
  * rpal, one-copy and zero-copy, with checksums; every buffer comes back to
  * the allocator; shutdown reads as end of stream.
  */
+#include <sys/mman.h>
+
 #include "helpers.h"
 
 static const size_t sizes[] = { 1, 2, 3, 4, 7, 8, 15, 16, 17, 31, 32, 33, 39, 40, 41, 64, 100, 2048, 2049, 4096, 65536, 1 << 20 };
@@ -82,6 +84,29 @@ int main(void)
 		rpal_peer_window_close(w);
 		if (sizes[k] > RPAL_INLINE_MAX)
 			t_check(m.flags & RPAL_MSG_BUF, "large message not by pointer");
+		t_ok(rpal_msg_release(fd, &m, 1));
+	}
+
+	printf("zero-copy: a buffer written only in part goes out whole, the rest zeros\n");
+	{
+		const size_t len = 4u << 20;
+		unsigned char *b = rpal_buf_alloc(len), vec[(4u << 20) / 4096];
+		size_t untouched = 0;
+
+		t_check(b, "rpal_buf_alloc(%zu)", len);
+		memcpy(b, "partial", 8);
+		/* Pages nobody wrote yet, which a peer would refuse to read. */
+		t_check(mincore((void *)((uintptr_t)b & ~(uintptr_t)4095), len, vec) == 0, "mincore: %m");
+		for (size_t i = 0; i < sizeof(vec); i++)
+			untouched += !(vec[i] & 1);
+		t_check(untouched > 0, "every page of a fresh 4 MiB buffer is already there");
+		t_ok(rpal_send_buf(fd, b, len, 0));
+		t_check(t_ok(rpal_recv_msg(fd, &m, 1, 0)) == 1, "one message");
+		long w = t_ok(rpal_peer_window_open(fd));
+		const unsigned char *d = m.data;
+		t_check(m.len == len && !memcmp(d, "partial", 8) && !d[len / 2] && !d[len - 1],
+			"echo of a partly written buffer: %zu bytes", (size_t)m.len);
+		rpal_peer_window_close(w);
 		t_ok(rpal_msg_release(fd, &m, 1));
 	}
 

@@ -141,6 +141,8 @@ int main(void)
 				t_check(raw_answer(s2, why2, sizeof(why2)) > 0, "%s: the next client was not answered",
 					raw_fault_name[f]);
 			}
+			if (f == RAW_NO_FUTURE_WRITE)
+				t_check(err == EPROTO && strstr(why, "future writes"), "an arena that can have holes: %s", why);
 			if (f == RAW_HUGETLB && !strstr(why, "(no seals)")) {
 				/* Refused before its mapping, which could fail after
 				 * our reservation of the slot was given up for it. */

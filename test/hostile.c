@@ -2,7 +2,8 @@
 /*
  * Description: a connected peer that writes garbage into its own ring
  * (pointers outside its arena, lying lengths, bad flags, out-of-order and
- * wrapped sequence numbers, a reused block, forged acks) gets that one
+ * wrapped sequence numbers, a reused block, forged acks, a buffer over
+ * pages it never wrote, which we would pay for) gets that one
  * connection closed with EPROTO and a clear reason; the victim keeps
  * serving another connection.  A peer that never acknowledges exhausts its
  * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
@@ -32,13 +33,13 @@
 
 enum fault {
 	F_BUF_OUTSIDE, F_BUF_TOO_LONG, F_BUF_EMPTY, F_INLINE_TOO_LONG, F_FLAGS_NONE, F_FLAGS_BOTH,
-	F_SEQ_AHEAD, F_SEQ_WRAPPED, F_NONCE_CHANGED, F_FORGED_ACK, F_INLINE_EMPTY, F_NR
+	F_SEQ_AHEAD, F_SEQ_WRAPPED, F_NONCE_CHANGED, F_FORGED_ACK, F_INLINE_EMPTY, F_BUF_UNWRITTEN, F_NR
 };
 static const char *fault_name[F_NR] = {
 	"BUF pointer outside its arena", "BUF length past the arena end", "BUF of length 0",
 	"INLINE length 41", "no payload flag", "both payload flags", "sequence ahead",
 	"sequence from a later lap", "block nonce changed", "ack of a buffer it never got",
-	"INLINE length 0 (fake end of stream)",
+	"INLINE length 0 (fake end of stream)", "BUF over pages it never wrote",
 };
 
 static void hostile_child(enum fault f)
@@ -56,6 +57,15 @@ static void hostile_child(enum fault f)
 	case F_BUF_OUTSIDE: raw_publish(c, next, 64, RPAL_SLOT_BUF, 0x1000); break;
 	case F_BUF_TOO_LONG: raw_publish(c, next, 1 << 21, RPAL_SLOT_BUF, base + rpal_g.cfg.arena_size - 4096); break;
 	case F_BUF_EMPTY: raw_publish(c, next, 0, RPAL_SLOT_BUF, base + 8192); break;
+	case F_BUF_UNWRITTEN: {
+		/* 1 MiB in the middle of a fresh arena: nothing there yet.
+		 * Read, it would be allocated and charged to the victim. */
+		off_t off = (off_t)rpal_g.cfg.arena_size / 2, data = lseek(rpal_g.memfd, off, SEEK_DATA);
+
+		t_check(data < 0 || data >= off + (1 << 20), "the hostile peer's arena has data at %lld", (long long)data);
+		raw_publish(c, next, 1 << 20, RPAL_SLOT_BUF, base + (uintptr_t)off);
+		break;
+	}
 	case F_INLINE_TOO_LONG: raw_publish(c, next, 41, RPAL_SLOT_INLINE, 0); break;
 	case F_INLINE_EMPTY: raw_publish(c, next, 0, RPAL_SLOT_INLINE, 0); break;
 	case F_FLAGS_NONE: raw_publish(c, next, 4, 0, 0); break;

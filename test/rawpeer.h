@@ -22,7 +22,8 @@ enum raw_fault {
 	RAW_NONE, RAW_GARBAGE, RAW_SHORT, RAW_BAD_MAGIC, RAW_BAD_VERSION, RAW_NO_FDS, RAW_ONE_FD,
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
-	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB, RAW_NR
+	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB,
+	RAW_NO_FUTURE_WRITE, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -37,6 +38,7 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"garbage, an empty message, one with a socket",
 	"claims twice its arena, block past it",
 	"a hugetlb memfd as its arena",
+	"arena memfd without the future-write seal",
 };
 
 /* Publish one raw slot into the ring of our side of c, as a broken or
@@ -231,14 +233,31 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 			t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate");
 		} else {
 			t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate hugetlb");
-			fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+			fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
 		}
 		fds[0] = extra;
 		break;
+	case RAW_NO_FUTURE_WRITE: {
+		/* Our arena's written pages, in a memfd that lacks only that
+		 * seal: its owner could punch holes in it. */
+		off_t off = 0, end;
+
+		extra = memfd_create("punchable", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+		t_check(ftruncate(extra, (off_t)h.arena_size) == 0, "ftruncate");
+		while ((off = lseek(rpal_g.memfd, off, SEEK_DATA)) >= 0) {
+			end = lseek(rpal_g.memfd, off, SEEK_HOLE);
+			t_check(pwrite(extra, (const char *)rpal_g.arena + off, (size_t)(end - off), off) == end - off,
+				"pwrite");
+			off = end;
+		}
+		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		fds[0] = extra;
+		break;
+	}
 	case RAW_WRONG_SIZE:
 		extra = memfd_create("small", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		t_check(ftruncate(extra, 1 << 20) == 0, "ftruncate");
-		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
 		fds[0] = extra;
 		break;
 	case RAW_PIPE_BELL:             /* what wire version 2 sent */
@@ -259,7 +278,7 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_SIZE_MIX:              /* our own incarnation, a larger arena */
 		extra = memfd_create("twice", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		t_check(ftruncate(extra, (off_t)h.arena_size * 2) == 0, "ftruncate");
-		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
+		fcntl(extra, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_FUTURE_WRITE);
 		fds[0] = extra;
 		h.block = h.region_base + h.slot * h.slot_size + h.arena_size + RPAL_PAGE;
 		h.arena_size *= 2;
