@@ -33,6 +33,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <linux/kcmp.h>
 #include <poll.h>
 #include <unistd.h>
 #include <x86intrin.h>
@@ -126,11 +128,24 @@ int host_setup(struct rpal_config *cfg)
 	 * while it runs our constructors. */
 	if (pid != getppid() && pid != getpid())
 		return 0;
+	/* A hosted program that calls execve() keeps its pid and its parent,
+	 * and its environment names the block, but the new image has an
+	 * address space of its own: it is an ordinary process.  Tell the two
+	 * apart without touching the address: msync fails with ENOMEM where
+	 * no mapping covers it.  Where one happens to, the block must still
+	 * name this process as its program (or as the launcher). */
+	if (!addr || msync((void *)(uintptr_t)(addr & ~(uint64_t)4095),
+			   (addr & 4095) + sizeof(*h), MS_ASYNC) != 0)
+		return 0;
 	h = (struct rpal_host *)(uintptr_t)addr;
-	if (!h || h->magic != RPAL_HOST_MAGIC || h->version != RPAL_HOST_VERSION ||
+	if (h->magic != RPAL_HOST_MAGIC)
+		return 0;
+	if (h->version != RPAL_HOST_VERSION ||
 	    h->size != sizeof(*h) || prog >= h->nprogs || prog >= RPAL_HOST_MAX_PROGS)
 		return rpal_fail(EPROTO, "%s: the launcher's block does not match this librpal (version %u)",
 				 RPAL_HOST_ENV, RPAL_HOST_VERSION);
+	if (pid != getpid() && atomic_load(&h->progs[prog].pid) != getpid())
+		return 0;
 	cfg->region_base = h->region_base;
 	cfg->slot_size = h->slot_size;
 	cfg->nr_slots = h->nr_slots;
@@ -152,15 +167,29 @@ bool host_active(void)
 	return host != NULL;
 }
 
-bool pid_shares_our_memory(pid_t pid)
+/*
+ * A peer is another program of our host when its pid is a program's and
+ * the slot its hello names is that program's.  A program that called
+ * execve() keeps its pid (and its entry, until it ends) but runs in an
+ * address space of its own, as an ordinary process whose arena lies at a
+ * slot of its own choosing: reading it through our mapping of the region
+ * would fault or read another arena.  kcmp(KCMP_VM) says whether the pid
+ * still shares our memory; where it cannot answer (no CONFIG_KCMP, a
+ * seccomp policy, another uid), the slot alone decides.
+ */
+bool pid_shares_our_memory(pid_t pid, unsigned slot)
 {
 	unsigned i;
 
 	if (pid == getpid())
 		return true;
-	for (i = 0; host && i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++)
-		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) == pid)
-			return true;
+	for (i = 0; host && i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++) {
+		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) != pid)
+			continue;
+		if (atomic_load(&host->progs[i].slot) != (int32_t)slot)
+			return false;
+		return syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0;
+	}
 	return false;
 }
 

@@ -9,7 +9,7 @@
 #if RPAL_HOSTED
 int host_setup(struct rpal_config *cfg) { (void)cfg; return 0; }
 bool host_active(void) { return false; }
-bool pid_shares_our_memory(pid_t pid) { return pid == getpid(); }
+bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot; return pid == getpid(); }
 void host_forget_child(void) {}
 void host_slot_claimed(unsigned slot) { (void)slot; }
 void host_stat_attach(void) {}

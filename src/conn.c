@@ -171,7 +171,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
 	lock_init(&c->out_lock);
 	c->peer_pid = uc->pid;
-	c->local = host_active() && pid_shares_our_memory(uc->pid);
+	c->local = host_active() && c->peer->local;
 	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;

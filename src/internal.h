@@ -48,6 +48,7 @@ struct rpal_peer {
 	struct rpal_peer *next;
 	unsigned slot;
 	pid_t pid;
+	bool local;         /* a program of our host: its arena is its own mapping, not ours */
 	uint64_t arena_nonce;
 	uintptr_t base;
 	size_t size;

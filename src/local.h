@@ -32,7 +32,8 @@ void conn_hangup_all(void);
 #if RPAL_HOSTED
 int host_setup(struct rpal_config *cfg);        /* under `rpal run`: join the launcher's block */
 bool host_active(void);                         /* this program is one of a host's */
-bool pid_shares_our_memory(pid_t pid);          /* ourselves, or another program of our host */
+bool pid_shares_our_memory(pid_t pid, unsigned slot); /* ourselves, or the program of our host that
+							 * holds slot */
 void host_forget_child(void);                   /* a forked child is not */
 void host_slot_claimed(unsigned slot);
 void host_stat_attach(void);                    /* our statistics page takes our call counters */
@@ -85,7 +86,7 @@ void call_signal_allow_syscalls(void);         /* a signal handler inside a call
 #else
 static inline int host_setup(struct rpal_config *cfg) { (void)cfg; return 0; }
 static inline bool host_active(void) { return false; }
-static inline bool pid_shares_our_memory(pid_t pid) { return pid == getpid(); }
+static inline bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot; return pid == getpid(); }
 static inline void host_forget_child(void) {}
 static inline void host_slot_claimed(unsigned slot) { (void)slot; }
 static inline void host_stat_attach(void) {}

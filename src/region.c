@@ -282,7 +282,7 @@ void region_teardown(void)
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;
 		/* Hosted: the region outlives us; give back what we mapped. */
-		if (hosted && !pid_shares_our_memory(p->pid))
+		if (hosted && !p->local)
 			unmap_peer_arena(p->slot, p->base, p->size);
 		peer_pages_teardown(p);
 		free(p);
@@ -319,6 +319,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	struct rpal_peer *p, **pp;
 	uintptr_t base = slot_base(h->slot);
 	const struct rpal_arena_hdr *ah;
+	bool local;
 	void *m;
 
 	for (pp = &rpal_g.peers; (p = *pp); pp = &p->next) {
@@ -346,7 +347,8 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 				 "of departed pid %d", (int)pid, h->slot, (int)p->pid);
 	}
 
-	if (pid_shares_our_memory(pid)) {
+	local = pid_shares_our_memory(pid, h->slot);
+	if (local) {
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
@@ -367,13 +369,13 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	ah = m;
 	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
 	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
-		if (!pid_shares_our_memory(pid))
+		if (!local)
 			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		if (!pid_shares_our_memory(pid))
+		if (!local)
 			unmap_peer_arena(h->slot, base, h->arena_size);
 		return rpal_fail(ENOMEM, "out of memory");
 	}
@@ -384,7 +386,8 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	p->size = h->arena_size;
 	p->refs = 1;
 	p->memfd = -1;
-	if (!pid_shares_our_memory(pid)) {
+	p->local = local;
+	if (!local) {
 		int ret = peer_pages_setup(p, memfd);
 
 		/* Unreadable outside windows from here on (protect_peers). */
@@ -416,7 +419,7 @@ void peer_put(struct rpal_peer *p)
 			break;
 		}
 	}
-	if (!pid_shares_our_memory(p->pid))
+	if (!p->local)
 		unmap_peer_arena(p->slot, p->base, p->size);
 	mpk_peer_detach(p);
 	peer_pages_teardown(p);

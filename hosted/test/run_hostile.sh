@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run_hostile.sh RPAL PROG_HOSTILE - what a joined program does to its own process does not end
+# another program of the host, nor itself.
+#  1. A program that execs another rpal program (prog_hostile exec prog_hostile client ...): its
+#     pid and parent stay the host's, its environment still names the host's block, its memory is
+#     its own.  With no server, the client says it cannot connect and exits 1 (its librpal must not
+#     read the block through an address that its new image does not map: signal 11); with a joined
+#     server, the exec'd client is an ordinary peer, its messages are answered, and the server runs
+#     on (it must not read the client's arena through the host's region: signal 11) and serves a
+#     joined client with RPAL calls.
+#  2. The server quits when told.
+# Prints what it checks; exits 0 pass, 1 fail, 77 skip.
+set -u
+RPAL=$1 PROG=$2
+. "$(dirname "$0")/hostlib.sh"
+. "$(dirname "$0")/calls_here.sh"
+svc=hostile-$$
+start_host hs
+# state PID: the state `rpal ps` gives the program PID.
+state() { "$RPAL" ps hs | awk -v p="$1" '$1 == p { print $2 }'; }
+
+# ---- 1. execve
+out=$(timeout 30 "$RPAL" join hs "$PROG" exec "$PROG" client "$svc-none" ping 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+[ $rc -eq 1 ] && echo "$out" | grep -q "client: connect $svc-none" &&
+	ok "an exec'd rpal program with no server says it cannot connect and exits 1" ||
+	bad "an exec'd rpal program with no server: rc $rc"
+
+timeout 60 "$RPAL" join hs "$PROG" server "$svc" >"$tmp/srv.out" 2>&1 &
+sj=$!
+for _ in $(seq 1000); do grep -q "server: ready" "$tmp/srv.out" && break; sleep 0.01; done
+spid=$("$RPAL" ps hs --json | grep -o '"pid": [0-9]*' | tail -1 | sed 's/.*: //')
+out=$(timeout 30 "$RPAL" join hs "$PROG" exec "$PROG" client "$svc" syscall ping 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c 'answer')" = 2 ] &&
+	ok "an exec'd rpal client is answered by a joined server" || bad "the exec'd client: rc $rc"
+st=$(state "$spid")
+[ "$st" = running ] && ok "the server (pid $spid) is still running" ||
+	bad "the server (pid $spid) is $st: $(cat "$tmp/srv.out")"
+out=$(timeout 30 "$RPAL" join hs "$PROG" client "$svc" syscall ping 2>&1)
+rc=$?
+[ $rc -eq 0 ] && ok "a joined client is answered after it" || bad "a joined client after it: rc $rc, $out"
+
+timeout 30 "$RPAL" join hs "$PROG" client "$svc" quit >/dev/null 2>&1
+wait $sj
+rc=$?
+[ $rc -eq 0 ] && grep -q "server: quit" "$tmp/srv.out" && ok "the server quits when told, exit 0" ||
+	bad "the server's joiner: rc $rc: $(cat "$tmp/srv.out")"
+"$RPAL" ps hs | sed 's/^/  | /'
+
+kill -TERM $hpid
+wait $hpid
+exit $fail
