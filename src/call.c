@@ -309,6 +309,34 @@ static void sender_key_make(void)
 	sender_key_ok = pthread_key_create(&sender_key, sender_free) == 0;
 }
 
+/*
+ * Can this thread run a receiver?  A system call of the receiver's code
+ * traps with a SIGSYS, and a fault with a SIGSEGV, SIGBUS, SIGFPE or SIGILL,
+ * that the kernel forces on this thread: where the signal is blocked here
+ * (a thread that blocks every signal and takes them with sigwait or a
+ * signalfd), or SIGSYS is ignored or at its default in this process, the
+ * kernel resets it to the default action and the whole process dies of it,
+ * taking the receiver with it.  Such a thread makes no calls: its messages
+ * wake the receiver's own thread, as in connected mode.  Asked when a
+ * thread would make its first call, and again at each send while the
+ * answer is no (two system calls; the wake-up costs more).
+ */
+static bool sender_may_call(void)
+{
+	static const int forced[] = { SIGSYS, SIGSEGV, SIGBUS, SIGFPE, SIGILL };
+	struct sigaction sa;
+	sigset_t mask;
+
+	if (pthread_sigmask(SIG_SETMASK, NULL, &mask) != 0)
+		return false;
+	for (unsigned i = 0; i < sizeof(forced) / sizeof(forced[0]); i++)
+		if (sigismember(&mask, forced[i]))
+			return false;
+	if (sigaction(SIGSYS, NULL, &sa) != 0)
+		return false;
+	return (sa.sa_flags & SA_SIGINFO) || (sa.sa_handler != SIG_IGN && sa.sa_handler != SIG_DFL);
+}
+
 /* This thread's record, made on its first call.  A thread inherits its
  * creator's gs base, so the record names the thread (its TCB) it belongs to.
  * s: what the gs base points at now; fs: our fs base. */
@@ -316,6 +344,8 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 {
 	if (likely(s && s->magic == RPAL_SENDER_MAGIC && s->owner_fs == fs))
 		return s;
+	if (!sender_may_call())
+		return NULL;
 	pthread_once(&sender_once, sender_key_make);
 	if (!sender_key_ok)
 		return NULL;

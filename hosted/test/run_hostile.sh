@@ -8,7 +8,10 @@
 #     server, the exec'd client is an ordinary peer, its messages are answered, and the server runs
 #     on (it must not read the client's arena through the host's region: signal 11) and serves a
 #     joined client with RPAL calls.
-#  2. The server quits when told.
+#  2. A client thread that blocks every signal, or a client that ignores SIGSYS, before its first
+#     send, sends into a handler that makes a system call: the kernel's SIGSYS for it would find
+#     the signal blocked or ignored and end the client, and the server with the receiver it ran.
+#     Both run on, the answers come, and the server quits when told.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2
@@ -43,6 +46,19 @@ out=$(timeout 30 "$RPAL" join hs "$PROG" client "$svc" syscall ping 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ok "a joined client is answered after it" || bad "a joined client after it: rc $rc, $out"
 
+# ---- 2. a sender whose thread cannot take SIGSYS
+for how in blockall ignsys; do
+	out=$(timeout 30 "$RPAL" join hs "$PROG" client "$svc" $how syscall ping syscall 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  | /'
+	[ $rc -eq 0 ] && [ "$(echo "$out" | grep -c 'answer')" = 3 ] &&
+		ok "$how: the client's sends into a handler that makes a system call are answered, exit 0" ||
+		bad "$how: the client exits $rc"
+	sleep 0.3 # the host marks a program failed as it reaps it
+	st=$(state "$spid")
+	[ "$st" = running ] && ok "$how: the server is still running" ||
+		bad "$how: the server is $st: $(cat "$tmp/srv.out")"
+done
 timeout 30 "$RPAL" join hs "$PROG" client "$svc" quit >/dev/null 2>&1
 wait $sj
 rc=$?
