@@ -14,12 +14,11 @@ import (
 // (Accept) or message connections (AcceptConn).  Handshakes run
 // concurrently: a client that stalls is dropped after the handshake timeout
 // without delaying others.  What clients can make a listener hold is
-// bounded, as it is for a socket's backlog: at most maxHandshakes
-// handshakes run at once (when all are taken and another client waits, the
-// oldest that has not spoken yet is dropped to make room), and at most
-// maxReady connections wait for Accept; a client that finds them all
-// waiting is refused (EAGAIN) at half the handshake timeout.  The rest
-// wait in the kernel's backlog.
+// bounded, as it is for a socket's backlog: at most 64 handshakes run at
+// once (when all are taken and another client waits, the oldest that has
+// not spoken yet is dropped to make room), and at most 16 connections wait
+// for Accept; a client that finds them all waiting is refused (EAGAIN) at
+// half the handshake timeout.  The rest wait in the kernel's backlog.
 type Listener struct {
 	p       *process
 	service string
@@ -40,6 +39,8 @@ type Listener struct {
 	exited  chan struct{}           // a token when a handshake ends: room for the next
 }
 
+// The bounds of the Listener's documentation, which gives their values:
+// change both together.
 const (
 	maxHandshakes = 64
 	maxReady      = 16

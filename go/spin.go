@@ -13,7 +13,7 @@ type WaitPolicy uint8
 
 const (
 	// WaitAdaptive spins up to a budget that adapts to how long recent
-	// waits lasted (see spinner).
+	// waits lasted (see Stream and docs/GO.md, "Waiting").
 	WaitAdaptive WaitPolicy = iota
 	// WaitSpin spins the whole ceiling (Config.Spin, or StreamSpin) every
 	// time, then sleeps.

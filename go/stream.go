@@ -29,8 +29,8 @@ import (
 //
 // A server's Stream (from Listener.Accept) waits mostly for the next
 // request, which nothing on its side is computing.  Under a ceiling raised
-// beyond requestGap its reader still counts a wait beyond requestGap as
-// long, where a client's counts only those beyond the ceiling: when such
+// beyond 80 µs its reader still counts a wait beyond 80 µs as long, where
+// a client's counts only those beyond the ceiling: when such
 // gaps are what usually comes next, it spins the floor and then sleeps.
 // A sleep adds a wake-up to the request's latency, 30-60 µs across cores
 // on small VMs: spinning through a longer gap would spend more than twice
@@ -58,7 +58,7 @@ type Stream struct {
 }
 
 // requestGap is the longest wait a server's Stream reader still counts as
-// short (see Stream).
+// short (see Stream, whose documentation gives its value).
 const requestGap = 80 * time.Microsecond
 
 // A Stream is what net.Conn users (net/http, gRPC) take.
