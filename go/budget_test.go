@@ -7,9 +7,11 @@ package rpal
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -306,5 +308,29 @@ func TestStreamStoppedPeers(t *testing.T) {
 		if !bytes.Equal(in, out) {
 			t.Fatalf("healthy echo %d differs", i)
 		}
+	}
+}
+
+// The sizes a message may not have are refused with errors that say so:
+// an empty one (a buffer truncated to nothing too) and one larger than
+// half the arena, which Alloc's error gives as the bound.
+func TestMessageSizeErrors(t *testing.T) {
+	a, _ := connPair(t)
+	b, err := Alloc(1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	b.Truncate(0)
+	if err := a.WriteMsg(b); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "empty message") {
+		t.Errorf("WriteMsg of a buffer truncated to 0: %v; want EINVAL saying the message is empty", err)
+	}
+	if err := a.Send(nil); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "empty message") {
+		t.Errorf("Send(nil): %v; want EINVAL saying the message is empty", err)
+	}
+	half := a.p.cfg.ArenaSize / 2
+	_, err = Alloc(int(half) + 1)
+	if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), fmt.Sprintf("1..%d", half)) {
+		t.Errorf("Alloc of half the arena and a byte: %v; want EINVAL giving the bound 1..%d", err, half)
 	}
 }

@@ -68,14 +68,15 @@ type Buffer struct {
 }
 
 // Alloc returns n bytes of this process's arena (64-byte aligned) for
-// WriteMsg.
+// WriteMsg.  n must be in 1..Config.ArenaSize/2 (EINVAL otherwise), as a
+// message must; ENOMEM means the arena has no room for it now.
 func Alloc(n int) (*Buffer, error) {
 	p, err := ensure()
 	if err != nil {
 		return nil, err
 	}
 	if n <= 0 || uint64(n) > p.cfg.ArenaSize/2 {
-		return nil, fmt.Errorf("rpal: alloc of %d bytes: %w", n, syscall.EINVAL)
+		return nil, fmt.Errorf("rpal: alloc of %d bytes: not in 1..%d (half the arena): %w", n, p.cfg.ArenaSize/2, syscall.EINVAL)
 	}
 	addr, ok := p.allocData(uint64(n), 0) // leaves the reserve for connection blocks
 	if !ok && p.reapAcks() {
@@ -94,7 +95,8 @@ func (b *Buffer) Bytes() []byte { return unsafe.Slice((*byte)(b.p.ptr(b.addr)), 
 // this arena.
 func (b *Buffer) Pointer() unsafe.Pointer { return b.p.ptr(b.addr) }
 
-// Truncate shortens the length WriteMsg will send.
+// Truncate shortens the length WriteMsg will send; WriteMsg refuses an
+// empty message, as Send does.
 func (b *Buffer) Truncate(n int) {
 	if n >= 0 && n < b.n {
 		b.n = n

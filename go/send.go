@@ -166,7 +166,9 @@ func (c *Conn) sendSlotsLocked(b []byte) (int, error) {
 // Send sends one message with one copy: payloads up to InlineMax bytes
 // travel in the ring slot, larger ones in a buffer of our arena that the
 // peer acknowledges.  It blocks while the ring, the buffer quota or the
-// connection's budget (Config.ConnBudget) is full.
+// connection's budget (Config.ConnBudget) is full.  An empty message fails
+// with EINVAL, one larger than half the arena (Config.ArenaSize) with
+// EMSGSIZE.
 func (c *Conn) Send(b []byte) error {
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
@@ -204,8 +206,11 @@ func (c *Conn) SendBatch(msgs [][]byte) (int, error) {
 // quota or the connection's budget is full.  On error the caller still owns
 // buf.
 func (c *Conn) WriteMsg(buf *Buffer) error {
-	if buf.p != c.p || buf.n == 0 {
+	if buf.p != c.p {
 		return c.opErr("write", fmt.Errorf("not a live buffer of this process: %w", syscall.EINVAL))
+	}
+	if buf.n == 0 { // Truncate(0): said as Send says it
+		return c.opErr("write", fmt.Errorf("empty messages are not allowed: %w", syscall.EINVAL))
 	}
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
