@@ -89,10 +89,19 @@ func TestPolicyRefused(t *testing.T) {
 	}
 	t.Log(err)
 	// The client refuses a server it does not trust, too.
-	name2, _ := newService(t)
+	name2, l2 := newService(t)
 	d := Dialer{Policy: &Policy{GIDs: []uint32{999999}}}
 	if _, err := d.DialContext(t.Context(), name2); !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("client policy: %v", err)
+	}
+	// The server records the client's refusal as one, with its reason.
+	var errs []error
+	for end := time.Now().Add(2 * time.Second); len(errs) == 0 && time.Now().Before(end); time.Sleep(time.Millisecond) {
+		errs = l2.Refused()
+	}
+	if len(errs) != 1 || !errors.Is(errs[0], syscall.EACCES) || !strings.Contains(errs[0].Error(), "refused us") ||
+		!strings.Contains(errs[0].Error(), "not allowed by policy") {
+		t.Fatalf("the server's record of a client that refused it: %v; want EACCES, refused us, and the client's reason", errs)
 	}
 }
 

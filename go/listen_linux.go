@@ -126,6 +126,12 @@ func (l *Listener) serverHandshake(h *handshake) (*Conn, error) {
 		sendRefuse(uc, syscall.EACCES, "cannot read peer credentials")
 		return nil, err
 	}
+	// A client whose policy refuses us answers with a REFUSE instead of a
+	// HELLO and hangs up: say that, not that it broke the protocol.
+	if r, ok := parseRefuse(msg); ok {
+		closeFds(fds)
+		return nil, refused(syscall.Errno(r.Errno), "client pid %d refused us: %s", cred.Pid, r.Reason)
+	}
 	if !l.policy.allows(cred.Uid, cred.Gid) {
 		closeFds(fds)
 		why := fmt.Sprintf("peer pid %d uid %d gid %d is not allowed by policy", cred.Pid, cred.Uid, cred.Gid)
