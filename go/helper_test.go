@@ -33,6 +33,9 @@ func runHelper(role string) int {
 	if role == "linger-server" {
 		return lingerServer(name)
 	}
+	if role == "hold-server" {
+		return holdServer(name)
+	}
 	c, err := DialConn(name)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

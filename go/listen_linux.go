@@ -160,8 +160,15 @@ func (l *Listener) makeConn(h *handshake, msg []byte, fds []int, cred *unix.Ucre
 	s, err := p.newSide()
 	if err != nil {
 		closeFds(fds)
-		sendRefuse(uc, syscall.ENOMEM, "server cannot create a connection")
-		return nil, err
+		// The client's only clue: say why (no room in our arena, no
+		// descriptor for a doorbell), with the errno of that cause.
+		errno := syscall.ENOMEM
+		var e syscall.Errno
+		if errors.As(err, &e) {
+			errno = e
+		}
+		sendRefuse(uc, errno, "server cannot create a connection: "+err.Error())
+		return nil, fmt.Errorf("refused client pid %d: %w", cred.Pid, err)
 	}
 	c, err := p.accept(uc, msg, fds, hsHello, cred, s, l.service)
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -288,6 +290,66 @@ func TestCloseLingerMakesRoom(t *testing.T) {
 
 // lingerServer is TestCloseLingerMakesRoom's server: it answers and closes
 // RPAL_GO_ITERS connections, then waits for its stdin to close.
+// A server whose arena has no room for another connection block says so
+// to the client it refuses: ENOMEM, and why.
+func TestRefusalSaysArenaFull(t *testing.T) {
+	name := fmt.Sprintf("gotest-hold-%d-%d", os.Getpid(), svcSeq.Add(1))
+	cmd := helperCmd("hold-server", name)
+	cmd.Env = append(cmd.Env, "RPAL_ARENA_SIZE=1048576")
+	stdin, err := cmd.StdinPipe() // the server exits when we close it
+	if err != nil {
+		t.Fatal(err)
+	}
+	startReady(t, cmd)
+	defer stdin.Close()
+	var conns []*Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range lingerConns {
+		c, err := DialConn(name)
+		if err == nil {
+			conns = append(conns, c)
+			continue
+		}
+		if !errors.Is(err, syscall.ENOMEM) || !strings.Contains(err.Error(), "no room for a connection block") {
+			t.Fatalf("connection %d to a server whose arena is full: %v; want ENOMEM saying there is no room for a connection block", len(conns), err)
+		}
+		t.Log(err)
+		return
+	}
+	t.Fatalf("a server with a 1 MiB arena holding every connection took %d", len(conns))
+}
+
+// holdServer accepts connections and keeps them open until its stdin
+// closes.
+func holdServer(name string) int {
+	l, err := Listen(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "hold server:", err)
+		return 1
+	}
+	defer l.Close()
+	var mu sync.Mutex
+	var conns []*Conn
+	go func() {
+		for {
+			c, err := l.AcceptConn()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	fmt.Println("ready")
+	io.Copy(io.Discard, os.Stdin)
+	return 0
+}
+
 func lingerServer(name string) int {
 	n, _ := strconv.Atoi(os.Getenv("RPAL_GO_ITERS"))
 	l, err := Listen(name)
