@@ -58,7 +58,12 @@ func (d *Dialer) DialConn(service string) (*Conn, error) {
 // and doorbells, and maps the server's arena read-only.  Errors are
 // *net.OpError values that unwrap to an errno: ENOENT/ECONNREFUSED (no
 // such service), EACCES (credentials refused by either side), EPROTO (the
-// peer spoke garbage), ETIMEDOUT, EADDRINUSE (the peer claims our slot).
+// peer spoke garbage), ETIMEDOUT (no answer within the handshake
+// timeout), EADDRINUSE (the peer claims our slot), EAGAIN (the server's
+// connections waiting for Accept are at their bound), ENOMEM (no room
+// for the connection in our arena or the server's), EBUSY (every slot of
+// the region is taken: rpal could not initialise, an *InitError); the
+// context's end unwraps to context.Canceled or DeadlineExceeded.
 func (d *Dialer) DialConnContext(ctx context.Context, service string) (*Conn, error) {
 	if err := checkOS(); err != nil {
 		return nil, err
