@@ -38,8 +38,10 @@ func (d *Dialer) Dial(service string) (net.Conn, error) {
 }
 
 // DialContext connects to a service and returns a byte stream (a *Stream);
-// as a method value its signature fits grpc.WithContextDialer.  See
-// DialConnContext.
+// as a method value its signature fits grpc.WithContextDialer.  Name the
+// service in the gRPC target as "passthrough:///<service>": the default
+// resolver, dns, would look the name up and fail with "produced zero
+// addresses" before the dialer is called.  See DialConnContext.
 func (d *Dialer) DialContext(ctx context.Context, service string) (net.Conn, error) {
 	c, err := d.DialConnContext(ctx, service)
 	if err != nil {
