@@ -41,6 +41,14 @@ import (
 // over 100 µs), it spins instead the budget that would have cost least on
 // its last 64 waits, counting a sleep as 40 µs.
 //
+// A Stream holds far less unread data than a TCP socket: at most
+// Config.RingEntries messages (256 by default: about 10 KiB of writes of
+// up to 320 bytes, which travel 40 bytes per ring slot).  Two sides that
+// each write more than that before reading (requests pipelined to a
+// server that answers each with a Write) both block until their
+// deadlines, where over TCP they would not; see docs/GO.md for what such
+// a protocol can do.
+//
 // Either side's reader that rang its peer awake after a pause longer than
 // Config.Spin sleeps at once for the answer, which comes no sooner than
 // the peer's wake-up (Config.Spin, not a raised Stream ceiling: that one
