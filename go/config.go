@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -22,7 +23,9 @@ const (
 	DefaultHandshakeTimeout = 1000 * time.Millisecond
 )
 
-// Config holds the process-wide settings read once by Init.
+// Config holds the process-wide settings read once by Init.  Start from
+// DefaultConfig and change what you need: a zero field is not its default
+// (a zero Spin never spins, a zero geometry is refused).
 type Config struct {
 	RegionBase       uint64        // start of the reserved region, slot-aligned
 	SlotSize         uint64        // bytes per slot; a power of two >= 1 MiB
@@ -124,6 +127,10 @@ func (c *Config) check() error {
 	switch {
 	case c.envErr != "":
 		return fmt.Errorf("config: %s", c.envErr)
+	case c.SlotSize == 0 && c.NrSlots == 0 && c.RegionBase == 0 && c.ArenaSize == 0:
+		// A Config literal that sets only what its author cares about:
+		// its zero fields are not the defaults.
+		return errors.New("config: no region geometry (SlotSize, NrSlots, RegionBase and ArenaSize are 0): start from DefaultConfig() and change what you need")
 	case !pow2(c.SlotSize) || c.SlotSize < 1<<20:
 		return fmt.Errorf("config: slot size %#x must be a power of two >= 1 MiB", c.SlotSize)
 	case c.NrSlots < 2 || c.NrSlots > 4096:

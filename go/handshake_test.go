@@ -1073,3 +1073,19 @@ func TestWelcomeFailsWithPassedFdQueued(t *testing.T) {
 		t.Fatal("the server's handshake blocked on a lingering socket its client queued behind its HELLO")
 	}
 }
+
+// A Config literal that sets only the runtime directory is refused with an
+// error that says to start from DefaultConfig, not with the first zero
+// field's limit.
+func TestConfigLiteralRefused(t *testing.T) {
+	c := Config{RuntimeDir: t.TempDir()}
+	err := c.check()
+	if err == nil || !strings.Contains(err.Error(), "DefaultConfig()") {
+		t.Fatalf("check of a Config with only RuntimeDir set: %v; want an error pointing to DefaultConfig()", err)
+	}
+	d := DefaultConfig()
+	d.RuntimeDir = c.RuntimeDir
+	if err := d.check(); err != nil {
+		t.Fatalf("DefaultConfig with RuntimeDir set: %v", err)
+	}
+}
