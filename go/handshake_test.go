@@ -1089,3 +1089,16 @@ func TestConfigLiteralRefused(t *testing.T) {
 		t.Fatalf("DefaultConfig with RuntimeDir set: %v", err)
 	}
 }
+
+// Init after the process is initialised says that it is, and that Init
+// must come before the calls that initialise it with DefaultConfig.
+func TestInitAfterFirstUse(t *testing.T) {
+	if _, err := ensure(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	err := Init(&cfg)
+	if err == nil || !strings.Contains(err.Error(), "already initialised") || !strings.Contains(err.Error(), "call Init before") {
+		t.Fatalf("Init after first use: %v; want it to say the process is initialised and Init comes first", err)
+	}
+}

@@ -47,13 +47,18 @@ var (
 )
 
 // Init reserves the region, claims a slot and creates this process's arena,
-// like rpal_init().  cfg may be nil (DefaultConfig).  Other functions call it
-// with nil on first use; a second explicit call fails.
+// like rpal_init().  cfg may be nil (DefaultConfig).  Other functions
+// (Dial, Listen, Alloc, ProcessStats and the like) initialise with
+// DefaultConfig on first use, so a Config of one's own must be given to
+// Init before any of them: once the process is initialised, by Init or by
+// them, Init fails.
 func Init(cfg *Config) error {
 	procMu.Lock()
 	defer procMu.Unlock()
 	if proc != nil {
-		return errors.New("rpal: already initialised")
+		// Often by a Dial or Listen that came first, with DefaultConfig:
+		// cfg was not applied, and the caller should know why.
+		return errors.New("rpal: already initialised (by an earlier Init, or with DefaultConfig by the first Dial, Listen, Alloc or ProcessStats): call Init before them")
 	}
 	_, err := initLocked(cfg)
 	return err
