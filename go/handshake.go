@@ -51,6 +51,10 @@ func (p *process) socketPath(service string) (addr, lock string, err error) {
 			return "", "", fmt.Errorf("service name %s is too long: %w", service, syscall.ENAMETOOLONG)
 		}
 		return service, "", nil
+	case strings.IndexByte(service, 0) >= 0:
+		// The kernel ends a socket path at its first NUL: "a\x00b" would
+		// reach the socket "a" (abstract names, above, may hold any byte).
+		return "", "", fmt.Errorf("service name %q contains a NUL byte: %w", service, syscall.EINVAL)
 	case service[0] == '/':
 		addr = service
 	case strings.Contains(service, "/"):

@@ -73,6 +73,31 @@ func TestDialErrors(t *testing.T) {
 	if _, err := Listen(name); !errors.Is(err, syscall.EADDRINUSE) {
 		t.Fatalf("second listener: %v", err)
 	}
+	// A name with a NUL byte is refused: the kernel would end the socket
+	// path there and reach another service's socket.
+	path := t.TempDir() + "/s.sock"
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		if c, err := l.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	for _, s := range []string{path + "\x00other", "a\x00b"} {
+		c, err := DialConn(s)
+		if err == nil {
+			c.Close()
+		}
+		if !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("dial %q: %v; want EINVAL saying the name has a NUL byte", s, err)
+		}
+		if _, err := Listen(s); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "NUL") {
+			t.Errorf("listen %q: %v; want EINVAL saying the name has a NUL byte", s, err)
+		}
+	}
 }
 
 func TestPolicyRefused(t *testing.T) {
