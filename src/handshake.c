@@ -246,7 +246,7 @@ int memfd_check(int fd, uint64_t size, char *why, size_t whylen)
 	if ((seals & (F_SEAL_SHRINK | F_SEAL_GROW)) != (F_SEAL_SHRINK | F_SEAL_GROW))
 		return WHY("peer's arena is not sealed against shrink and grow (seals %#x)", seals);
 	/* Nobody else can map it writable, and nobody can punch holes in it:
-	 * a page we found written stays so (see peer_pages_written()). */
+	 * a page we found written stays so (see peer_pages_known()). */
 	if (!(seals & F_SEAL_FUTURE_WRITE))
 		return WHY("peer's arena is not sealed against future writes (seals %#x)", seals);
 	if ((uint64_t)st.st_size != size)

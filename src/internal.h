@@ -57,7 +57,7 @@ struct rpal_peer {
 	int pkey;           /* protection key of the mapping, if pkru_bits */
 	uint32_t pkru_bits; /* its PKRU access-disable bit; 0: not protected */
 	/* Pages of the arena known written (one bit each), and the arena's
-	 * memfd to look up the others (see peer_pages_written()); NULL and
+	 * memfd to look up the others (see peer_pages_known()); NULL and
 	 * -1 where the peer shares our memory. */
 	_Atomic uint64_t *written;
 	int memfd;
@@ -327,31 +327,27 @@ bool peer_pages_check(struct rpal_peer *p, uintptr_t addr, size_t len);
 
 /*
  * Has the peer written every page of [addr, addr + len) of its arena (a
- * range inside it, len > 0)?  Reading a page of a memory file that nobody
- * wrote allocates it, and charges it to the reader: a peer that published
- * buffers over its untouched pages would fill our memory cgroup at no cost
- * of its own.  Pages once written stay so (the arena's future-write seal
- * forbids punching holes), so each is looked up once (peer_pages_check).
+ * range inside it, len > 0), as far as we know already?  Reading a page of
+ * a memory file that nobody wrote allocates it, and charges it to the
+ * reader: a peer that published buffers over its untouched pages would
+ * fill our memory cgroup at no cost of its own.  Pages once written stay
+ * so (the arena's future-write seal forbids punching holes), so each is
+ * looked up once (peer_pages_check(), also for a range of more than 64
+ * pages, which this inline look leaves to it).
  */
-static inline bool peer_pages_written(struct rpal_peer *p, uintptr_t addr, size_t len)
+static inline bool peer_pages_known(const struct rpal_peer *p, uintptr_t addr, size_t len)
 {
-	size_t first, last, w;
+	size_t first, last;
+	uint64_t want;
 
 	if (!p->written)
 		return true;
 	first = (addr - p->base) / RPAL_PAGE;
 	last = (addr + len - 1 - p->base) / RPAL_PAGE;
-	for (w = first / 64; w <= last / 64; w++) {
-		uint64_t want = ~0ull;
-
-		if (w == first / 64)
-			want &= ~0ull << (first % 64);
-		if (w == last / 64)
-			want &= ~0ull >> (63 - last % 64);
-		if ((load_relaxed(&p->written[w]) & want) != want)
-			return peer_pages_check(p, addr, len);
-	}
-	return true;
+	if (first / 64 != last / 64)
+		return false;
+	want = (~0ull << (first % 64)) & (~0ull >> (63 - last % 64));
+	return (load_relaxed(&p->written[first / 64]) & want) == want;
 }
 void *arena_alloc(size_t len);
 long arena_free(void *p);

@@ -233,7 +233,7 @@ RPAL_EXPORT void rpal_buf_free(void *buf)
 }
 
 /* Every page of a buffer we publish exists in our memfd: a peer refuses a
- * buffer over pages nobody wrote (peer_pages_written()), and a caller need
+ * buffer over pages nobody wrote (peer_pages_known()), and a caller need
  * not have written all of its buffer.  A read of a page of our memfd that
  * is not there allocates it; one that is there costs a load. */
 static RPAL_WARM void pages_touch(const void *buf, size_t len)

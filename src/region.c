@@ -453,16 +453,32 @@ static void peer_pages_teardown(struct rpal_peer *p)
 }
 
 /*
- * The slow path of peer_pages_written(): asks the memfd where its first
- * hole at or after the range's first page is (SEEK_HOLE: a page never
- * written is a hole; one swapped out is not), and notes the range's pages
- * as written if that is past its end.
+ * Has the peer written every page of [addr, addr + len) of its arena?  The
+ * slow path of peer_pages_known(): the bitmap word by word, then the memfd
+ * for where its first hole at or after the range's first page is
+ * (SEEK_HOLE: a page never written is a hole; one swapped out is not); the
+ * range's pages are noted as written if that is past its end.
  */
 RPAL_WARM bool peer_pages_check(struct rpal_peer *p, uintptr_t addr, size_t len)
 {
-	size_t first = (addr - p->base) / RPAL_PAGE, last = (addr + len - 1 - p->base) / RPAL_PAGE;
-	off_t hole = lseek(p->memfd, (off_t)(first * RPAL_PAGE), SEEK_HOLE);
+	size_t first = (addr - p->base) / RPAL_PAGE, last = (addr + len - 1 - p->base) / RPAL_PAGE, w;
+	off_t hole;
 
+	if (!p->written)
+		return true;
+	for (w = first / 64; w <= last / 64; w++) {
+		uint64_t want = ~0ull;
+
+		if (w == first / 64)
+			want &= ~0ull << (first % 64);
+		if (w == last / 64)
+			want &= ~0ull >> (63 - last % 64);
+		if ((load_relaxed(&p->written[w]) & want) != want)
+			break;
+	}
+	if (w > last / 64)
+		return true;
+	hole = lseek(p->memfd, (off_t)(first * RPAL_PAGE), SEEK_HOLE);
 	if (hole < 0 || (uint64_t)hole < addr + len - p->base)
 		return false;
 	for (size_t i = first; i <= last; i++)
