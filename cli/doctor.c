@@ -225,14 +225,6 @@ static int connected_mode(char *why, size_t len, char *dir, size_t dlen)
 		rpal_close(fd);
 	pthread_join(t, &echoed);
 	rpal_close(lfd);
-	/* rpal_close() leaves a name's lock file for its next server; this
-	 * name was ours alone. */
-	if (dir[0]) {
-		char lock[sizeof(st.runtime_dir) + sizeof(name) + 16];
-
-		snprintf(lock, sizeof(lock), "%s/%s.sock.lock", dir, name);
-		unlink(lock);
-	}
 	rpal_fini();
 	if (fd < 0)
 		return fd;

@@ -1127,3 +1127,60 @@ func TestInitAfterFirstUse(t *testing.T) {
 		t.Fatalf("Init after first use: %v; want it to say the process is initialised and Init comes first", err)
 	}
 }
+
+// A listener removes its socket and lock files when it closes, so a
+// runtime directory keeps no file per name ever served; while it serves,
+// a second listener of the name is refused, and once it has closed the
+// name is free.  A lock file replaced after it was opened is not the one
+// at the path (sameFile), so lockName would take the new one instead.
+func TestListenerRemovesItsFiles(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := uniqueName("files")
+	path, lockPath, err := p.socketPath(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Listen(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{path, lockPath} {
+		if _, err := os.Lstat(f); err != nil {
+			t.Fatalf("serving: %v", err)
+		}
+	}
+	if _, err := Listen(name); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("a second listener: %v, want EADDRINUSE", err)
+	}
+	l.Close()
+	for _, f := range []string{path, lockPath} {
+		if _, err := os.Lstat(f); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("closed: %s is left (%v)", f, err)
+		}
+	}
+	l, err = Listen(name)
+	if err != nil {
+		t.Fatalf("the name after its listener closed: %v", err)
+	}
+	l.Close()
+
+	fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	defer os.Remove(lockPath)
+	if !sameFile(fd, lockPath) {
+		t.Fatal("sameFile: a file is not the one at its own path")
+	}
+	os.Remove(lockPath)
+	if nfd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC, 0o600); err == nil {
+		unix.Close(nfd)
+	}
+	if sameFile(fd, lockPath) {
+		t.Fatal("sameFile: a replaced file is the one at the path")
+	}
+}

@@ -29,13 +29,9 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 		ready: make(chan struct{}, maxReady), done: make(chan struct{}), path: path,
 		running: make(map[*handshake]struct{}), exited: make(chan struct{}, 1)}
 	if lockPath != "" {
-		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		fd, err := lockName(lockPath, service)
 		if err != nil {
-			return nil, fmt.Errorf("cannot open %s: %w", lockPath, err)
-		}
-		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-			unix.Close(fd)
-			return nil, fmt.Errorf("service %s is already served by a live process: %w", service, syscall.EADDRINUSE)
+			return nil, err
 		}
 		l.lock = os.NewFile(uintptr(fd), lockPath)
 		_ = os.Remove(path) // holding the lock proves it stale
@@ -43,6 +39,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		if l.lock != nil {
+			l.releaseName()
 			l.lock.Close()
 		}
 		return nil, err
@@ -55,6 +52,48 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	l.wg.Add(1)
 	go l.loop()
 	return l, nil
+}
+
+// lockName takes a name's lock: flock(LOCK_EX) on "<socket path>.lock",
+// which a listener holds while it serves and removes when it stops (as
+// librpal does).  A file removed or replaced between our open and our lock
+// was a listener's that has stopped since: we lock the file at the path
+// then, so that two listeners never each hold a lock of one name.
+func lockName(lockPath, service string) (int, error) {
+	for tries := 0; ; tries++ {
+		fd, err := unix.Open(lockPath, unix.O_RDWR|unix.O_CREAT|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return -1, fmt.Errorf("cannot open %s: %w", lockPath, err)
+		}
+		if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			unix.Close(fd)
+			return -1, fmt.Errorf("service %s is already served by a live process: %w", service, syscall.EADDRINUSE)
+		}
+		if sameFile(fd, lockPath) {
+			return fd, nil
+		}
+		unix.Close(fd)
+		if tries == 100 {
+			return -1, fmt.Errorf("the lock file %s keeps being replaced: %w", lockPath, syscall.EAGAIN)
+		}
+	}
+}
+
+// sameFile says whether the file at path (not followed) is fd's.
+func sameFile(fd int, path string) bool {
+	var held, there unix.Stat_t
+	return unix.Fstat(fd, &held) == nil && unix.Lstat(path, &there) == nil &&
+		held.Ino == there.Ino && held.Dev == there.Dev
+}
+
+// releaseName removes the socket file, then the lock file we hold (only
+// that one: a file that replaced it is another's); the lock keeps anyone
+// from taking the name until its file is gone.
+func (l *Listener) releaseName() {
+	_ = os.Remove(l.path)
+	if sameFile(int(l.lock.Fd()), l.lock.Name()) {
+		_ = os.Remove(l.lock.Name())
+	}
 }
 
 // drainBacklog accepts the connections waiting in ln's backlog and closes

@@ -29,6 +29,51 @@
 
 /* ------------------------------------------------------------ listen */
 
+/*
+ * Take a name's lock: flock(LOCK_EX) on <socket path>.lock, which a
+ * listener holds while it serves and removes when it stops.  A file
+ * removed or replaced between our open and our lock was a listener's that
+ * has stopped since: we lock the file at the path then, so that two
+ * listeners never each hold a lock of one name.
+ */
+static int name_lock(const char *lockpath, const char *service)
+{
+	for (int tries = 0;; tries++) {
+		struct stat held, there;
+		int fd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+
+		if (fd < 0)
+			return rpal_fail(errno, "cannot open %s", lockpath);
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			close(fd);
+			return rpal_fail(EADDRINUSE, "service %s is already served by a live process", service);
+		}
+		if (fstat(fd, &held) == 0 && lstat(lockpath, &there) == 0 && held.st_ino == there.st_ino &&
+		    held.st_dev == there.st_dev)
+			return fd;
+		close(fd);
+		if (tries == 100)
+			return rpal_fail(EAGAIN, "the lock file %s keeps being replaced", lockpath);
+	}
+}
+
+/* Give a name up: its socket file, then its lock file, which we hold (the
+ * lock keeps anyone from taking the name until the file is gone). */
+static void name_release(struct rpal_listener *l)
+{
+	char lockpath[sizeof(l->path) + 8];
+	struct stat held, there;
+
+	if (!l->path[0])
+		return;
+	unlink(l->path);
+	snprintf(lockpath, sizeof(lockpath), "%s.lock", l->path);
+	/* Only the file we hold: one that replaced it is another's. */
+	if (fstat(l->lockfd, &held) == 0 && lstat(lockpath, &there) == 0 && held.st_ino == there.st_ino &&
+	    held.st_dev == there.st_dev)
+		unlink(lockpath);
+}
+
 RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *policy)
 {
 	struct rpal_listener *l;
@@ -57,13 +102,9 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 
 	if (lockpath[0]) {
 		/* Holding the lock proves any socket file there is stale. */
-		l->lockfd = open(lockpath, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+		l->lockfd = name_lock(lockpath, service);
 		if (l->lockfd < 0) {
-			ret = rpal_fail(errno, "cannot open %s", lockpath);
-			goto fail;
-		}
-		if (flock(l->lockfd, LOCK_EX | LOCK_NB) < 0) {
-			ret = rpal_fail(EADDRINUSE, "service %s is already served by a live process", service);
+			ret = l->lockfd;
 			goto fail;
 		}
 		unlink(sa.sun_path);
@@ -117,8 +158,7 @@ fail:
 		close(l->timer);
 	if (l->sock >= 0)
 		close(l->sock);
-	if (l->path[0])
-		unlink(l->path);
+	name_release(l);
 	if (l->lockfd >= 0)
 		close(l->lockfd);
 	free(l->uids);
@@ -345,8 +385,7 @@ void listener_close(struct rpal_listener *l)
 	pthread_mutex_unlock(&rpal_g.lock);
 	while (l->nr_pending)
 		pending_drop(l, 0);
-	if (l->path[0])
-		unlink(l->path);
+	name_release(l);
 	/* Clients not yet accepted may have sent messages, and descriptors
 	 * with them, which closing the listening socket would release here. */
 	for (int i = 0, s; i < 1024 && (s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0; i++)
