@@ -244,25 +244,20 @@ type peerMap struct {
 // reader: a peer that published buffers over its untouched pages would
 // fill our memory cgroup at no cost of its own.  Pages once written stay
 // so (the arena's future-write seal forbids punching holes), so each is
-// looked up once (pagesCheck).
+// looked up once (pagesCheck, also for a range of more than 64 pages,
+// which this inline look leaves to it).
 func (pm *peerMap) pagesWritten(addr, n uint64) bool {
 	if pm.written == nil {
 		return true
 	}
 	first, last := (addr-pm.addr)/pageSize, (addr+n-1-pm.addr)/pageSize
-	for w := first / 64; w <= last/64; w++ {
-		want := ^uint64(0)
-		if w == first/64 {
-			want &= ^uint64(0) << (first % 64)
-		}
-		if w == last/64 {
-			want &= ^uint64(0) >> (63 - last%64)
-		}
-		if atomic.LoadUint64(&pm.written[w])&want != want {
-			return pm.pagesCheck(addr, n)
+	if first/64 == last/64 {
+		want := ^uint64(0) << (first % 64) & (^uint64(0) >> (63 - last%64))
+		if atomic.LoadUint64(&pm.written[first/64])&want == want {
+			return true
 		}
 	}
-	return true
+	return pm.pagesCheck(addr, n)
 }
 
 func (p *process) markPeerDead(pm *peerMap) {

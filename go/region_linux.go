@@ -272,12 +272,26 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 	return pm, nil
 }
 
-// pagesCheck is the slow path of pagesWritten: it asks the memfd where its
-// first hole at or after the range's first page is (SEEK_HOLE: a page never
-// written is a hole; one swapped out is not), and notes the range's pages
-// as written if that is past its end.
+// pagesCheck is the slow path of pagesWritten: the bitmap word by word,
+// then the memfd for where its first hole at or after the range's first
+// page is (SEEK_HOLE: a page never written is a hole; one swapped out is
+// not); the range's pages are noted as written if that is past its end.
 func (pm *peerMap) pagesCheck(addr, n uint64) bool {
 	first, last := (addr-pm.addr)/pageSize, (addr+n-1-pm.addr)/pageSize
+	known := true
+	for w := first / 64; w <= last/64 && known; w++ {
+		want := ^uint64(0)
+		if w == first/64 {
+			want &= ^uint64(0) << (first % 64)
+		}
+		if w == last/64 {
+			want &= ^uint64(0) >> (63 - last%64)
+		}
+		known = atomic.LoadUint64(&pm.written[w])&want == want
+	}
+	if known {
+		return true
+	}
 	hole, err := unix.Seek(pm.memfd, int64(first*pageSize), unix.SEEK_HOLE)
 	if err != nil || uint64(hole) < addr+n-pm.addr {
 		return false
