@@ -665,20 +665,25 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
 {
 	char msg[8] = "SIG ";
 	size_t n = 4;
+	int e = errno;  /* the interrupted code may be about to read it */
 
 	(void)uc;
 	if (joined_pid > 0) {
 		send_to_program(sig, si);
+		errno = e;
 		return;
 	}
-	if (sig == SIGWINCH || sig == SIGCONT || (joiner_ignored & (1ull << (sig - 1))))
+	if (sig == SIGWINCH || sig == SIGCONT || (joiner_ignored & (1ull << (sig - 1)))) {
+		errno = e;
 		return;
+	}
 	if (sig >= 10)
 		msg[n++] = (char)('0' + sig / 10);
 	msg[n++] = (char)('0' + sig % 10);
 	(void)!send(host_fd, msg, n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	signal(sig, SIG_DFL);
 	raise(sig);     /* delivered as the handler returns */
+	errno = e;
 }
 
 /*
@@ -690,6 +695,8 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
  */
 static void stop_both(int sig, siginfo_t *si, void *uc)
 {
+	int e = errno;  /* the interrupted code may be about to read it */
+
 	(void)uc;
 	if (joined_pid > 0) {
 		send_to_program(sig, si);
@@ -697,6 +704,7 @@ static void stop_both(int sig, siginfo_t *si, void *uc)
 			kill((pid_t)joined_pid, SIGSTOP);
 	}
 	raise(SIGSTOP);
+	errno = e;
 }
 
 /* PROG as execvp would find it, made absolute (the host has another cwd). */
