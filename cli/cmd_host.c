@@ -24,6 +24,7 @@
  * (PR_SET_PDEATHSIG), and the dynamic linker is not for several threads.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -36,6 +37,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -615,27 +617,90 @@ static int stopped(pid_t pid)
 	return p && p[1] == ' ' && p[2] == 'T';
 }
 
-/* 1 when process pid catches SIGTSTP (its SigCgt in /proc); async-signal-safe. */
-static int catches_tstp(pid_t pid)
+/* The SigBlk, SigIgn and SigCgt masks of /proc/PATH/status (PATH: "PID" or "PID/task/TID"), read
+ * to its end: the Groups line before them grows with the supplementary groups (tens of KiB), so
+ * no fixed part of the file is sure to hold them.  -1 where it cannot be read or a mask is
+ * missing.  Async-signal-safe but for snprintf (see read_proc). */
+static int status_masks(const char *path, uint64_t *blk, uint64_t *ign, uint64_t *cgt)
 {
-	char buf[2048], *p, *end;
+	static const char *const key[3] = { "SigBlk:", "SigIgn:", "SigCgt:" };
+	uint64_t *mask[3] = { blk, ign, cgt };
+	char file[64], chunk[4096], line[64];
+	size_t ll = 0;
+	int found = 0, fd;
+	ssize_t r;
 
-	if (!read_proc(pid, "status", buf, sizeof(buf)))
-		return 0;
-	p = strstr(buf, "SigCgt:");
-	if (!p)
-		return 0;
-	for (p += 7; *p == ' ' || *p == '\t'; p++)
-		;
-	end = p;
-	while ((*end >= '0' && *end <= '9') || (*end >= 'a' && *end <= 'f'))
-		end++;
-	/* SIGTSTP (20) is bit 19: the fifth hex digit from the right. */
-	if (end - p < 5)
-		return 0;
-	char d = end[-5];
-	int v = d <= '9' ? d - '0' : d - 'a' + 10;
-	return (v >> ((SIGTSTP - 1) % 4)) & 1;
+	snprintf(file, sizeof(file), "/proc/%s/status", path);
+	fd = open(file, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	while ((r = read(fd, chunk, sizeof(chunk))) > 0)
+		for (ssize_t i = 0; i < r; i++) {
+			if (chunk[i] != '\n') {
+				if (ll < sizeof(line) - 1)
+					line[ll++] = chunk[i];      /* the masks' lines are short */
+				continue;
+			}
+			line[ll] = 0;
+			for (int k = 0; k < 3; k++) {
+				const char *c = line + 7;
+				uint64_t v = 0;
+
+				if (strncmp(line, key[k], 7) != 0)
+					continue;
+				while (*c == ' ' || *c == '\t')
+					c++;
+				for (; (*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'); c++)
+					v = v << 4 | (uint64_t)(*c <= '9' ? *c - '0' : *c - 'a' + 10);
+				*mask[k] = v;
+				found |= 1 << k;
+			}
+			ll = 0;
+		}
+	close(fd);
+	return found == 7 ? 0 : -1;
+}
+
+/*
+ * 1 when the kernel would discard or defer a SIGTSTP for process pid, which
+ * then must not be stopped for it: it catches SIGTSTP, ignores it, or blocks
+ * it in every thread (a signal for a process waits only while all its threads
+ * block it; the hosted process's first task blocks all signals for good).
+ * Async-signal-safe (raw getdents64, no opendir).
+ */
+static int tstp_handled(pid_t pid)
+{
+	const uint64_t bit = 1ull << (SIGTSTP - 1);
+	uint64_t blk, ign, cgt;
+	char path[48], ents[2048];
+	long n;
+	int fd, all_block = 1, threads = 0;
+
+	snprintf(path, sizeof(path), "%d", (int)pid);
+	if (status_masks(path, &blk, &ign, &cgt) < 0)
+		return 1;       /* gone, or unreadable: nothing is sent on a guess */
+	if ((cgt | ign) & bit)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	while (all_block && (n = syscall(SYS_getdents64, fd, ents, sizeof(ents))) > 0)
+		for (long off = 0; off < n && all_block;) {
+			struct { uint64_t ino; int64_t off; unsigned short reclen; unsigned char type; char name[]; }
+				*d = (void *)(ents + off);
+
+			off += d->reclen;
+			if (d->name[0] < '0' || d->name[0] > '9')
+				continue;
+			snprintf(path, sizeof(path), "%d/task/%.16s", (int)pid, d->name);
+			if (status_masks(path, &blk, &ign, &cgt) == 0) {
+				threads++;
+				all_block = (blk & bit) != 0;
+			}
+		}
+	close(fd);
+	return !threads || all_block;
 }
 
 /*
@@ -689,9 +754,11 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
 /*
  * Ctrl-Z (or kill -TSTP of the joiner): stop the program as the terminal would
  * have (send_to_program), then the joiner, so that the shell sees the job
- * stopped; fg and bg send SIGCONT, which pass_on hands on.  A program that does
- * not catch SIGTSTP also gets SIGSTOP: in an orphaned process group (one it
- * made with setsid) the kernel discards a SIGTSTP that would stop it.
+ * stopped; fg and bg send SIGCONT, which pass_on hands on.  A program that
+ * leaves SIGTSTP at its default action also gets SIGSTOP: in an orphaned
+ * process group (one it made with setsid) the kernel discards a SIGTSTP that
+ * would stop it.  One that catches, ignores or blocks SIGTSTP does not: Ctrl-Z
+ * would not stop it exec'd either.
  */
 static void stop_both(int sig, siginfo_t *si, void *uc)
 {
@@ -700,7 +767,7 @@ static void stop_both(int sig, siginfo_t *si, void *uc)
 	(void)uc;
 	if (joined_pid > 0) {
 		send_to_program(sig, si);
-		if (!catches_tstp((pid_t)joined_pid))
+		if (!tstp_handled((pid_t)joined_pid))
 			kill((pid_t)joined_pid, SIGSTOP);
 	}
 	raise(SIGSTOP);

@@ -5,7 +5,10 @@
 #  1. A program that counts in a file every 20 ms: after SIGTSTP to its joiner, the joiner and
 #     the program are stopped (state T) and the count stays put for 0.5 s; after SIGCONT it counts
 #     on, ends, and the joiner exits 0.
-#  2. A program that catches SIGTSTP gets it (and stops itself, as a shell or an editor does).
+#  2. A program that catches SIGTSTP gets it (and stops itself, as a shell or an editor does);
+#     one that catches it and goes on, ignores it or blocks it is not stopped (it counts on while the joiner is stopped),
+#     as Ctrl-Z would not stop it exec'd.  Again under a host with 800 supplementary groups
+#     (as root), whose /proc/PID/status holds the signal masks several KiB in.
 #  3. The same under a host started in a session of its own (setsid).
 #  4. A program that waits for a child (sh -c '...; exec sleep 30'): Ctrl-C on the joiner's
 #     terminal ends the child too, as it ends an exec'd job's children; the joiner exits 130.
@@ -25,8 +28,17 @@ cat >"$tmp/count.c" <<'C'
 #include <unistd.h>
 static volatile sig_atomic_t tstp;
 static void on_tstp(int sig) { (void)sig; tstp = 1; }
+static void go_on(int sig) { (void)sig; }
 int main(int argc, char **argv) {
     if (argc > 2 && !strcmp(argv[2], "catch")) signal(SIGTSTP, on_tstp);
+    if (argc > 2 && !strcmp(argv[2], "catchgo")) signal(SIGTSTP, go_on);
+    if (argc > 2 && !strcmp(argv[2], "ignore")) signal(SIGTSTP, SIG_IGN);
+    if (argc > 2 && !strcmp(argv[2], "block")) {
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGTSTP);
+        sigprocmask(SIG_BLOCK, &s, NULL);
+    }
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", argv[1]);
     for (int i = 1; i <= 100; i++) {
@@ -77,11 +89,57 @@ stop_cont() {
 		bad "$2: after SIGCONT: count $n2, joiner rc $rc, $(cat "$tmp/j.out")"
 }
 
+# keep_counting HOST WHAT catchgo|ignore|block: a program that catches SIGTSTP and goes on, ignores
+# it or blocks it, which Ctrl-Z would not stop exec'd: after SIGTSTP to its joiner the joiner stops, the program counts on.
+keep_counting() {
+	local c=$tmp/c.$1$3 j pid st n1 n2 rc
+	"$RPAL" join "$1" "$tmp/count" "$c" "$3" >"$tmp/j.out" 2>&1 &
+	j=$!
+	for _ in $(seq 200); do [ -s "$c" ] && break; sleep 0.01; done
+	pid=$("$RPAL" ps "$1" --json | grep -o '"pid": [0-9]*, "argv": \["[^"]*count' | tail -1 | grep -o '[0-9]*' | head -1)
+	sleep 0.1
+	kill -TSTP $j
+	sleep 0.2
+	n1=$(cut -d' ' -f1 "$c")
+	sleep 0.5
+	n2=$(cut -d' ' -f1 "$c")
+	st="joiner $(pstate $j), program $(pstate "$pid")"
+	if [ "$st" = "joiner T, program S" ] || [ "$st" = "joiner T, program R" ] && [ "$n2" -gt "$n1" ]; then
+		ok "$2: after SIGTSTP the $st, the count went on from $n1 to $n2"
+	else
+		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2"
+	fi
+	kill -CONT $j
+	wait $j
+	rc=$?
+	n2=$(cut -d' ' -f1 "$c")
+	[ $rc = 0 ] && [ "$n2" = 100 ] && ok "$2: it counts to $n2 and the joiner exits 0" ||
+		bad "$2: after SIGCONT: count $n2, joiner rc $rc, $(cat "$tmp/j.out")"
+}
+
 start_host js1
 stop_cont js1 "host in our process group"
 stop_cont js1 "host in our process group, a program that catches SIGTSTP" catch
+keep_counting js1 "a program that catches SIGTSTP and goes on" catchgo
+keep_counting js1 "a program that ignores SIGTSTP" ignore
+keep_counting js1 "a program that blocks SIGTSTP" block
 kill -TERM $hpid
 wait $hpid 2>/dev/null
+
+# The same under a host with 800 supplementary groups: /proc/PID/status lists them before the
+# signal masks, several KiB in.
+if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
+	setpriv --groups "$(seq -s, 10000 10800)" "$RPAL" host jsg 2>"$tmp/jsg.err" &
+	gpid=$!
+	for _ in $(seq 500); do grep -q listening "$tmp/jsg.err" 2>/dev/null && break; sleep 0.01; done
+	stop_cont jsg "800 groups, a program that catches SIGTSTP" catch
+	keep_counting jsg "800 groups, a program that catches SIGTSTP and goes on" catchgo
+	keep_counting jsg "800 groups, a program that ignores SIGTSTP" ignore
+	kill -TERM $gpid
+	wait $gpid 2>/dev/null
+else
+	echo "skip: 800 supplementary groups need root and setpriv(1)"
+fi
 
 setsid "$RPAL" host js2 2>"$tmp/js2.err" &
 for _ in $(seq 500); do grep -q listening "$tmp/js2.err" 2>/dev/null && break; sleep 0.01; done
