@@ -15,6 +15,8 @@
  *         "EXIT <status> <signal> <lost> <failed> <fault address>" (the last
  *         three: hosted_print_call_end's; a joiner reads what it gets).  The joiner passes the signals a shell
  *         sends (Ctrl-C, kill) on to that pid, and exits with the status.
+ *         The host reaps the ended process only when the joiner hangs up, so
+ *         that pid names the program for as long as the joiner may signal it.
  *         One that comes before the answer it sends as "SIG <n>", then ends
  *         by it; the host sends it to the program if that starts.
  *   PS:   the host answers with the JSON of `rpal ps --json`.
@@ -40,6 +42,7 @@
 #include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <rpal.h>
 
@@ -127,10 +130,12 @@ struct hprog {
 	char **argv;
 	int argc;
 	int status, signal;
+	bool held;              /* ended, left unreaped until its joiner hangs up (see reap) */
 };
 
 static struct hprog progs[HOSTED_NNS];
 static int nprogs;
+static bool hold_ended = true;  /* false once a stopping host stops waiting for its joiners */
 static const char *host_name;
 
 /* The linker namespaces this host has used: every program it loaded, including one that loaded
@@ -345,20 +350,30 @@ out:
 	}
 }
 
-/* Reap the programs whose process ended; tell their joiners. */
+/*
+ * Tell the joiners of the programs whose process ended.  Such a process is
+ * left a zombie (waitid WNOWAIT) until its joiner hangs up: until then the
+ * joiner may still pass a signal on to its pid or process group, or read its
+ * /proc entry, and a reaped pid could by then name another process.  A joiner
+ * that went away, or a host that has stopped waiting, reaps at once.
+ */
 static void reap(struct rpal_host *h)
 {
 	for (int i = 0; i < nprogs; i++) {
 		struct hprog *hp = &progs[i];
+		siginfo_t si = { 0 };
 		char prefix[96];
 		int lost, failed;
 		uint64_t addr;
 
-		if (hp->state != P_RUNNING || !hosted_done(hp->p))
+		if (hp->state != P_RUNNING)
+			continue;
+		if (waitid(P_PID, (id_t)hosted_pid(hp->p), &si, WEXITED | WNOHANG | WNOWAIT) < 0 ||
+		    si.si_pid == 0)
 			continue;
 		hp->state = P_ENDED;
-		hp->status = hosted_wait(hp->p);
-		hp->signal = hosted_signal(hp->p);
+		hp->signal = si.si_code == CLD_EXITED ? 0 : si.si_status;
+		hp->status = si.si_code == CLD_EXITED ? si.si_status : 128 + si.si_status;
 		lost = hosted_host_ended(h, hp->idx);
 		failed = atomic_load(&h->progs[hp->idx].failed);
 		addr = atomic_load(&h->progs[hp->idx].fault_addr);
@@ -367,10 +382,21 @@ static void reap(struct rpal_host *h)
 		/* The joiner prints the same sentences: the program's stderr is its own. */
 		say(hp->client, "EXIT %d %d %d %d %llu", hp->status, hp->signal, lost, failed,
 		    (unsigned long long)addr);
-		if (hp->client >= 0)
-			close(hp->client);
-		hp->client = -1;
+		hp->held = hp->client >= 0 && hold_ended;
+		if (!hp->held)
+			hosted_wait(hp->p);
 	}
+}
+
+/* Reap an ended program whose joiner has gone (or is no longer waited for). */
+static void release(struct hprog *hp)
+{
+	if (hp->client >= 0)
+		close(hp->client);
+	hp->client = -1;
+	if (hp->held)
+		hosted_wait(hp->p);
+	hp->held = false;
 }
 
 /* What a joiner says after its join: "SIG <n>", a signal that came before it knew the program's
@@ -385,12 +411,11 @@ static void joiner_said(struct hprog *hp)
 		return;
 	if (n > 0) {
 		msg[n] = 0;
-		if (sscanf(msg, "SIG %d", &sig) == 1 && sig > 0 && sig < 65)
+		if (sscanf(msg, "SIG %d", &sig) == 1 && sig > 0 && sig < 65 && hp->state == P_RUNNING)
 			kill(hosted_pid(hp->p), sig);
 		return;
 	}
-	close(hp->client);
-	hp->client = -1;
+	release(hp);
 }
 
 /* One request on a new connection. */
@@ -525,7 +550,7 @@ int cmd_host(int argc, char **argv)
 		int running = 0, npfd = 2, who[HOSTED_NNS];
 
 		for (int i = 0; i < nprogs; i++)
-			if (progs[i].state == P_RUNNING && progs[i].client >= 0) {
+			if ((progs[i].state == P_RUNNING || progs[i].held) && progs[i].client >= 0) {
 				who[npfd - 2] = i;
 				pfd[npfd++] = (struct pollfd){ progs[i].client, POLLIN, 0 };
 			}
@@ -556,13 +581,17 @@ int cmd_host(int argc, char **argv)
 				serve(h, c, tsc_hz);
 		}
 		for (int i = 0; i < nprogs; i++)
-			running += progs[i].state == P_RUNNING;
+			running += progs[i].state == P_RUNNING || progs[i].held;
 		if (stopping && !running)
 			break;
 		if (stopping && mono_ns() > stop_deadline) {
+			/* A joiner that does not hang up (stopped: Ctrl-Z) holds the host no longer. */
+			hold_ended = false;
 			for (int i = 0; i < nprogs; i++)
 				if (progs[i].state == P_RUNNING)
 					kill(hosted_pid(progs[i].p), SIGKILL);
+				else if (progs[i].held)
+					release(&progs[i]);
 			stop_deadline = UINT64_MAX;
 		}
 	}
@@ -923,7 +952,10 @@ int cmd_join(int argc, char **argv)
 		ssize_t n = recv_reply(fd, reply, sizeof(reply));
 
 		if (n <= 0) {
-			fprintf(stderr, "rpal join: host \"%s\" went away while pid %d ran\n", argv[1], (int)joined_pid);
+			int pid = (int)joined_pid;
+
+			joined_pid = 0; /* reaped by now: its pid may name another process */
+			fprintf(stderr, "rpal join: host \"%s\" went away while pid %d ran\n", argv[1], pid);
 			return 2;
 		}
 		int lost = 0, failed = 0;

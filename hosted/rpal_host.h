@@ -203,9 +203,9 @@ static inline long rpal_host_syscall(long nr, long a, long b, long c, long d)
 /*
  * r's kick eventfd as a descriptor of the calling process (each program has
  * its own descriptor table), or -1 when its program has ended or refuses.
- * The launcher marks a program ended only after it reaped it, and its pid
- * may be reused from then on: a pidfd opened while it is not yet marked is
- * the program's own.  Only an eventfd is returned, so a stray write never
+ * The launcher marks a program ended no later than it reaps it (after which
+ * its pid may be reused): a pidfd opened while it is not yet marked is the
+ * program's own.  Only an eventfd is returned, so a stray write never
  * lands elsewhere.  No TLS, no stdio.
  */
 static inline int rpal_host_take_kick_fd(const struct rpal_host *h, const struct rpal_host_rcv *r)
