@@ -803,24 +803,17 @@ static void stop_both(int sig, siginfo_t *si, void *uc)
 	errno = e;
 }
 
-/* PROG as execvp would find it, made absolute (the host has another cwd). */
+/* PROG as rpal run finds it (hosted_find_in_path), made absolute: the host has another cwd. */
 static int resolve(const char *prog, char *out)
 {
-	const char *path = getenv("PATH");
-	char cand[PATH_MAX];
+	char found[PATH_MAX];
+	const char *path = hosted_find_in_path(prog, found, sizeof(found));
 
-	if (strchr(prog, '/'))
-		return realpath(prog, out) ? 0 : -1;
-	for (path = path ? path : "/usr/local/bin:/usr/bin:/bin"; *path;) {
-		size_t n = strcspn(path, ":");
-
-		if (snprintf(cand, sizeof(cand), "%.*s/%s", (int)n, n ? path : ".", prog) < (int)sizeof(cand) &&
-		    access(cand, X_OK) == 0 && realpath(cand, out))
-			return 0;
-		path += n + (path[n] == ':');
+	if (!path) {
+		errno = ENOENT;
+		return -1;
 	}
-	errno = ENOENT;
-	return -1;
+	return realpath(path, out) ? 0 : -1;
 }
 
 int cmd_join(int argc, char **argv)
@@ -853,7 +846,10 @@ int cmd_join(int argc, char **argv)
 		return help ? 0 : 2;
 	}
 	if (resolve(argv[2], path) < 0) {
-		fprintf(stderr, "rpal join: %s: %s\n", argv[2], strerror(errno));
+		if (errno == ENOENT && !strchr(argv[2], '/'))
+			fprintf(stderr, "rpal join: %s: not found in PATH\n", argv[2]);
+		else
+			fprintf(stderr, "rpal join: %s: %s\n", argv[2], strerror(errno));
 		return 2;
 	}
 	if (!getcwd(cwd, sizeof(cwd))) {

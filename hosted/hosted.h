@@ -145,6 +145,13 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
 
 struct rpal_host;
 
+/* PROG as execvp(3) finds it: PROG itself when it has a slash, else the first file (not a
+ * directory) of that name in PATH ("/usr/local/bin:/usr/bin:/bin" when unset; an empty element,
+ * the last one included, is the current directory) that we may execute, or else the first that
+ * exists, in buf (the loader then says why it cannot run it, EACCES as execvp would).  NULL when
+ * there is none. */
+const char *hosted_find_in_path(const char *prog, char *buf, size_t len);
+
 /* Load, start and wait for "PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]..." (argv[0..argc)), printing
  * each one's exit status on stderr as "<me>: [i] path exited with status N" (unless quiet; a failure
  * inside an RPAL call is always reported).  Every program's librpal joins host (RPAL_HOST).

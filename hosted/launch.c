@@ -17,17 +17,15 @@
 #include <time.h>
 #include <unistd.h>
 
-/* PROG as execvp(3) finds it: PROG itself when it has a slash, else the first file of that name
- * in PATH that we may execute, or else the first that exists (the loader then says why it cannot
- * run it).  NULL when there is none. */
-static const char *find_in_path(const char *prog, char *buf, size_t len) {
+/* See hosted.h.  rpal run and rpal join both find a program here: one PATH search, one behaviour. */
+const char *hosted_find_in_path(const char *prog, char *buf, size_t len) {
     if (strchr(prog, '/')) return prog;
     const char *path = getenv("PATH"), *found = NULL;
     char cand[PATH_MAX];
     for (path = path ? path : "/usr/local/bin:/usr/bin:/bin"; ; path++) {
         size_t n = strcspn(path, ":");
         struct stat st;
-        if (*prog && snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? path : ".", prog) < (int)sizeof cand &&
+        if (*prog && snprintf(cand, sizeof cand, "%.*s/%s", n ? (int)n : 1, n ? path : ".", prog) < (int)sizeof cand &&
             stat(cand, &st) == 0 && !S_ISDIR(st.st_mode)) {
             if (access(cand, X_OK) == 0) {
                 snprintf(buf, len, "%s", cand);
@@ -106,7 +104,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             return 2;
         }
         char found[PATH_MAX];
-        const char *path = find_in_path(argv[start], found, sizeof found);
+        const char *path = hosted_find_in_path(argv[start], found, sizeof found);
         if (!path) {
             fprintf(stderr, "%s: %s: not found in PATH\n", me, argv[start]);
             return 2;
