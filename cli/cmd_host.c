@@ -607,13 +607,6 @@ static volatile sig_atomic_t joined_pid;
 static int host_fd = -1;
 static uint64_t joiner_ignored;  /* the signals ignored when rpal join started */
 
-/*
- * A signal for the program.  Once its pid is known it goes there.  Before the
- * host's answer (a slow load) one that would end a process ends the joiner,
- * as it would end the program: the host is told first ("SIG <n>" on the
- * connection) and sends it to the program if it starts after all.  One that
- * the joiner's parent had ignored stays ignored, as the program will ignore it.
- */
 /* /proc/PID/NAME into buf, NUL-terminated (as much as fits); its length, 0
  * where it cannot be read.  Async-signal-safe but for snprintf, which with
  * these arguments neither allocates nor locks in glibc. */
@@ -755,6 +748,13 @@ static void send_to_program(int sig, const siginfo_t *si)
 		kill(to, SIGCONT);
 }
 
+/*
+ * A signal for the program.  Once its pid is known it goes there.  Before the
+ * host's answer (a slow load) one that would end a process ends the joiner,
+ * as it would end the program: the host is told first ("SIG <n>" on the
+ * connection) and sends it to the program if it starts after all.  One that
+ * the joiner's parent had ignored stays ignored, as the program will ignore it.
+ */
 static void pass_on(int sig, siginfo_t *si, void *uc)
 {
 	char msg[8] = "SIG ";
