@@ -351,7 +351,9 @@ static int expand_origin(unsigned char *buf, size_t size, const Elf64_Ehdr *eh, 
             char link[64];
             snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
             ssize_t n = readlink(link, dir, sizeof dir - 1);
-            char *slash = n > 0 && dir[0] == '/' ? memrchr(dir, '/', (size_t)n) : NULL;
+            /* n == sizeof dir - 1 may be a name cut short: keep $ORIGIN (the loader's error then
+             * gives the LD_LIBRARY_PATH advice) rather than write a wrong directory in. */
+            char *slash = n > 0 && (size_t)n < sizeof dir - 1 && dir[0] == '/' ? memrchr(dir, '/', (size_t)n) : NULL;
             if (!slash) return 1;
             *(slash == dir ? slash + 1 : slash) = '\0';
             nrooms = find_rooms(buf, size, eh, rooms, 16);
