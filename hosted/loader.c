@@ -48,6 +48,7 @@
 #include <unistd.h>
 
 #define MAX_EXE_SIZE ((off_t)1 << 32) /* refuse larger files */
+#define MAX_HEADERS 4096u               /* program headers, and section headers: refuse more */
 /* The executable's initializers are hidden from the dynamic linker under DT_RPAL_HIDDEN + tag, in
  * the OS-specific range (DT_LOOS..DT_HIOS) that glibc's ld.so skips: dlmopen would run them at
  * once, in the launcher, before the copy relocations and environ are set (run_exe_init). */
@@ -514,6 +515,13 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
     if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 || eh.e_phnum == PN_XNUM ||
         eh.e_phoff > size || (size - eh.e_phoff) / sizeof(Elf64_Phdr) < eh.e_phnum) {
         seterr(err, errlen, "%s: bad program header table", path);
+        goto fail;
+    }
+    /* find_rooms compares every header with every other: a crafted count would hold the launcher's
+     * only loop for minutes.  Linkers write a dozen program headers and some tens of sections. */
+    if (eh.e_phnum > MAX_HEADERS || eh.e_shnum > MAX_HEADERS) {
+        seterr(err, errlen, "%s: %u program headers and %u section headers: more than the %u of "
+               "either that hosted mode reads", path, eh.e_phnum, eh.e_shnum, MAX_HEADERS);
         goto fail;
     }
     const Elf64_Phdr *dyn_ph = NULL;

@@ -111,6 +111,28 @@ int main(void) {
     write_file(tmpl, img, (size_t)st.st_size);
     CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "-pie"),
           "a non-PIE executable is refused with advice: %s", err);
+    *eh = save;
+
+    /* 5000 program headers, then 5000 section headers, appended: refused with the counts rather
+     * than compared with one another (find_rooms). */
+    size_t big = (size_t)st.st_size + 5000 * sizeof(Elf64_Shdr);
+    unsigned char *many = calloc(1, big);
+    memcpy(many, img, (size_t)st.st_size);
+    memcpy(many + st.st_size, img + save.e_phoff, save.e_phnum * sizeof(Elf64_Phdr));
+    eh = (Elf64_Ehdr *)many;
+    eh->e_phoff = (Elf64_Off)st.st_size;
+    eh->e_phnum = 5000;
+    write_file(tmpl, many, big);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "5000 program headers"),
+          "5000 program headers are refused: %s", err);
+    *eh = save;
+    eh->e_shoff = (Elf64_Off)st.st_size;
+    eh->e_shnum = 5000;
+    eh->e_shstrndx = SHN_UNDEF;
+    write_file(tmpl, many, big);
+    CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "5000 section headers"),
+          "5000 section headers are refused: %s", err);
+    free(many);
     free(img);
     unlink(tmpl);
     CHECK_DONE();
