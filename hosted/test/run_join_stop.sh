@@ -205,7 +205,7 @@ kill -TERM \$h
 SH
 	(sleep 2.5; printf '\003'; sleep 1) | timeout 20 script -qfec "bash $tmp/bg.sh" /dev/null >"$tmp/bg.out" 2>&1
 	st=$(cat "$tmp/hstate" 2>/dev/null) second=$(cat "$tmp/second" 2>/dev/null) rrc=$(cat "$tmp/rrc" 2>/dev/null)
-	if [ "$st" != T ] && [ "$second" = 0 ] && [ "$rrc" = 130 ]; then
+	if [ -n "$st" ] && [ "$st" != T ] && [ "$second" = 0 ] && [ "$rrc" = 130 ]; then
 		ok "a program reading the terminal of a background host stops alone: host state $st, another join exits $second, Ctrl-C ends the reader ($rrc)"
 	else
 		bad "a program reading the terminal of a background host: host state ${st:-?}, another join ${second:-?}, reader's joiner ${rrc:-?}: $(cat "$tmp/bg.out")"
