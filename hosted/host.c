@@ -263,7 +263,17 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
 int hosted_host_add(struct rpal_host *h, const char *name) {
     if (h->nprogs >= RPAL_HOST_MAX_PROGS) return -1;
     int i = (int)h->nprogs++;
-    snprintf(h->progs[i].name, sizeof h->progs[i].name, "%s", name);
+    /* A path longer than the entry keeps its end, with its file's name, which is what the fault
+     * line and rpal_host_programs are read for: "..." and the last bytes, from a character's
+     * start (the name is often UTF-8). */
+    size_t len = strlen(name), room = sizeof h->progs[i].name - 1;
+    if (len > room) {
+        const char *tail = name + len - (room - 3);
+        while ((*tail & 0xc0) == 0x80) tail++;
+        snprintf(h->progs[i].name, sizeof h->progs[i].name, "...%s", tail);
+    } else {
+        snprintf(h->progs[i].name, sizeof h->progs[i].name, "%s", name);
+    }
     return i;
 }
 

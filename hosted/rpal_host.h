@@ -66,7 +66,7 @@ struct rpal_host_prog {
 	/* Its librpal's statistics page (struct rpal_stat_hdr), 0 without one:
 	 * callers copy its call counters there now and then. */
 	_Atomic uintptr_t stat;
-	char name[64];
+	char name[64];                /* its path, or "..." and the path's end (hosted_host_add) */
 };
 
 struct rpal_host {

@@ -359,7 +359,7 @@ void rpal_peer_window_close(long cookie);
  * how much of its code ran on other programs' threads.
  */
 struct rpal_prog_stat {
-	char name[64];              /* the program's path */
+	char name[64];              /* the program's path ("..." and its end when longer) */
 	uint64_t calls;             /* RPAL calls into it */
 	uint64_t call_cycles;       /* TSC cycles it ran on other programs' threads (estimated) */
 	uint64_t handoffs;          /* syscalls in calls, handed to its own thread */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_fault_report.sh RPAL CC - the line printed for a fault outside any RPAL call says whose it is.
 #  1. rpal run of a program that dereferences address 16: the line names the program and its pid,
-#     the signal and the address.
+#     the signal and the address; from a directory with a name of 120 characters, the line gives
+#     the path's end ("...") with the program's file name.
 #  2. rpal join of it: the joiner's stderr gets the same line, and nothing in it says rpal run.
 #  3. rpal run of a program whose library's constructor faults (it runs in the launcher, while the
 #     program loads): the line says that the launcher itself faulted, not that a program's process
@@ -34,6 +35,18 @@ if echo "$line" | grep -q "segv (pid [0-9]*): signal 11 at pc 0x[0-9a-f]* (addre
 	ok "rpal run: $line"
 else
 	bad "rpal run: the fault line does not name the program: $out"
+fi
+
+# 1b. from a directory whose name is longer than the host block keeps: the line still ends the
+# path with the program's file name.
+long=$tmp/$(printf 'd%.0s' $(seq 120))
+mkdir -p "$long" && cp "$tmp/segv" "$long/segv"
+out=$(timeout 30 "$RPAL" run "$long/segv" 2>&1)
+line=$(echo "$out" | grep 'signal 11 at pc')
+if echo "$line" | grep -q "rpal: \.\.\.d*/segv (pid [0-9]*): signal 11"; then
+	ok "rpal run from a directory of 120 characters: $line"
+else
+	bad "rpal run from a directory of 120 characters: the fault line lost the program's name: $out"
 fi
 
 # 2. rpal join
