@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdatomic.h>
+#include <limits.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -130,6 +131,7 @@ struct hosted_copy {
     int was_pie;     /* DF_1_PIE was set */
     int origin_kept; /* strings that keep $ORIGIN: no room in the file for their expansion */
     uint64_t relro_vaddr, relro_memsz; /* its PT_GNU_RELRO, if any (memsz 0 if none) */
+    char file[PATH_MAX]; /* the name of the file opened, as its descriptor says; "" if unknown */
 };
 
 /* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1, its

@@ -474,6 +474,18 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         seterr(err, errlen, "%s: %s", path, strerror(errno));
         goto fail;
     }
+    if (info) {
+        /* The name of the file this descriptor holds (symlinks resolved at open): the one the
+         * program's copy is made from, whatever happens to path while it loads. */
+        char link[64];
+        snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+        ssize_t n = readlink(link, info->file, sizeof info->file - 1);
+        if (n <= 0 || (size_t)n >= sizeof info->file - 1 || info->file[0] != '/') n = 0;
+        info->file[n] = 0;
+        static const char deleted[] = " (deleted)";
+        if ((size_t)n > sizeof deleted - 1 && !strcmp(info->file + n - (sizeof deleted - 1), deleted))
+            info->file[n - (sizeof deleted - 1)] = 0;
+    }
     struct stat st;
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
         seterr(err, errlen, "%s: not a regular file", path);
@@ -933,8 +945,9 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     /* The dynamic linker knows the executable as /proc/self/fd/N, the memfd copy's descriptor in
      * the launcher, which in the program's process is another file or none; dladdr(3),
      * dl_iterate_phdr(3), backtrace_symbols(3) and debuggers give that name to whoever opens it to
-     * read symbols.  The program's own file has the same symbols at the same addresses. */
-    char *real = realpath(path, NULL);
+     * read symbols.  The program's own file has the same symbols at the same addresses: the one
+     * hosted_depie opened, by the name its descriptor gave (path may name another file by now). */
+    char *real = copy.file[0] ? strdup(copy.file) : realpath(path, NULL);
     if (real) p->exe_map->l_name = real;
 
     p->main = (main_fn)dlsym(p->handle, "main");

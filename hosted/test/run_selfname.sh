@@ -6,6 +6,8 @@
 #  1. exec'd (the control) and hosted: the file dladdr names for main is the program (same inode
 #     as argv[0]), and backtrace_symbols names that file.
 #  2. The same through rpal join from another directory.
+#  3. A symlink to the program pointed elsewhere while it loads (by a library constructor): the
+#     name is still that of the file loaded.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -59,6 +61,28 @@ out=$(cd "$tmp/elsewhere" && timeout 30 "$RPAL" join sn ../self 2>&1)
 [ $? = 0 ] && ok "rpal join: $out" || bad "rpal join: $out"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
+
+# 3. The program's path changes while it loads (a library constructor points the symlink it was
+#    started by at another file): the name is the file that was loaded.
+cat >"$tmp/relink.c" <<'C'
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void relink(void) {
+    const char *l = getenv("RELINK"), *to = getenv("RELINK_TO");
+    if (l && to && unlink(l) == 0) symlink(to, l);
+}
+C
+mkdir "$tmp/sw"
+"$CC" -shared -fPIC -o "$tmp/sw/librelink.so" "$tmp/relink.c" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/sw/self2" "$tmp/self.c" -L"$tmp/sw" -Wl,--no-as-needed -lrelink -Wl,-rpath,"$tmp/sw" ||
+	{ bad "cannot build"; exit 1; }
+ln -s "$tmp/sw/self2" "$tmp/sw/prog"
+want=$(realpath "$tmp/sw/self2")
+out=$(RELINK=$tmp/sw/prog RELINK_TO=$tmp/self timeout 30 "$RPAL" run -q "$tmp/sw/prog" 2>&1)
+name=$(echo "$out" | sed -n 's/^dladdr \([^:]*\):.*/\1/p')
+[ "$(readlink "$tmp/sw/prog")" = "$tmp/self" ] || bad "the constructor did not move the symlink"
+[ "$name" = "$want" ] && ok "the symlink moved while loading: dladdr names the file loaded, $name" ||
+	bad "the symlink moved while loading: dladdr names ${name:-?}, not $want: $out"
 
 [ $fail = 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
