@@ -132,6 +132,9 @@ struct hosted_copy {
     int origin_kept; /* strings that keep $ORIGIN: no room in the file for their expansion */
     uint64_t relro_vaddr, relro_memsz; /* its PT_GNU_RELRO, if any (memsz 0 if none) */
     char file[PATH_MAX]; /* the name of the file opened, as its descriptor says; "" if unknown */
+    /* The thread-local variables it defines and exports, as NUL-terminated names ending with an
+     * empty one (malloc'd; the caller frees it), or NULL. */
+    char *tls_names;
 };
 
 /* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1, its

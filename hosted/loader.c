@@ -133,10 +133,10 @@ static const unsigned char *at_vaddr(const unsigned char *buf, size_t size, cons
     return NULL;
 }
 
-/* 1 when the dynamic symbol table defines a global or weak function main of default visibility:
- * what dlsym finds.  Checked before dlmopen, whose namespace could never be given back. */
-static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh, uint64_t symtab,
-                        uint64_t strtab, uint64_t strsz, uint64_t hash, uint64_t gnu_hash) {
+/* How many entries the dynamic symbol table has (from DT_HASH's nchain, else by walking
+ * DT_GNU_HASH's last chain); 0 where it cannot be told. */
+static uint64_t dynsym_count(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh, uint64_t hash,
+                             uint64_t gnu_hash) {
     uint64_t nsyms = 0;
     const unsigned char *t;
     uint32_t w[4];
@@ -164,7 +164,16 @@ static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr 
         }
         nsyms = last;
     }
-    if (!nsyms || nsyms > (1u << 24) || !(t = at_vaddr(buf, size, eh, symtab, nsyms * sizeof(Elf64_Sym))))
+    return nsyms > (1u << 24) ? 0 : nsyms;
+}
+
+/* 1 when the dynamic symbol table defines a global or weak function main of default visibility:
+ * what dlsym finds.  Checked before dlmopen, whose namespace could never be given back. */
+static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh, uint64_t symtab,
+                        uint64_t strtab, uint64_t strsz, uint64_t hash, uint64_t gnu_hash) {
+    uint64_t nsyms = dynsym_count(buf, size, eh, hash, gnu_hash);
+    const unsigned char *t;
+    if (!nsyms || !(t = at_vaddr(buf, size, eh, symtab, nsyms * sizeof(Elf64_Sym))))
         return 0;
     const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
     if (!str) return 0;
@@ -178,6 +187,38 @@ static int exports_main(const unsigned char *buf, size_t size, const Elf64_Ehdr 
             return 1;
     }
     return 0;
+}
+
+/* The names of the thread-local variables the executable defines and exports (as -rdynamic does
+ * for every global one), each NUL-terminated, then an empty one; NULL when there are none (or no
+ * memory: the check they serve is then skipped). */
+static char *exported_tls(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh, uint64_t symtab,
+                          uint64_t strtab, uint64_t strsz, uint64_t hash, uint64_t gnu_hash) {
+    uint64_t nsyms = dynsym_count(buf, size, eh, hash, gnu_hash);
+    const unsigned char *t;
+    const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
+    if (!nsyms || !str || !(t = at_vaddr(buf, size, eh, symtab, nsyms * sizeof(Elf64_Sym)))) return NULL;
+    char *names = NULL;
+    size_t len = 0;
+    for (uint64_t i = 1; i < nsyms; i++) {
+        Elf64_Sym sym;
+        memcpy(&sym, t + i * sizeof sym, sizeof sym);
+        if (ELF64_ST_TYPE(sym.st_info) != STT_TLS || sym.st_shndx == SHN_UNDEF || sym.st_name >= strsz ||
+            ELF64_ST_BIND(sym.st_info) == STB_LOCAL)
+            continue;
+        size_t n = strnlen(str + sym.st_name, strsz - sym.st_name);
+        char *more = realloc(names, len + n + 2);
+        if (!more) {
+            free(names);
+            return NULL;
+        }
+        names = more;
+        memcpy(names + len, str + sym.st_name, n);
+        names[len + n] = 0;
+        len += n + 1;
+        names[len] = 0;
+    }
+    return names;
 }
 
 /* What execve(2) would refuse, or grant that hosting cannot: execute permission for our effective
@@ -621,6 +662,7 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
     }
 
     if (check_exe_tls(buf, size, &eh, path, err, errlen) < 0) goto fail;
+    if (info) info->tls_names = exported_tls(buf, size, &eh, symtab, strtab, strsz, hash, gnu_hash);
 
     int kept = expand_origin(buf, size, &eh, fd, buf + dph.p_offset, ndyn, strtab, strsz);
     if (info) info->origin_kept = kept;
@@ -650,6 +692,10 @@ fail:
     if (buf != MAP_FAILED) munmap(buf, size);
     if (fd >= 0) close(fd);
     if (mfd >= 0) close(mfd);
+    if (info) {
+        free(info->tls_names);
+        info->tls_names = NULL;
+    }
     return -1;
 }
 
@@ -872,6 +918,49 @@ static void fix_copy_relocs(hosted_prog *p) {
     }
 }
 
+/* The executable addresses its own thread-locals below the thread pointer (check_exe_tls), but a
+ * library that refers to one of them (extern __thread) is bound by the dynamic linker to the
+ * executable's TLS block as a dlmopen'd module, which is another piece of memory: the two would
+ * see two variables.  Returns the first library of the namespace with a thread-local relocation
+ * against an undefined symbol that the executable exports (names: exported_tls), and that
+ * symbol's name in *sym; NULL when there is none. */
+static const char *lib_using_exe_tls(const struct link_map *exe, const char *names, const char **sym) {
+    for (const struct link_map *m = exe->l_next; m; m = m->l_next) {
+        ElfW(Addr) base = m->l_addr;
+        const ElfW(Rela) *rel[2] = { NULL, NULL };
+        size_t relsz[2] = { 0, 0 };
+        const ElfW(Sym) *symtab = NULL;
+        const char *strtab = NULL;
+#define DYN_PTR(v) ((v) < base ? (v) + base : (v)) /* ld.so may have relocated it in place */
+        for (const ElfW(Dyn) *d = m->l_ld; d && d->d_tag != DT_NULL; d++) {
+            if (d->d_tag == DT_RELA) rel[0] = (const ElfW(Rela) *)DYN_PTR(d->d_un.d_ptr);
+            else if (d->d_tag == DT_RELASZ) relsz[0] = d->d_un.d_val;
+            else if (d->d_tag == DT_JMPREL) rel[1] = (const ElfW(Rela) *)DYN_PTR(d->d_un.d_ptr);
+            else if (d->d_tag == DT_PLTRELSZ) relsz[1] = d->d_un.d_val;
+            else if (d->d_tag == DT_SYMTAB) symtab = (const ElfW(Sym) *)DYN_PTR(d->d_un.d_ptr);
+            else if (d->d_tag == DT_STRTAB) strtab = (const char *)DYN_PTR(d->d_un.d_ptr);
+        }
+#undef DYN_PTR
+        if (!symtab || !strtab) continue;
+        for (int t = 0; t < 2; t++)
+            for (size_t i = 0; rel[t] && i < relsz[t] / sizeof *rel[t]; i++) {
+                unsigned type = (unsigned)ELF64_R_TYPE(rel[t][i].r_info);
+                size_t k = ELF64_R_SYM(rel[t][i].r_info);
+                if (!k || (type != R_X86_64_DTPMOD64 && type != R_X86_64_DTPOFF64 &&
+                           type != R_X86_64_TPOFF64 && type != R_X86_64_TLSDESC))
+                    continue;
+                if (symtab[k].st_shndx != SHN_UNDEF) continue;
+                const char *name = strtab + symtab[k].st_name;
+                for (const char *n = names; *n; n += strlen(n) + 1)
+                    if (!strcmp(n, name)) {
+                        *sym = n;
+                        return m->l_name;
+                    }
+            }
+    }
+    return NULL;
+}
+
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen) {
     if (argc < 1 || !argv || !argv[0]) {
@@ -912,6 +1001,7 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     environ = host_env;
     close(mfd); /* the mappings keep the memfd alive */
     if (!p->handle) {
+        free(copy.tls_names);
         const char *e = dlerror();
         if (!e) e = "unknown error";
         if (strstr(e, "no more namespaces"))
@@ -949,6 +1039,19 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
      * hosted_depie opened, by the name its descriptor gave (path may name another file by now). */
     char *real = copy.file[0] ? strdup(copy.file) : realpath(path, NULL);
     if (real) p->exe_map->l_name = real;
+    if (copy.tls_names) {
+        const char *sym = NULL, *lib = lib_using_exe_tls(p->exe_map, copy.tls_names, &sym);
+        if (lib) {
+            seterr(err, errlen,
+                   "%s: its thread-local variable %s is used by the library %s, which hosted would "
+                   "see a variable of its own and not the executable's (an executable's thread-locals "
+                   "lie where only its own code finds them); define %s in a shared library instead",
+                   path, sym, lib, sym);
+            free(copy.tls_names);
+            goto fail;
+        }
+        free(copy.tls_names);
+    }
 
     p->main = (main_fn)dlsym(p->handle, "main");
     if (!p->main) {

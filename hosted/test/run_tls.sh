@@ -9,8 +9,10 @@
 #  2. Thread-locals with initial values (.tdata): exec'd, 5 and "hello"; hosted, each thread would
 #     see zero, so rpal run and rpal join refuse the program with a message saying so.  The same
 #     variables in a shared library (the remedy that message gives) run hosted with their values.
-#  3. 1 MiB of thread-locals: refused by rpal run and rpal join with a message naming the sizes;
-#     the host stays up.
+#  3. 1 MiB of thread-locals: refused by rpal run and rpal join with a message naming the sizes.
+#  4. A thread-local the executable defines and a library uses (extern __thread): exec'd one
+#     variable, hosted it would be two, so rpal run and rpal join refuse it with its name; one the
+#     executable exports that no library uses runs.  The host stays up.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -117,6 +119,48 @@ out=$(timeout 30 "$RPAL" join tls "$tmp/huge" 2>&1)
 rc=$?
 [ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal join refuses it" ||
 	bad "rpal join of 1 MiB of thread-locals: rc $rc, $out"
+# 4. A thread-local the executable defines and a library uses (extern __thread): exec'd both see
+#    one variable; hosted the library would see another, so rpal run and rpal join refuse it,
+#    naming the variable.  One the executable exports but no library uses runs.
+cat >"$tmp/shlib.c" <<'C'
+extern __thread int shared_tls;
+int lib_get(void) { return shared_tls; }
+C
+cat >"$tmp/sh.c" <<'C'
+#include <stdio.h>
+__thread int shared_tls;
+__thread int exported_only;
+#ifdef USE_LIB
+int lib_get(void);
+#else
+static int lib_get(void) { return shared_tls; }
+#endif
+int main(void) {
+    shared_tls = 7;
+    exported_only = 1;
+    printf("exe %d lib %d\n", shared_tls, lib_get());
+    return lib_get() != 7;
+}
+C
+"$CC" -shared -fPIC -o "$tmp/libsh.so" "$tmp/shlib.c" &&
+	"$CC" -DUSE_LIB -fPIE -pie -rdynamic -o "$tmp/sh" "$tmp/sh.c" -L"$tmp" -lsh -Wl,-rpath,"$tmp" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/shalone" "$tmp/sh.c" || { bad "cannot build"; exit 1; }
+out=$("$tmp/sh" 2>&1)
+[ "$out" = "exe 7 lib 7" ] || bad "negative control: a thread-local shared with a library exec'd: $out"
+out=$(timeout 30 "$RPAL" run "$tmp/sh" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'shared_tls is used by the library .*libsh.so' &&
+	ok "rpal run refuses a thread-local of the executable used by a library: $out" ||
+	bad "rpal run of a thread-local shared with a library: rc $rc, $out"
+out=$(timeout 30 "$RPAL" join tls "$tmp/sh" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q 'shared_tls is used by the library' && ok "rpal join refuses it" ||
+	bad "rpal join of a thread-local shared with a library: rc $rc, $out"
+out=$(timeout 30 "$RPAL" run -q "$tmp/shalone" 2>&1)
+rc=$?
+[ $rc = 0 ] && [ "$out" = "exe 7 lib 7" ] && ok "exported thread-locals no library uses run hosted: $out" ||
+	bad "exported thread-locals no library uses: rc $rc, $out"
+
 kill -0 $hpid 2>/dev/null && ok "the host is still up" || bad "the host died: $(cat "$tmp/tls.err")"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null

@@ -47,6 +47,7 @@ int main(void) {
     int fd = hosted_depie(PROG_COUNTER, &copy, err, sizeof err);
     CHECK(fd >= 0, "hosted_depie makes a memfd copy of prog_counter (%s)", fd < 0 ? err : "");
     CHECK(copy.was_pie, "the original had DF_1_PIE set");
+    free(copy.tls_names);
     Elf64_Xword f1 = 0;
     CHECK(fd >= 0 && dyn_flags1(fd, &f1) == 0 && !(f1 & DF_1_PIE),
           "the copy's DT_FLAGS_1 (0x%llx) lacks DF_1_PIE", (unsigned long long)f1);
