@@ -83,14 +83,31 @@ static long raw5(long nr, long a, long b, long c, long d, long e)
 	return ret;
 }
 
-/* r's kick eventfd as a descriptor of ours, fetched from its program on the
- * first kick (each program has its own descriptor table). */
-/* r's kick eventfd as a descriptor of ours, taken from its program on our
- * first kick and kept for the next ones. */
+/*
+ * r's kick eventfd as a descriptor of ours, taken from its program on our
+ * first kick and kept for the next ones (each program has its own descriptor
+ * table).  Where it cannot be taken from a program that has not ended, its
+ * receiver parked waits for a wake-up that never comes, and calls to it may
+ * stall: the kernel refuses pidfd_getfd to a caller that may not ptrace the
+ * target, as after a program of a host run as root changed its user id (the
+ * shared memory is then no longer dumpable).  That is said once, on stderr:
+ * raw writes, as this may run on a thread whose TLS a borrower uses.
+ */
 static int kick_fd_fetch(struct rpal_host_rcv *r)
 {
+	static _Atomic int said;
 	int32_t fd = rpal_host_take_kick_fd(host, r), none = -1;
+	const struct rpal_host_prog *p = &host->progs[r->prog];
 
+	if (fd < 0 && !atomic_load(&p->ended) && !atomic_exchange(&said, 1)) {
+		static const char a[] = "rpal: cannot wake a receiver of ",
+			b[] = " (pidfd_getfd refused: a program that changed its user id, or one "
+			      "that may not ptrace it): RPAL calls to it may stall\n";
+
+		raw3(SYS_write, 2, (long)a, sizeof(a) - 1);
+		raw3(SYS_write, 2, (long)p->name, (long)strnlen(p->name, sizeof(p->name)));
+		raw3(SYS_write, 2, (long)b, sizeof(b) - 1);
+	}
 	if (fd >= 0 && !atomic_compare_exchange_strong(&r->kick_fds[host_prog], &none, fd)) {
 		raw3(SYS_close, fd, 0, 0);
 		fd = none;
