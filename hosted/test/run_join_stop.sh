@@ -59,20 +59,26 @@ C
 "$CC" -fPIE -pie -rdynamic -o "$tmp/count" "$tmp/count.c" || { bad "cannot build"; exit 1; }
 pstate() { sed 's/^[0-9]* (.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1; }
 
-# stop_cont HOST WHAT [catch]
-stop_cont() {
-	local c=$tmp/c.$1${3:-} j pid st n1 n2 rc
-	"$RPAL" join "$1" "$tmp/count" "$c" ${3:-} >"$tmp/j.out" 2>&1 &
+# join_and_stop HOST FILE [ARG]: joins the counting program (writing FILE), sends SIGTSTP to its
+# joiner and reads the count twice, 0.5 s apart; sets the caller's j, pid, st, n1 and n2.
+join_and_stop() {
+	"$RPAL" join "$1" "$tmp/count" "$2" ${3:-} >"$tmp/j.out" 2>&1 &
 	j=$!
-	for _ in $(seq 200); do [ -s "$c" ] && break; sleep 0.01; done
+	for _ in $(seq 200); do [ -s "$2" ] && break; sleep 0.01; done
 	pid=$("$RPAL" ps "$1" --json | grep -o '"pid": [0-9]*, "argv": \["[^"]*count' | tail -1 | grep -o '[0-9]*' | head -1)
 	sleep 0.1
 	kill -TSTP $j
 	sleep 0.2
-	n1=$(cut -d' ' -f1 "$c")
+	n1=$(cut -d' ' -f1 "$2")
 	sleep 0.5
-	n2=$(cut -d' ' -f1 "$c")
+	n2=$(cut -d' ' -f1 "$2")
 	st="joiner $(pstate $j), program $(pstate "$pid")"
+}
+
+# stop_cont HOST WHAT [catch]
+stop_cont() {
+	local c=$tmp/c.$1${3:-} j pid st n1 n2 rc
+	join_and_stop "$1" "$c" ${3:-}
 	if [ "$st" = "joiner T, program T" ] && [ "$n1" = "$n2" ]; then
 		ok "$2: after SIGTSTP the $st, the count stays at $n1 ($(cut -d' ' -f2 "$c"))"
 	else
@@ -93,17 +99,7 @@ stop_cont() {
 # it or blocks it, which Ctrl-Z would not stop exec'd: after SIGTSTP to its joiner the joiner stops, the program counts on.
 keep_counting() {
 	local c=$tmp/c.$1$3 j pid st n1 n2 rc
-	"$RPAL" join "$1" "$tmp/count" "$c" "$3" >"$tmp/j.out" 2>&1 &
-	j=$!
-	for _ in $(seq 200); do [ -s "$c" ] && break; sleep 0.01; done
-	pid=$("$RPAL" ps "$1" --json | grep -o '"pid": [0-9]*, "argv": \["[^"]*count' | tail -1 | grep -o '[0-9]*' | head -1)
-	sleep 0.1
-	kill -TSTP $j
-	sleep 0.2
-	n1=$(cut -d' ' -f1 "$c")
-	sleep 0.5
-	n2=$(cut -d' ' -f1 "$c")
-	st="joiner $(pstate $j), program $(pstate "$pid")"
+	join_and_stop "$1" "$c" "$3"
 	if [ "$st" = "joiner T, program S" ] || [ "$st" = "joiner T, program R" ] && [ "$n2" -gt "$n1" ]; then
 		ok "$2: after SIGTSTP the $st, the count went on from $n1 to $n2"
 	else
