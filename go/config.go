@@ -132,17 +132,17 @@ func (c *Config) check() error {
 		// its zero fields are not the defaults.
 		return errors.New("config: no region geometry (SlotSize, NrSlots, RegionBase and ArenaSize are 0): start from DefaultConfig() and change what you need")
 	case !pow2(c.SlotSize) || c.SlotSize < 1<<20:
-		return fmt.Errorf("config: slot size %#x must be a power of two >= 1 MiB", c.SlotSize)
+		return fmt.Errorf("config: slot size %d (%#x) must be a power of two >= 1 MiB%s", c.SlotSize, c.SlotSize, envNote("RPAL_SLOT_SIZE", c.SlotSize))
 	case c.NrSlots < 2 || c.NrSlots > 4096:
-		return fmt.Errorf("config: nr_slots %d must be in 2..4096", c.NrSlots)
+		return fmt.Errorf("config: nr_slots %d must be in 2..4096%s", c.NrSlots, envNote("RPAL_NR_SLOTS", uint64(c.NrSlots)))
 	case c.RegionBase == 0 || c.RegionBase%c.SlotSize != 0:
-		return fmt.Errorf("config: region base %#x must be non-zero and slot-size aligned", c.RegionBase)
+		return fmt.Errorf("config: region base %#x must be non-zero and slot-size aligned%s", c.RegionBase, envNote("RPAL_REGION_BASE", c.RegionBase))
 	case c.SlotSize > userTop/uint64(c.NrSlots) || c.RegionBase > userTop-c.SlotSize*uint64(c.NrSlots):
 		return fmt.Errorf("config: region %#x + %d x %#x passes the 47-bit user address limit", c.RegionBase, c.NrSlots, c.SlotSize)
 	case c.ArenaSize < 1<<20 || c.ArenaSize > c.SlotSize || c.ArenaSize%pageSize != 0:
-		return fmt.Errorf("config: arena size %#x must be a page multiple in 1 MiB..slot size", c.ArenaSize)
+		return fmt.Errorf("config: arena size %d (%#x) must be a page multiple in 1 MiB..slot size%s", c.ArenaSize, c.ArenaSize, envNote("RPAL_ARENA_SIZE", c.ArenaSize))
 	case !pow2(uint64(c.RingEntries)) || c.RingEntries < 8 || c.RingEntries > 65536:
-		return fmt.Errorf("config: ring entries %d must be a power of two in 8..65536", c.RingEntries)
+		return fmt.Errorf("config: ring entries %d must be a power of two in 8..65536%s", c.RingEntries, envNote("RPAL_RING_ENTRIES", uint64(c.RingEntries)))
 	case c.Spin < 0 || c.Spin > 10*time.Second:
 		return fmt.Errorf("config: spin %v must be in 0..10s", c.Spin)
 	case c.StreamSpin < 0 || c.StreamSpin > 10*time.Second:
@@ -150,13 +150,25 @@ func (c *Config) check() error {
 	case c.Wait > WaitSleep:
 		return fmt.Errorf("config: wait policy %d must be WaitAdaptive, WaitSpin or WaitSleep", c.Wait)
 	case c.ConnBudget != 0 && (c.ConnBudget < 64<<10 || c.ConnBudget > c.ArenaSize):
-		return fmt.Errorf("config: connection budget %#x must be in 64 KiB..arena size (0: a quarter of the arena)", c.ConnBudget)
+		return fmt.Errorf("config: connection budget %d must be in 64 KiB..arena size (0: a quarter of the arena)%s", c.ConnBudget, envNote("RPAL_CONN_BUDGET", c.ConnBudget))
 	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:
 		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s", c.HandshakeTimeout)
 	case len(c.RuntimeDir) >= 108:
 		return fmt.Errorf("config: runtime directory name is too long")
 	}
 	return nil
+}
+
+// envNote is " (from NAME=value)" where the variable is set and reads as
+// value, the likely source of a field check refuses; else "".
+func envNote(name string, value uint64) string {
+	var c Config
+	x := ^value
+	c.envU64(name, &x)
+	if x != value {
+		return ""
+	}
+	return fmt.Sprintf(" (from %s=%.40s)", name, os.Getenv(name))
 }
 
 // connBudget is the per-connection budget in effect.

@@ -31,6 +31,21 @@ func TestConfigEnv(t *testing.T) {
 	if err := c.check(); err == nil {
 		t.Fatal("ring_entries 10 accepted")
 	}
+	t.Setenv("RPAL_RING_ENTRIES", "")
+	// A bad value from the environment: the error gives it in decimal
+	// and names the variable.
+	t.Setenv("RPAL_ARENA_SIZE", "12")
+	c = DefaultConfig()
+	if err := c.check(); err == nil || !strings.Contains(err.Error(), "arena size 12 (0xc)") ||
+		!strings.Contains(err.Error(), "from RPAL_ARENA_SIZE=12") {
+		t.Fatalf("RPAL_ARENA_SIZE=12: %v", err)
+	}
+	t.Setenv("RPAL_ARENA_SIZE", "")
+	c = DefaultConfig()
+	c.ArenaSize = 12
+	if err := c.check(); err == nil || strings.Contains(err.Error(), "RPAL_") {
+		t.Fatalf("ArenaSize 12 set in code: %v", err)
+	}
 	t.Setenv("RPAL_RING_ENTRIES", "12x")
 	c = DefaultConfig()
 	if err := c.check(); err == nil || c.RingEntries != DefaultRingEntries {

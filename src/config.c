@@ -92,6 +92,20 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 
 static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
 
+/* " (from NAME=value)" where the variable is set and reads as value, the
+ * likely source of a field rpal_config_check() refuses; else "". */
+static const char *env_note(const char *name, uint64_t value)
+{
+	static __thread char note[80];
+	uint64_t x = ~value;
+
+	note[0] = 0;
+	env_u64(name, &x);
+	if (x == value)
+		snprintf(note, sizeof(note), " (from %s=%.40s)", name, getenv(name));
+	return note;
+}
+
 /* Names the first bad field and its limit. */
 int rpal_config_check(const struct rpal_config *c)
 {
@@ -100,26 +114,31 @@ int rpal_config_check(const struct rpal_config *c)
 	if (env_error[0])
 		return rpal_fail(EINVAL, "environment: %s", env_error);
 	if (!pow2(c->slot_size) || c->slot_size < (1ULL << 20))
-		return rpal_fail(EINVAL, "config: slot_size %#" PRIx64 " must be a power of two >= 1 MiB", c->slot_size);
+		return rpal_fail(EINVAL, "config: slot_size %" PRIu64 " (%#" PRIx64 ") must be a power of two >= 1 MiB%s",
+				 c->slot_size, c->slot_size, env_note("RPAL_SLOT_SIZE", c->slot_size));
 	if (c->nr_slots < 2 || c->nr_slots > 4096)
-		return rpal_fail(EINVAL, "config: nr_slots %u must be in 2..4096", c->nr_slots);
+		return rpal_fail(EINVAL, "config: nr_slots %u must be in 2..4096%s", c->nr_slots,
+				 env_note("RPAL_NR_SLOTS", c->nr_slots));
 	if (c->region_base == 0 || c->region_base % c->slot_size)
-		return rpal_fail(EINVAL, "config: region_base %#" PRIx64 " must be non-zero and slot_size aligned", c->region_base);
+		return rpal_fail(EINVAL, "config: region_base %#" PRIx64 " must be non-zero and slot_size aligned%s",
+				 c->region_base, env_note("RPAL_REGION_BASE", c->region_base));
 	if (c->slot_size > user_top / c->nr_slots || c->region_base > user_top - c->slot_size * c->nr_slots)
 		return rpal_fail(EINVAL, "config: region %#" PRIx64 " + %u x %#" PRIx64 " passes the 47-bit user address limit",
 				 c->region_base, c->nr_slots, c->slot_size);
 	if (c->arena_size < (1ULL << 20) || c->arena_size > c->slot_size || c->arena_size % RPAL_PAGE)
-		return rpal_fail(EINVAL, "config: arena_size %#" PRIx64 " must be a page multiple in 1 MiB..slot_size", c->arena_size);
+		return rpal_fail(EINVAL, "config: arena_size %" PRIu64 " (%#" PRIx64 ") must be a page multiple in 1 MiB..slot_size%s",
+				 c->arena_size, c->arena_size, env_note("RPAL_ARENA_SIZE", c->arena_size));
 	if (!pow2(c->ring_entries) || c->ring_entries < 8 || c->ring_entries > 65536)
-		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536", c->ring_entries);
+		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536%s", c->ring_entries,
+				 env_note("RPAL_RING_ENTRIES", c->ring_entries));
 	if (c->spin_us > 10u * 1000 * 1000)
 		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s", c->spin_us);
 	if (c->wait_policy > RPAL_WAIT_POLICY_SLEEP)
 		return rpal_fail(EINVAL, "config: wait_policy %u must be 0 (adaptive), 1 (spin) or 2 (sleep)",
 				 c->wait_policy);
 	if (c->conn_budget && (c->conn_budget < (64u << 10) || c->conn_budget > c->arena_size))
-		return rpal_fail(EINVAL, "config: conn_budget %" PRIu64 " must be 0 (arena_size / 4) or in 64 KiB..arena_size",
-				 c->conn_budget);
+		return rpal_fail(EINVAL, "config: conn_budget %" PRIu64 " must be 0 (arena_size / 4) or in 64 KiB..arena_size%s",
+				 c->conn_budget, env_note("RPAL_CONN_BUDGET", c->conn_budget));
 	if (c->handshake_ms == 0 || c->handshake_ms > 60000)
 		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000", c->handshake_ms);
 	if (memchr(c->runtime_dir, 0, sizeof(c->runtime_dir)) == NULL)

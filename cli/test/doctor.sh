@@ -36,6 +36,10 @@ rc=$?
 [ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a malformed RPAL_ARENA_SIZE"; fail=1; }
 echo "$out" | grep -q "^no   connected mode .*RPAL_ARENA_SIZE" ||
 	{ echo "$out"; echo "FAIL: the failure does not name RPAL_ARENA_SIZE"; fail=1; }
+# A well-formed but refused value: given in decimal, and named as the source.
+out=$(RPAL_ARENA_SIZE=12 "$RPAL" doctor 2>&1)
+echo "$out" | grep -q "^no   connected mode .*arena_size 12 (0xc) .*(from RPAL_ARENA_SIZE=12)" ||
+	{ echo "$out"; echo "FAIL: a refused RPAL_ARENA_SIZE=12 is not given as such"; fail=1; }
 # A directory of mode 0711 works (for root, and for its owner) but is not
 # the caller's alone: the line says so, with that mode.
 odd=$(mktemp -d /tmp/rpal-doctor-dir.XXXXXX)
