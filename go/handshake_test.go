@@ -5,6 +5,7 @@
 package rpal
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -1197,5 +1198,36 @@ func TestListenerRemovesItsFiles(t *testing.T) {
 	}
 	if sameFile(fd, lockPath) {
 		t.Fatal("sameFile: a replaced file is the one at the path")
+	}
+}
+
+// One memfd lookup notes every page from the range's first up to the
+// peer's first hole as written, so that later messages over those pages
+// need none; a range into the hole is refused.
+func TestPagesWrittenUpToHole(t *testing.T) {
+	const size, written = 4 << 20, 1 << 20
+	fd, err := unix.MemfdCreate("written", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Ftruncate(fd, size); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := unix.Pwrite(fd, bytes.Repeat([]byte{1}, written), 0); err != nil {
+		t.Fatal(err)
+	}
+	pm := &peerMap{addr: 1 << 30, size: size, memfd: fd, written: make([]uint64, size/pageSize/64)}
+	if !pm.pagesWritten(pm.addr+8192, 100) {
+		t.Fatal("a written page refused")
+	}
+	for _, off := range []uint64{300 << 10, written - 64} {
+		first, want := off/pageSize, uint64(1)<<((off/pageSize)%64)
+		if pm.written[first/64]&want == 0 {
+			t.Fatalf("page at %d, after the one looked up and before the hole, not noted as written", off)
+		}
+	}
+	if pm.pagesWritten(pm.addr+written-64, 128) || pm.pagesWritten(pm.addr+written+4096, 1) {
+		t.Fatal("a range into the hole accepted")
 	}
 }

@@ -288,7 +288,7 @@ func (l *Listener) Close() error {
 		// descriptors with them, which closing the socket would
 		// release here: no new ones once the path is gone.
 		if l.lock != nil { // a file, not an abstract name
-			l.releaseName()
+			l.releaseName(true)
 		}
 		drainBacklog(l.ln)
 		l.ln.Close()

@@ -39,7 +39,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
 		if l.lock != nil {
-			l.releaseName()
+			l.releaseName(false)
 			l.lock.Close()
 		}
 		return nil, err
@@ -86,11 +86,13 @@ func sameFile(fd int, path string) bool {
 		held.Ino == there.Ino && held.Dev == there.Dev
 }
 
-// releaseName removes the socket file, then the lock file we hold (only
-// that one: a file that replaced it is another's); the lock keeps anyone
-// from taking the name until its file is gone.
-func (l *Listener) releaseName() {
-	_ = os.Remove(l.path)
+// releaseName removes the socket file where we bound it, then the lock file
+// we hold (only that one: a file that replaced it is another's); the lock
+// keeps anyone from taking the name until its file is gone.
+func (l *Listener) releaseName(bound bool) {
+	if bound {
+		_ = os.Remove(l.path)
+	}
 	if sameFile(int(l.lock.Fd()), l.lock.Name()) {
 		_ = os.Remove(l.lock.Name())
 	}

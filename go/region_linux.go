@@ -296,8 +296,16 @@ func (pm *peerMap) pagesCheck(addr, n uint64) bool {
 	if err != nil || uint64(hole) < addr+n-pm.addr {
 		return false
 	}
-	for i := first; i <= last; i++ {
-		atomic.OrUint64(&pm.written[i/64], 1<<(i%64))
+	// Every page up to the hole, not the range alone: the kernel walked
+	// them all to find it, and a walk per message would cost in
+	// proportion to all the peer ever wrote.
+	last = min(uint64(hole), pm.size)/pageSize - 1
+	for i := first; i <= last; i = (i/64 + 1) * 64 {
+		bits := ^uint64(0) << (i % 64)
+		if i/64 == last/64 {
+			bits &= ^uint64(0) >> (63 - last%64)
+		}
+		atomic.OrUint64(&pm.written[i/64], bits)
 	}
 	return true
 }

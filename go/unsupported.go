@@ -35,7 +35,7 @@ func checkOS() error { return errUnsupported }
 
 func (p *process) setup() error                                        { return errUnsupported }
 func (p *process) unmapPeer(slot uint32, addr, size uint64)            {}
-func (l *Listener) releaseName()                                       {}
+func (l *Listener) releaseName(bool)                                   {}
 func (pm *peerMap) pagesCheck(addr, n uint64) bool                     { return false }
 func (d *Dialer) dial(context.Context, string) (*Conn, error)          { return nil, errUnsupported }
 func (lc *ListenConfig) listen(string) (*Listener, error)              { return nil, errUnsupported }

@@ -13,25 +13,28 @@
 static __thread char env_error[96];
 
 /* Decimal, or hexadecimal with 0x (never octal: "010" is ten). */
-static void env_u64(const char *name, uint64_t *v)
+static bool env_parse(const char *s, uint64_t *v)
 {
-	const char *s = getenv(name);
 	char *end;
 	unsigned long long x;
 	int base = 10;
 
-	if (!s || !*s)
-		return;
 	if (s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
 		base = 16;
 	errno = 0;
 	x = strtoull(s, &end, base);
-	if (errno || *end || s[0] == '-') {
-		if (!env_error[0])
-			snprintf(env_error, sizeof(env_error), "%s=%.40s is not a number", name, s);
-		return;
-	}
+	if (errno || *end || s[0] == '-')
+		return false;
 	*v = x;
+	return true;
+}
+
+static void env_u64(const char *name, uint64_t *v)
+{
+	const char *s = getenv(name);
+
+	if (s && *s && !env_parse(s, v) && !env_error[0])
+		snprintf(env_error, sizeof(env_error), "%s=%.40s is not a number", name, s);
 }
 
 static void env_uint(const char *name, unsigned *v)
@@ -97,12 +100,12 @@ static bool pow2(uint64_t x) { return x && !(x & (x - 1)); }
 static const char *env_note(const char *name, uint64_t value)
 {
 	static __thread char note[80];
-	uint64_t x = ~value;
+	const char *s = getenv(name);
+	uint64_t x;
 
 	note[0] = 0;
-	env_u64(name, &x);
-	if (x == value)
-		snprintf(note, sizeof(note), " (from %s=%.40s)", name, getenv(name));
+	if (s && *s && env_parse(s, &x) && x == value)
+		snprintf(note, sizeof(note), " (from %s=%.40s)", name, s);
 	return note;
 }
 

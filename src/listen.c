@@ -57,16 +57,18 @@ static int name_lock(const char *lockpath, const char *service)
 	}
 }
 
-/* Give a name up: its socket file, then its lock file, which we hold (the
- * lock keeps anyone from taking the name until the file is gone). */
-static void name_release(struct rpal_listener *l)
+/* Give a name up: its socket file where we bound it, then its lock file,
+ * which we hold (the lock keeps anyone from taking the name until the file
+ * is gone). */
+static void name_release(struct rpal_listener *l, bool bound)
 {
 	char lockpath[sizeof(l->path) + 8];
 	struct stat held, there;
 
 	if (!l->path[0])
 		return;
-	unlink(l->path);
+	if (bound)
+		unlink(l->path);
 	snprintf(lockpath, sizeof(lockpath), "%s.lock", l->path);
 	/* Only the file we hold: one that replaced it is another's. */
 	if (fstat(l->lockfd, &held) == 0 && lstat(lockpath, &there) == 0 && held.st_ino == there.st_ino &&
@@ -81,6 +83,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 	struct epoll_event ev = { .events = EPOLLIN };
 	socklen_t salen;
 	char lockpath[128];
+	bool bound = false;
 	int ret;
 
 	ret = rpal_ensure_init();
@@ -119,6 +122,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		ret = rpal_fail(errno == EADDRINUSE ? EADDRINUSE : errno, "cannot bind service %s", service);
 		goto fail;
 	}
+	bound = true;
 	/* Other uids can reach the socket only if the policy may let them in;
 	 * SO_PEERCRED is the real gate either way. */
 	if (l->path[0])
@@ -158,7 +162,7 @@ fail:
 		close(l->timer);
 	if (l->sock >= 0)
 		close(l->sock);
-	name_release(l);
+	name_release(l, bound);
 	if (l->lockfd >= 0)
 		close(l->lockfd);
 	free(l->uids);
@@ -385,7 +389,7 @@ void listener_close(struct rpal_listener *l)
 	pthread_mutex_unlock(&rpal_g.lock);
 	while (l->nr_pending)
 		pending_drop(l, 0);
-	name_release(l);
+	name_release(l, true);
 	/* Clients not yet accepted may have sent messages, and descriptors
 	 * with them, which closing the listening socket would release here. */
 	for (int i = 0, s; i < 1024 && (s = accept4(l->sock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC)) >= 0; i++)

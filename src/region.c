@@ -481,8 +481,18 @@ RPAL_WARM bool peer_pages_check(struct rpal_peer *p, uintptr_t addr, size_t len)
 	hole = lseek(p->memfd, (off_t)(first * RPAL_PAGE), SEEK_HOLE);
 	if (hole < 0 || (uint64_t)hole < addr + len - p->base)
 		return false;
-	for (size_t i = first; i <= last; i++)
-		atomic_fetch_or_explicit(&p->written[i / 64], 1ull << (i % 64), memory_order_relaxed);
+	/* Every page up to the hole, not the range alone: the kernel walked
+	 * them all to find it, and a walk per message would cost in
+	 * proportion to all the peer ever wrote. */
+	last = ((uint64_t)hole < p->size ? (uint64_t)hole : p->size) / RPAL_PAGE - 1;
+	for (size_t i = first; i <= last;) {
+		uint64_t bits = ~0ull << (i % 64);
+
+		if (i / 64 == last / 64)
+			bits &= ~0ull >> (63 - last % 64);
+		atomic_fetch_or_explicit(&p->written[i / 64], bits, memory_order_relaxed);
+		i = (i / 64 + 1) * 64;
+	}
 	return true;
 }
 

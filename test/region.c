@@ -239,6 +239,31 @@ int main(int argc, char **argv)
 	t_check(l2 >= 0, "stale socket not replaced: %s", rpal_strerror(l2));
 	rpal_close(l2);
 	rpal_close(lfd);
+
+	printf("a peer's written pages: one memfd lookup notes every page up to its first hole\n");
+	{
+		const size_t asize = 4u << 20, written = 1u << 20;
+		struct rpal_peer peer = { .base = 1u << 30, .size = asize };
+		int mfd = memfd_create("written", MFD_CLOEXEC);
+		char *m;
+
+		t_check(mfd >= 0 && ftruncate(mfd, (off_t)asize) == 0, "memfd: %m");
+		m = mmap(NULL, written, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+		t_check(m != MAP_FAILED, "mmap: %m");
+		memset(m, 1, written);
+		peer.memfd = mfd;
+		peer.written = calloc(asize / RPAL_PAGE / 64, sizeof(*peer.written));
+		t_check(!peer_pages_known(&peer, peer.base + 8192, 100), "a page known before any lookup");
+		t_check(peer_pages_check(&peer, peer.base + 8192, 100), "written page refused");
+		t_check(peer_pages_known(&peer, peer.base + 300 * 1024, 64) &&
+			peer_pages_known(&peer, peer.base + written - 64, 64),
+			"the pages after the one looked up, up to the hole, are not noted as written");
+		t_check(!peer_pages_check(&peer, peer.base + written - 64, 128), "a range into the hole accepted");
+		t_check(!peer_pages_check(&peer, peer.base + written + 4096, 1), "a page of the hole accepted");
+		munmap(m, written);
+		close(mfd);
+		free((void *)peer.written);
+	}
 	rpal_fini();
 	t_check(t_mapping_perms(cfg.region_base, perms) == 0, "region still mapped after rpal_fini");
 	printf("PASS\n");
