@@ -92,15 +92,18 @@ func (c *Conn) wait(bit uint64, sp *spinner, ready func() bool, deadline *atomic
 				// Let this process's other goroutines run on our P and,
 				// every yieldEvery, other threads on our CPU: a spinner
 				// that keeps the thread the peer (or our own next step)
-				// needs off the CPU only makes the wait longer.  The
-				// peer's thread on our CPU gets it at every look, and
-				// our goroutines from the second look on, or from the
-				// first where they write to the connection while we
-				// wait (gRPC's handlers): with one P, what we wait
-				// for may be theirs to send first.
+				// needs off the CPU only makes the wait longer.  Where
+				// the peer's thread shares our CPU (yield), it gets the
+				// CPU at every look, and our goroutines from the second
+				// look on, or from the first where they write to the
+				// connection while we wait (gRPC's handlers); else our
+				// goroutines get it at every look, the yieldEvery ones
+				// included (under the race detector 64 looks can take
+				// longer than yieldEvery): with one P, what we wait for
+				// may be theirs to send first.
 				if yield || spun-yielded >= yieldEvery {
 					yielded = spun
-					if yield && (sp.writtenNear > 0 || i > 1) {
+					if !yield || sp.writtenNear > 0 || i > 1 {
 						runtime.Gosched()
 					}
 					osYield()
