@@ -18,6 +18,18 @@ set -u
 RPAL=$1 CC=$2
 . "$(dirname "$0")/hostlib.sh"
 
+# refused_by_both PROG PATTERN WHAT: rpal run and rpal join (host tls) both refuse PROG with
+# status 2 and a message matching PATTERN.
+refused_by_both() {
+	local how out rc
+	for how in run "join tls"; do
+		out=$(timeout 30 "$RPAL" $how "$1" 2>&1)
+		rc=$?
+		[ $rc = 2 ] && echo "$out" | grep -q "$2" && ok "rpal $how refuses $3: $out" ||
+			bad "rpal $how of $3: rc $rc, $out"
+	done
+}
+
 cat >"$tmp/zero.c" <<'C'
 #include <errno.h>
 #include <pthread.h>
@@ -91,14 +103,7 @@ done
 want=$(printf 'main 5 hello\nthread 5 hello')
 out=$("$tmp/init" 2>&1)
 [ "$out" = "$want" ] || bad "negative control: initialized thread-locals exec'd: $out"
-out=$(timeout 30 "$RPAL" run "$tmp/init" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q 'initial values' && ok "rpal run refuses initialized thread-locals: $out" ||
-	bad "rpal run of initialized thread-locals: rc $rc, $out"
-out=$(timeout 30 "$RPAL" join tls "$tmp/init" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q 'initial values' && ok "rpal join refuses them: $out" ||
-	bad "rpal join of initialized thread-locals: rc $rc, $out"
+refused_by_both "$tmp/init" 'initial values' "initialized thread-locals"
 "$CC" -shared -fPIC -o "$tmp/libinit.so" "$tmp/initlib.c" &&
 	"$CC" -DIN_LIB -fPIE -pie -rdynamic -pthread -o "$tmp/initlib" "$tmp/init.c" -L"$tmp" -linit -Wl,-rpath,"$tmp" ||
 	{ bad "cannot build"; exit 1; }
@@ -111,14 +116,7 @@ rc=$?
 "$CC" -DSZ=1048576 -fPIE -pie -rdynamic -pthread -o "$tmp/huge" "$tmp/zero.c" || { bad "cannot build"; exit 1; }
 out=$("$tmp/huge" 2>&1)
 [ "$out" = ok ] || bad "negative control: 1 MiB exec'd: $out"
-out=$(timeout 30 "$RPAL" run "$tmp/huge" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal run refuses 1 MiB of thread-locals: $out" ||
-	bad "rpal run of 1 MiB of thread-locals: rc $rc, $out"
-out=$(timeout 30 "$RPAL" join tls "$tmp/huge" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q '1048576 bytes' && ok "rpal join refuses it" ||
-	bad "rpal join of 1 MiB of thread-locals: rc $rc, $out"
+refused_by_both "$tmp/huge" '1048576 bytes' "1 MiB of thread-locals"
 # 4. A thread-local the executable defines and a library uses (extern __thread): exec'd both see
 #    one variable; hosted the library would see another, so rpal run and rpal join refuse it,
 #    naming the variable.  One the executable exports but no library uses runs.
@@ -147,15 +145,7 @@ C
 	"$CC" -fPIE -pie -rdynamic -o "$tmp/shalone" "$tmp/sh.c" || { bad "cannot build"; exit 1; }
 out=$("$tmp/sh" 2>&1)
 [ "$out" = "exe 7 lib 7" ] || bad "negative control: a thread-local shared with a library exec'd: $out"
-out=$(timeout 30 "$RPAL" run "$tmp/sh" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q 'shared_tls is used by the library .*libsh.so' &&
-	ok "rpal run refuses a thread-local of the executable used by a library: $out" ||
-	bad "rpal run of a thread-local shared with a library: rc $rc, $out"
-out=$(timeout 30 "$RPAL" join tls "$tmp/sh" 2>&1)
-rc=$?
-[ $rc = 2 ] && echo "$out" | grep -q 'shared_tls is used by the library' && ok "rpal join refuses it" ||
-	bad "rpal join of a thread-local shared with a library: rc $rc, $out"
+refused_by_both "$tmp/sh" 'shared_tls is used by the library .*libsh.so' "a thread-local of the executable used by a library"
 out=$(timeout 30 "$RPAL" run -q "$tmp/shalone" 2>&1)
 rc=$?
 [ $rc = 0 ] && [ "$out" = "exe 7 lib 7" ] && ok "exported thread-locals no library uses run hosted: $out" ||
