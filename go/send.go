@@ -3,6 +3,7 @@
 package rpal
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"sync/atomic"
@@ -88,8 +89,12 @@ func (c *Conn) txReady(what int) bool {
 	return true
 }
 
-// prepare waits for a free slot (and quota) or fails; caller holds txMu.
-func (c *Conn) prepare(what int) error {
+// errNoRoom is what prepare returns, without waiting, where it would wait.
+var errNoRoom = errors.New("no room in the ring")
+
+// prepare waits for a free slot (and quota) or fails; without block it
+// fails with errNoRoom instead of waiting.  Caller holds txMu.
+func (c *Conn) prepare(what int, block bool) error {
 	full := false
 	for {
 		if err := c.sendError(); err != nil {
@@ -108,6 +113,9 @@ func (c *Conn) prepare(what int) error {
 			full = true
 			c.st.Load().tx.ringFull.Add(1)
 		}
+		if !block {
+			return errNoRoom
+		}
 		// The consumer may be waiting for messages we deferred.
 		if c.published != c.tail {
 			c.notifyRX()
@@ -118,13 +126,14 @@ func (c *Conn) prepare(what int) error {
 	}
 }
 
-// sendLocked is a one-copy send; caller holds txMu.
-func (c *Conn) sendLocked(b []byte) error {
+// sendLocked is a one-copy send, waiting for room if block; caller holds
+// txMu.
+func (c *Conn) sendLocked(b []byte, block bool) error {
 	if len(b) == 0 {
 		return fmt.Errorf("empty messages are not allowed: %w", syscall.EINVAL)
 	}
 	if len(b) <= InlineMax {
-		if err := c.prepare(wantSlot); err != nil {
+		if err := c.prepare(wantSlot, block); err != nil {
 			return err
 		}
 		c.publish(b, uint32(len(b)), 0, slotInline)
@@ -133,7 +142,7 @@ func (c *Conn) sendLocked(b []byte) error {
 	if uint64(len(b)) > c.p.cfg.ArenaSize/2 || uint64(len(b)) > 0xffffffff {
 		return fmt.Errorf("message of %d bytes is larger than half the arena: %w", len(b), syscall.EMSGSIZE)
 	}
-	if err := c.prepare(wantSlot | wantQuota); err != nil {
+	if err := c.prepare(wantSlot|wantQuota, block); err != nil {
 		return err
 	}
 	addr, err := c.allocBuf(len(b))
@@ -150,11 +159,11 @@ func (c *Conn) sendLocked(b []byte) error {
 // for a byte stream, where boundaries do not matter, several slots cost
 // less than a buffer that must be allocated, acknowledged and freed.
 // Returns the bytes sent; caller holds txMu.
-func (c *Conn) sendSlotsLocked(b []byte) (int, error) {
+func (c *Conn) sendSlotsLocked(b []byte, block bool) (int, error) {
 	n := 0
 	for n < len(b) {
 		k := min(len(b)-n, InlineMax)
-		if err := c.prepare(wantSlot); err != nil {
+		if err := c.prepare(wantSlot, block); err != nil {
 			return n, err
 		}
 		c.publish(b[n:n+k], uint32(k), 0, slotInline)
@@ -175,7 +184,7 @@ func (c *Conn) Send(b []byte) error {
 	if err := expired(&c.wrDeadline); err != nil {
 		return c.opErr("send", err)
 	}
-	err := c.sendLocked(b)
+	err := c.sendLocked(b, true)
 	if err == nil {
 		c.notifyRX()
 	}
@@ -189,7 +198,7 @@ func (c *Conn) SendBatch(msgs [][]byte) (int, error) {
 	n := 0
 	var err error
 	for _, m := range msgs {
-		if err = c.sendLocked(m); err != nil {
+		if err = c.sendLocked(m, true); err != nil {
 			break
 		}
 		n++
@@ -217,7 +226,7 @@ func (c *Conn) WriteMsg(buf *Buffer) error {
 	if err := expired(&c.wrDeadline); err != nil {
 		return c.opErr("write", err)
 	}
-	if err := c.prepare(wantSlot | wantQuota); err != nil {
+	if err := c.prepare(wantSlot|wantQuota, true); err != nil {
 		return c.opErr("write", err)
 	}
 	if buf.state.Load() != 0 {

@@ -4,8 +4,11 @@ package rpal
 
 import (
 	"errors"
+	"fmt"
 	"net"
+	"os"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 )
@@ -41,13 +44,17 @@ import (
 // over 100 µs), it spins instead the budget that would have cost least on
 // its last 64 waits, counting a sleep as 40 µs.
 //
-// A Stream holds far less unread data than a TCP socket: at most
-// Config.RingEntries messages (256 by default: about 10 KiB of writes of
-// up to 320 bytes, which travel 40 bytes per ring slot).  Two sides that
-// each write more than that before reading (requests pipelined to a
-// server that answers each with a Write) both block until their
-// deadlines, where over TCP they would not; see docs/GO.md for what such
-// a protocol can do.
+// A short Write (up to 320 bytes) that finds the ring full returns at once
+// and leaves its bytes in a send buffer of up to 64 KiB, which a goroutine
+// of the Stream sends, joined into larger messages, as the peer makes
+// room: two sides that each pipeline more than the ring holds before
+// reading (a client's requests to a server that answers each with a
+// Write) go on as over a socket, whose buffer also takes a few hundred
+// such writes.  Longer writes wait for room, as before a socket's full
+// buffer.  CloseWrite sends what is buffered first; Close waits for it
+// until the write deadline, or 10 s without one, and says so if bytes
+// were left unsent.  An error met sending the buffer is returned by the
+// next Write.
 //
 // Either side's reader that rang its peer awake after a pause longer than
 // Config.Spin sleeps at once for the answer, which comes no sooner than
@@ -62,8 +69,23 @@ type Stream struct {
 	n, off int
 	inline [InlineMax]byte
 
-	wmu sync.Mutex
+	wmu sync.Mutex // one Write at a time
+
+	// The send buffer (under pmu): bytes of short Writes that found the
+	// ring full, sent in order by flush, the only sender while it runs.
+	pmu      sync.Mutex
+	pend     []byte
+	flushing bool
+	flushed  chan struct{} // closed when that flush ends
+	werr     error         // why a flush gave up: the next Write's error
+	shut     bool          // CloseWrite was called
+	room     chan struct{} // for a Write: flush made progress, or something changed
+	poke     chan struct{} // for flush: Close, or a new deadline
 }
+
+// sendBufferMax bounds a Stream's send buffer: with the ring it takes 740
+// pipelined writes of 100 bytes, where a Unix socket's buffer takes 278.
+const sendBufferMax = 64 << 10
 
 // requestGap is the longest wait a server's Stream reader still counts as
 // short (see Stream, whose documentation gives its value).
@@ -84,7 +106,7 @@ func NewStream(c *Conn) *Stream {
 		c.rxSpin.mixed, c.rxSpin.chosen = true, c.rxSpin.max
 	}
 	c.rxMu.Unlock()
-	return &Stream{c: c}
+	return &Stream{c: c, room: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
 }
 
 // Conn returns the underlying message connection.
@@ -177,9 +199,11 @@ func (s *Stream) Write(b []byte) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.c
-	c.txMu.Lock()
-	defer c.txMu.Unlock()
 	if err := expired(&c.wrDeadline); err != nil {
+		return 0, c.opErr("write", err)
+	}
+	flushing, err := s.state()
+	if err != nil {
 		return 0, c.opErr("write", err)
 	}
 	if len(b) == 0 { // nothing to send, but a closed side says so, as TCP's does
@@ -188,6 +212,41 @@ func (s *Stream) Write(b []byte) (int, error) {
 		}
 		return 0, nil
 	}
+	if len(b) <= slotsMax {
+		n := 0
+		if !flushing {
+			c.txMu.Lock()
+			n, err = s.sendLocked(b, false)
+			if n > 0 && !c.dead.Load() {
+				c.notifyRX()
+			}
+			c.txMu.Unlock()
+			if err != errNoRoom {
+				return n, c.opErr("write", err)
+			}
+		}
+		m, err := s.buffer(b[n:])
+		return n + m, c.opErr("write", err)
+	}
+	if flushing {
+		if err := s.waitFlushed(); err != nil {
+			return 0, c.opErr("write", err)
+		}
+	}
+	c.txMu.Lock()
+	defer c.txMu.Unlock()
+	n, err := s.sendLocked(b, true)
+	if n > 0 && !c.dead.Load() {
+		c.notifyRX()
+	}
+	return n, c.opErr("write", err)
+}
+
+// sendLocked sends b, waiting for room if block, else failing with
+// errNoRoom where it would wait, and returns the bytes sent.  Caller holds
+// txMu.
+func (s *Stream) sendLocked(b []byte, block bool) (int, error) {
+	c := s.c
 	n := 0
 	chunk := s.chunk()
 	for n < len(b) {
@@ -199,38 +258,227 @@ func (s *Stream) Write(b []byte) (int, error) {
 			// take nothing from the arena, so those peers cannot starve
 			// other connections or keep new ones out.
 			var m int
-			m, err = c.sendSlotsLocked(b[n : n+k])
+			m, err = c.sendSlotsLocked(b[n:n+k], block)
 			n += m
-		} else if err = c.sendLocked(b[n : n+k]); err == nil {
+		} else if err = c.sendLocked(b[n:n+k], block); err == nil {
 			n += k
 		} else if errors.Is(err, errArenaFull) { // no block that large is free
 			var m int
-			m, err = c.sendSlotsLocked(b[n : n+k])
+			m, err = c.sendSlotsLocked(b[n:n+k], block)
 			n += m
 		}
 		if err != nil {
-			if n > 0 && !c.dead.Load() {
-				c.notifyRX()
-			}
-			return n, c.opErr("write", err)
+			return n, err
 		}
-	}
-	if n > 0 {
-		c.notifyRX()
 	}
 	return n, nil
 }
 
-// CloseWrite shuts down the writing side: the peer reads io.EOF.
-func (s *Stream) CloseWrite() error { return s.c.CloseWrite() }
+// state says whether a flush runs, or why writing is over.
+func (s *Stream) state() (flushing bool, err error) {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	if s.werr != nil {
+		return false, s.werr
+	}
+	if s.shut {
+		return false, fmt.Errorf("connection was shut down for writing: %w", errPipe)
+	}
+	return s.flushing, nil
+}
+
+// buffer appends b to the send buffer, starting a flush, and waits for
+// room while the buffer is full.  Returns the bytes taken.
+func (s *Stream) buffer(b []byte) (int, error) {
+	n := 0
+	for {
+		s.pmu.Lock()
+		k := min(len(b)-n, sendBufferMax-len(s.pend))
+		if k > 0 && s.werr == nil && !s.shut {
+			if s.pend == nil {
+				s.pend = make([]byte, 0, min(sendBufferMax, 4<<10))
+			}
+			s.pend = append(s.pend, b[n:n+k]...)
+			n += k
+			if !s.flushing {
+				s.flushing = true
+				s.flushed = make(chan struct{})
+				go s.flush(s.flushed)
+			}
+		}
+		s.pmu.Unlock()
+		if n == len(b) {
+			return n, nil
+		}
+		if err := s.waitRoom(); err != nil {
+			return n, err
+		}
+	}
+}
+
+// waitRoom waits for the flush to make progress, or for a change that
+// ends the wait, then says why writing cannot go on, if it cannot.
+func (s *Stream) waitRoom() error {
+	c := s.c
+	if err := s.writable(); err != nil {
+		return err
+	}
+	if d := c.wrDeadline.Load(); d != 0 {
+		t := time.NewTimer(time.Duration(d - nowNano()))
+		defer t.Stop()
+		select {
+		case <-s.room:
+		case <-t.C:
+		}
+	} else {
+		<-s.room
+	}
+	return s.writable()
+}
+
+// writable says why a Write cannot go on, if it cannot.
+func (s *Stream) writable() error {
+	if s.c.closed.Load() {
+		return net.ErrClosed
+	}
+	if err := expired(&s.c.wrDeadline); err != nil {
+		return err
+	}
+	_, err := s.state()
+	return err
+}
+
+// waitFlushed waits until no flush runs: a Write too long for the
+// buffer goes after what is in it.
+func (s *Stream) waitFlushed() error {
+	for {
+		flushing, err := s.state()
+		if err != nil || !flushing {
+			return err
+		}
+		if err := s.waitRoom(); err != nil {
+			return err
+		}
+	}
+}
+
+// wake ends the waits of waitRoom, and with flusher those of flush, to
+// look again.
+func (s *Stream) wake(flusher bool) {
+	select {
+	case s.room <- struct{}{}:
+	default:
+	}
+	if flusher {
+		select {
+		case s.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flush sends the send buffer as the peer makes room, until it is empty
+// or sending fails for good.  A wait ended by the write deadline does not
+// end it: the bytes were taken, and go once the peer reads, as a socket's
+// do; it then looks every few ms.  A CloseWrite called meanwhile takes
+// effect after the last byte.
+func (s *Stream) flush(done chan struct{}) {
+	c := s.c
+	defer close(done)
+	pause := time.Duration(0)
+	for {
+		s.pmu.Lock()
+		b := s.pend
+		if len(b) == 0 || s.werr != nil || c.closed.Load() {
+			s.pend, s.flushing = nil, false
+			shut := s.shut && s.werr == nil && len(b) == 0
+			s.pmu.Unlock()
+			if shut {
+				_ = c.CloseWrite()
+			}
+			s.wake(false)
+			return
+		}
+		s.pmu.Unlock()
+		c.txMu.Lock()
+		n, err := s.sendLocked(b, true)
+		if n > 0 && !c.dead.Load() {
+			c.notifyRX()
+		}
+		c.txMu.Unlock()
+		expiredWait := errors.Is(err, os.ErrDeadlineExceeded)
+		s.pmu.Lock()
+		s.pend = s.pend[n:]
+		if err != nil && !expiredWait {
+			s.werr = err
+		}
+		s.pmu.Unlock()
+		s.wake(false)
+		if !expiredWait {
+			pause = 0
+			continue
+		}
+		pause = min(2*pause+time.Millisecond, 50*time.Millisecond)
+		t := time.NewTimer(pause)
+		select {
+		case <-t.C:
+		case <-s.poke: // Close, or a new deadline
+		}
+		t.Stop()
+	}
+}
+
+// CloseWrite shuts down the writing side: the peer reads what was written,
+// the send buffer's bytes included, then io.EOF.
+func (s *Stream) CloseWrite() error {
+	s.pmu.Lock()
+	s.shut = true
+	flushing := s.flushing
+	s.pmu.Unlock()
+	s.wake(false)
+	if flushing && !s.c.closed.Load() {
+		return nil // the flush shuts down after its last byte
+	}
+	return s.c.CloseWrite()
+}
 
 // CloseRead shuts down the reading side: reads return io.EOF once what was
 // queued is read, and the peer's writes fail with EPIPE.
 func (s *Stream) CloseRead() error { return s.c.CloseRead() }
 
-// Close closes the connection.
+// Close closes the connection, once the send buffer is sent: it waits for
+// that until the write deadline, or 10 s without one.
 func (s *Stream) Close() error {
-	err := s.c.Close()
+	c := s.c
+	var unsent error
+	s.pmu.Lock()
+	flushing, done := s.flushing, s.flushed
+	s.pmu.Unlock()
+	if flushing && !c.closed.Load() {
+		limit := lingerTime
+		if d := c.wrDeadline.Load(); d != 0 {
+			limit = min(limit, time.Duration(d-nowNano()))
+		}
+		t := time.NewTimer(max(limit, 0))
+		select {
+		case <-done:
+		case <-t.C:
+			s.pmu.Lock()
+			if n := len(s.pend); n > 0 {
+				unsent = fmt.Errorf("%d bytes written were never sent: the peer did not read them in time: %w", n, syscall.ETIMEDOUT)
+			}
+			s.pmu.Unlock()
+		}
+		t.Stop()
+	}
+	err := c.Close()
+	if flushing {
+		s.wake(true)
+		<-done // it sees closed at once
+	}
+	if err == nil && unsent != nil {
+		err = c.opErr("close", unsent)
+	}
 	return err
 }
 
@@ -241,10 +489,17 @@ func (s *Stream) LocalAddr() net.Addr { return s.c.LocalAddr() }
 func (s *Stream) RemoteAddr() net.Addr { return s.c.RemoteAddr() }
 
 // SetDeadline sets the read and write deadlines.
-func (s *Stream) SetDeadline(t time.Time) error { return s.c.SetDeadline(t) }
+func (s *Stream) SetDeadline(t time.Time) error {
+	defer s.wake(true)
+	return s.c.SetDeadline(t)
+}
 
 // SetReadDeadline sets the read deadline.
 func (s *Stream) SetReadDeadline(t time.Time) error { return s.c.SetReadDeadline(t) }
 
-// SetWriteDeadline sets the write deadline.
-func (s *Stream) SetWriteDeadline(t time.Time) error { return s.c.SetWriteDeadline(t) }
+// SetWriteDeadline sets the write deadline; it bounds a Write's wait for
+// room, not the sending of what the send buffer took.
+func (s *Stream) SetWriteDeadline(t time.Time) error {
+	defer s.wake(true)
+	return s.c.SetWriteDeadline(t)
+}

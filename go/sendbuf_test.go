@@ -1,0 +1,237 @@
+// SPDX-License-Identifier: MIT
+
+//go:build linux
+
+package rpal
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Both sides pipeline more short writes than the ring holds before they
+// read: a client writes every request before it reads a reply, a server
+// answers each request with a Write of its own.  Over a Unix socket this
+// completes (its buffer takes 278 such writes); it does here because a
+// Write that finds the ring full leaves its bytes in the send buffer.
+func TestStreamPipelinedWrites(t *testing.T) { bothSleeps(t, testStreamPipelinedWrites) }
+
+func testStreamPipelinedWrites(t *testing.T) {
+	for _, tc := range []struct{ size, count int }{{100, 500}, {300, 200}, {24, 600}} {
+		c1, c2, stop, err := streamPair(t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		c1.SetDeadline(deadline)
+		c2.SetDeadline(deadline)
+		served := make(chan error, 1)
+		go func() {
+			req := make([]byte, tc.size)
+			for i := 0; i < tc.count; i++ {
+				if _, err := io.ReadFull(c2, req); err != nil {
+					served <- err
+					return
+				}
+				if _, err := c2.Write(req); err != nil {
+					served <- err
+					return
+				}
+			}
+			served <- nil
+		}()
+		msg := make([]byte, tc.size)
+		for i := 0; i < tc.count; i++ {
+			binary.LittleEndian.PutUint32(msg, uint32(i))
+			msg[tc.size-1] = byte(i)
+			if _, err := c1.Write(msg); err != nil {
+				t.Fatalf("%d B: request %d of %d: %v", tc.size, i, tc.count, err)
+			}
+		}
+		for i := 0; i < tc.count; i++ {
+			if _, err := io.ReadFull(c1, msg); err != nil {
+				t.Fatalf("%d B: reply %d of %d: %v", tc.size, i, tc.count, err)
+			}
+			if binary.LittleEndian.Uint32(msg) != uint32(i) || msg[tc.size-1] != byte(i) {
+				t.Fatalf("%d B: reply %d carries request %d", tc.size, i, binary.LittleEndian.Uint32(msg))
+			}
+		}
+		if err := <-served; err != nil {
+			t.Fatalf("%d B: server: %v", tc.size, err)
+		}
+		t.Logf("%d requests of %d B pipelined both ways", tc.count, tc.size)
+		stop()
+	}
+}
+
+// fillSendBuffer makes short writes to c, whose peer does not read, until
+// one fails; it returns the bytes taken and that error.
+func fillSendBuffer(t *testing.T, c net.Conn) (int, error) {
+	msg := make([]byte, 100)
+	total := 0
+	for i := 0; ; i++ {
+		for j := range msg {
+			msg[j] = byte(total + j)
+		}
+		n, err := c.Write(msg)
+		total += n
+		if err != nil {
+			return total, err
+		}
+		if i > 10000 {
+			t.Fatal("10,000 writes went through to a peer that reads nothing")
+		}
+	}
+}
+
+// readCounting reads c to its end, checking that byte i is byte(i).
+func readCounting(t *testing.T, c net.Conn) (int, error) {
+	b := make([]byte, 4096)
+	total := 0
+	for {
+		n, err := c.Read(b)
+		for i := 0; i < n; i++ {
+			if b[i] != byte(total+i) {
+				t.Fatalf("byte %d is %d", total+i, b[i])
+			}
+		}
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+// The send buffer is bounded, its bytes are sent after the write deadline
+// that ended the Write which found it full, and CloseWrite and Close send
+// them first.
+func TestStreamSendBuffer(t *testing.T) { bothSleeps(t, testStreamSendBuffer) }
+
+func testStreamSendBuffer(t *testing.T) {
+	// A full buffer: the Write waits until its deadline, having taken
+	// what the ring and the buffer hold, and no more.
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	ringBytes := int(s.c.ringMask+1) * InlineMax
+	c1.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+	total, err := fillSendBuffer(t, c1)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the Write that found the buffer full: %v; want the deadline", err)
+	}
+	if total < sendBufferMax || total > ringBytes+sendBufferMax {
+		t.Fatalf("%d bytes taken; want the buffer's %d and at most the ring's %d more", total, sendBufferMax, ringBytes)
+	}
+	// The deadline passed: what was taken still goes as the peer reads,
+	// then end of stream after CloseWrite, which does not wait for it.
+	t0 := time.Now()
+	if err := s.CloseWrite(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(t0); d > 100*time.Millisecond {
+		t.Fatalf("CloseWrite waited %v", d)
+	}
+	c1.SetWriteDeadline(time.Time{})
+	if _, err := c1.Write([]byte("x")); !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("Write after CloseWrite: %v; want EPIPE", err)
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := readCounting(t, c2)
+	if err != io.EOF || got != total {
+		t.Fatalf("the peer read %d of %d bytes, then %v; want all, then io.EOF", got, total, err)
+	}
+
+	// Close waits for the buffer to go.
+	c1, c2, stop2, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop2()
+	total = 0
+	msg := make([]byte, 100)
+	for total < sendBufferMax {
+		for j := range msg {
+			msg[j] = byte(total + j)
+		}
+		n, err := c1.Write(msg)
+		if total += n; err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- c1.Close() }()
+	time.Sleep(50 * time.Millisecond)
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the peer read the send buffer", err)
+	default:
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readCounting(t, c2); err != io.EOF || got != total {
+		t.Fatalf("the peer of a closed stream read %d of %d bytes, then %v", got, total, err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+
+	// Close after the deadline: what the peer did not read is dropped,
+	// and Close says how much.
+	c1, c2, stop3, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop3()
+	s = c1.(*Stream)
+	c1.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	if total, err = fillSendBuffer(t, c1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	s.pmu.Lock()
+	unsent := len(s.pend)
+	s.pmu.Unlock()
+	t0 = time.Now()
+	err = c1.Close()
+	if !errors.Is(err, syscall.ETIMEDOUT) || time.Since(t0) > time.Second {
+		t.Fatalf("Close after the write deadline, %d bytes unsent: %v after %v; want ETIMEDOUT at once", unsent, err, time.Since(t0))
+	}
+	if s.flushing {
+		t.Fatal("the flush goes on after Close")
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readCounting(t, c2); err != io.EOF || got != total-unsent {
+		t.Fatalf("the peer read %d bytes, then %v; want %d sent of %d, then io.EOF", got, err, total-unsent, total)
+	}
+}
+
+// A peer that closes while our send buffer holds bytes: the next Write
+// fails with EPIPE.
+func TestStreamSendBufferPeerCloses(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c1.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	if _, err := fillSendBuffer(t, c1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	c1.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	c2.Close()
+	var werr error
+	until(t, "a Write to fail", func() bool {
+		_, werr = c1.Write([]byte("x"))
+		return werr != nil
+	})
+	if !errors.Is(werr, syscall.EPIPE) {
+		t.Fatalf("Write after the peer closed: %v; want EPIPE", werr)
+	}
+}
