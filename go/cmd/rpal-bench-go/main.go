@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -444,10 +445,40 @@ func main() {
 		fmt.Fprintln(os.Stderr, "rpal-bench-go:", err)
 		os.Exit(2)
 	}
-	if err := runRole(o, r); err != nil {
+	stop, err := startProfile(o)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rpal-bench-go:", err)
+		os.Exit(2)
+	}
+	err = runRole(o, r)
+	stop()
+	if err != nil {
 		r.fail(err)
 		os.Exit(1)
 	}
+}
+
+// startProfile starts a CPU profile of this process when the environment
+// names a folder for it (RPAL_BENCH_GO_PROFILE): the file is
+// NET-ROLE-PID.pprof there, for `go tool pprof`.  It returns what ends it.
+func startProfile(o *options) (func(), error) {
+	dir := os.Getenv("RPAL_BENCH_GO_PROFILE")
+	if dir == "" {
+		return func() {}, nil
+	}
+	path := fmt.Sprintf("%s/%s-%s-%d.pprof", dir, o.network, o.role, os.Getpid())
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("CPU profile (RPAL_BENCH_GO_PROFILE): %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("CPU profile %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // errShort is a message of the wrong length.
