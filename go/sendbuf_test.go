@@ -235,3 +235,37 @@ func TestStreamSendBufferPeerCloses(t *testing.T) {
 		t.Fatalf("Write after the peer closed: %v; want EPIPE", werr)
 	}
 }
+
+// The connection closed under a Stream whose send buffer holds bytes (by
+// its Conn's Close, while the flush waits to look again): a short Write
+// fails with net.ErrClosed instead of leaving its bytes in a buffer
+// nobody will send.
+func TestStreamSendBufferConnClosed(t *testing.T) {
+	c1, _, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	ringBytes := int(s.c.ringMask+1) * InlineMax
+	msg := make([]byte, 100)
+	for total := 0; total < ringBytes+1000; {
+		n, err := c1.Write(msg)
+		if total += n; err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The flush's wait ends at the deadline; it then looks every 50 ms.
+	c1.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+	time.Sleep(200 * time.Millisecond)
+	c := s.Conn()
+	c.SetWriteDeadline(time.Time{})
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if n, err := c1.Write(msg); !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("Write %d after Close: %d, %v; want net.ErrClosed", i, n, err)
+		}
+	}
+}

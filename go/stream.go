@@ -294,7 +294,9 @@ func (s *Stream) buffer(b []byte) (int, error) {
 	for {
 		s.pmu.Lock()
 		k := min(len(b)-n, sendBufferMax-len(s.pend))
-		if k > 0 && s.werr == nil && !s.shut {
+		// Not once the connection is closed: a flush would drop the
+		// bytes, and the Write fails instead (waitRoom says why).
+		if k > 0 && s.werr == nil && !s.shut && !s.c.closed.Load() {
 			if s.pend == nil {
 				s.pend = make([]byte, 0, min(sendBufferMax, 4<<10))
 			}
