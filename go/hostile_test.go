@@ -106,7 +106,7 @@ func TestHostileScribble(t *testing.T) {
 				}
 			}
 		}()
-		s := &Stream{c: a}
+		s := NewStream(a)
 		ops := []func() error{
 			func() error { _, err := a.Recv(make([]byte, 8192)); return err },
 			func() error {

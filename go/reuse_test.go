@@ -45,7 +45,7 @@ func testStreamBufferFreed(t *testing.T, free func(b *Conn)) {
 	if err := b.Send(msg); err != nil {
 		t.Fatal(err)
 	}
-	s := &Stream{c: a}
+	s := NewStream(a)
 	got := make([]byte, len(msg))
 	if n, err := s.Read(got[:1000]); err != nil || n != 1000 {
 		t.Fatalf("first read: %d, %v", n, err)

@@ -109,12 +109,12 @@ func (c *Conn) prepare(what int, block bool) error {
 				return nil
 			}
 		}
+		if !block {
+			return errNoRoom // counted as full by the wait that follows
+		}
 		if !full {
 			full = true
 			c.st.Load().tx.ringFull.Add(1)
-		}
-		if !block {
-			return errNoRoom
 		}
 		// The consumer may be waiting for messages we deferred.
 		if c.published != c.tail {

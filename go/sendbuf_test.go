@@ -269,3 +269,62 @@ func TestStreamSendBufferConnClosed(t *testing.T) {
 		}
 	}
 }
+
+// Close while the send buffer waits for a peer that does not read: a
+// blocked Write and a blocked Read return net.ErrClosed at once, Close
+// returns once the peer has read everything, and later calls fail with
+// net.ErrClosed, an expired deadline notwithstanding.
+func TestStreamCloseWhileFlushing(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	c1.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	total, err := fillSendBuffer(t, c1)
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	c1.SetWriteDeadline(time.Time{})
+	blocked := make(chan error, 2)
+	go func() {
+		_, err := c1.Write(make([]byte, 100)) // no room: it waits
+		blocked <- err
+	}()
+	go func() {
+		_, err := c1.Read(make([]byte, 10)) // nothing comes
+		blocked <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- c1.Close() }()
+	for i := 0; i < 2; i++ {
+		select {
+		case err := <-blocked:
+			if !errors.Is(err, net.ErrClosed) {
+				t.Fatalf("a call blocked when Close came: %v; want net.ErrClosed", err)
+			}
+		case <-time.After(time.Second):
+			t.Fatal("Close left a blocked call blocked while it waited for the send buffer")
+		}
+	}
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the peer read the send buffer", err)
+	default:
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readCounting(t, c2); err != io.EOF || got != total {
+		t.Fatalf("the peer read %d of %d bytes, then %v", got, total, err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	c1.SetWriteDeadline(time.Now().Add(-time.Second))
+	if _, err := c1.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Write after Close: %v; want net.ErrClosed", err)
+	}
+	if err := c1.Close(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("a second Close: %v; want net.ErrClosed", err)
+	}
+}

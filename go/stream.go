@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -69,7 +70,8 @@ type Stream struct {
 	n, off int
 	inline [InlineMax]byte
 
-	wmu sync.Mutex // one Write at a time
+	wmu     sync.Mutex  // one Write at a time
+	closing atomic.Bool // Close was called: every call fails, a flush may still run
 
 	// The send buffer (under pmu): bytes of short Writes that found the
 	// ring full, sent in order by flush, the only sender while it runs.
@@ -79,6 +81,7 @@ type Stream struct {
 	flushed  chan struct{} // closed when that flush ends
 	werr     error         // why a flush gave up: the next Write's error
 	shut     bool          // CloseWrite was called
+	unsent   int           // bytes a flush ended without sending
 	room     chan struct{} // for a Write: flush made progress, or something changed
 	poke     chan struct{} // for flush: Close, or a new deadline
 }
@@ -139,7 +142,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 	// before it unmaps anything.
 	c.rxMu.Lock()
 	defer c.rxMu.Unlock()
-	if c.closed.Load() {
+	if c.closed.Load() || s.closing.Load() {
 		return 0, c.opErr("read", net.ErrClosed)
 	}
 	if err := expired(&c.rdDeadline); err != nil {
@@ -152,6 +155,9 @@ func (s *Stream) Read(b []byte) (int, error) {
 			if err := c.next(&sc, n == 0); err != nil {
 				if n > 0 {
 					return n, nil // what is there; the error comes next time
+				}
+				if s.closing.Load() { // woken by Close
+					err = net.ErrClosed
 				}
 				return 0, c.opErr("read", err)
 			}
@@ -199,6 +205,9 @@ func (s *Stream) Write(b []byte) (int, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	c := s.c
+	if c.closed.Load() || s.closing.Load() {
+		return 0, c.opErr("write", net.ErrClosed)
+	}
 	if err := expired(&c.wrDeadline); err != nil {
 		return 0, c.opErr("write", err)
 	}
@@ -278,6 +287,9 @@ func (s *Stream) sendLocked(b []byte, block bool) (int, error) {
 func (s *Stream) state() (flushing bool, err error) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
+	if s.closing.Load() {
+		return false, net.ErrClosed
+	}
 	if s.werr != nil {
 		return false, s.werr
 	}
@@ -296,7 +308,7 @@ func (s *Stream) buffer(b []byte) (int, error) {
 		k := min(len(b)-n, sendBufferMax-len(s.pend))
 		// Not once the connection is closed: a flush would drop the
 		// bytes, and the Write fails instead (waitRoom says why).
-		if k > 0 && s.werr == nil && !s.shut && !s.c.closed.Load() {
+		if k > 0 && s.werr == nil && !s.shut && !s.c.closed.Load() && !s.closing.Load() {
 			if s.pend == nil {
 				s.pend = make([]byte, 0, min(sendBufferMax, 4<<10))
 			}
@@ -392,6 +404,7 @@ func (s *Stream) flush(done chan struct{}) {
 		s.pmu.Lock()
 		b := s.pend
 		if len(b) == 0 || s.werr != nil || c.closed.Load() {
+			s.unsent += len(b)
 			s.pend, s.flushing = nil, false
 			shut := s.shut && s.werr == nil && len(b) == 0
 			s.pmu.Unlock()
@@ -416,11 +429,13 @@ func (s *Stream) flush(done chan struct{}) {
 		}
 		s.pmu.Unlock()
 		s.wake(false)
-		if !expiredWait {
+		if !expiredWait || n > 0 {
 			pause = 0
+		}
+		if !expiredWait {
 			continue
 		}
-		pause = min(2*pause+time.Millisecond, 50*time.Millisecond)
+		pause = min(2*pause+time.Millisecond, 50*time.Millisecond) // 1 ms after progress
 		t := time.NewTimer(pause)
 		select {
 		case <-t.C:
@@ -433,6 +448,9 @@ func (s *Stream) flush(done chan struct{}) {
 // CloseWrite shuts down the writing side: the peer reads what was written,
 // the send buffer's bytes included, then io.EOF.
 func (s *Stream) CloseWrite() error {
+	if s.closing.Load() {
+		return s.c.opErr("close", net.ErrClosed)
+	}
 	s.pmu.Lock()
 	s.shut = true
 	flushing := s.flushing
@@ -448,40 +466,71 @@ func (s *Stream) CloseWrite() error {
 // queued is read, and the peer's writes fail with EPIPE.
 func (s *Stream) CloseRead() error { return s.c.CloseRead() }
 
-// Close closes the connection, once the send buffer is sent: it waits for
-// that until the write deadline, or 10 s without one.
+// Close closes the connection: blocked Reads and Writes return at once
+// with net.ErrClosed.  Where the send buffer holds bytes, it sends them
+// first (the peer's writes fail with EPIPE meanwhile): it waits for that
+// until the write deadline, or 10 s without one, and returns an error
+// wrapping ETIMEDOUT that says how many bytes were never sent.
 func (s *Stream) Close() error {
 	c := s.c
-	var unsent error
+	if s.closing.Swap(true) {
+		return c.opErr("close", net.ErrClosed)
+	}
 	s.pmu.Lock()
 	flushing, done := s.flushing, s.flushed
 	s.pmu.Unlock()
 	if flushing && !c.closed.Load() {
-		limit := lingerTime
-		if d := c.wrDeadline.Load(); d != 0 {
-			limit = min(limit, time.Duration(d-nowNano()))
-		}
-		t := time.NewTimer(max(limit, 0))
-		select {
-		case <-done:
-		case <-t.C:
-			s.pmu.Lock()
-			if n := len(s.pend); n > 0 {
-				unsent = fmt.Errorf("%d bytes written were never sent: the peer did not read them in time: %w", n, syscall.ETIMEDOUT)
+		_ = c.CloseRead() // wakes a blocked Read
+		s.wake(false)     // and a Write waiting for room
+		for start := time.Now(); ; {
+			// The deadline may change while we wait.
+			limit := lingerTime - time.Since(start)
+			if d := c.wrDeadline.Load(); d != 0 {
+				limit = min(limit, time.Duration(d-nowNano()))
 			}
-			s.pmu.Unlock()
+			if limit <= 0 {
+				break
+			}
+			t := time.NewTimer(min(limit, 20*time.Millisecond))
+			select {
+			case <-done:
+			case <-t.C:
+			}
+			t.Stop()
+			if isClosed(done) {
+				break
+			}
 		}
-		t.Stop()
 	}
+	s.pmu.Lock()
+	werr := s.werr // a flush's own failure; after this, ours
+	s.pmu.Unlock()
 	err := c.Close()
 	if flushing {
 		s.wake(true)
 		<-done // it sees closed at once
 	}
-	if err == nil && unsent != nil {
-		err = c.opErr("close", unsent)
+	s.pmu.Lock()
+	unsent := s.unsent
+	s.pmu.Unlock()
+	if err == nil && unsent > 0 {
+		why := fmt.Errorf("the peer did not read them in time: %w", syscall.ETIMEDOUT)
+		if werr != nil {
+			why = werr
+		}
+		err = c.opErr("close", fmt.Errorf("%d bytes written were never sent: %w", unsent, why))
 	}
 	return err
+}
+
+// isClosed says whether ch is closed.
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // LocalAddr returns the service name.
