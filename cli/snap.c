@@ -451,6 +451,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 
 	memset(s, 0, sizeof(*s));
 	if (w && w->dir) {
+		clean_string(s->looked, w->dir, sizeof(s->looked));
 		ret = scan_dir(w->dir, s);
 		if (ret) {
 			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
@@ -459,6 +460,10 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 		goto sort;
 	}
 	snap_default_dir(def, sizeof(def));
+	clean_string(s->looked, def, sizeof(s->looked));
+	if (geteuid() == 0)
+		snprintf(s->looked + strlen(s->looked), sizeof(s->looked) - strlen(s->looked),
+			 " and every /run/user/*/rpal and /tmp/rpal-*");
 	ret = scan_once(def, seen, &nseen, 256, s);
 	/* Root sees every user's processes: their default directories too. */
 	for (i = 0; !ret && geteuid() == 0 && i < sizeof(all) / sizeof(all[0]); i++) {

@@ -53,6 +53,9 @@ struct snap {
 	struct snap_skip *skips;      /* pages that are not what they claim */
 	unsigned nskips;
 	unsigned stale;               /* pages of dead owners: skipped (removed where we could) */
+	/* Where snap_take() looked (printable ASCII only), for a message that
+	 * finds nothing: a process of another RPAL_RUNTIME_DIR is not there. */
+	char looked[300];
 };
 
 /* Where to look: dirs[0..n) once each; NULL: this user's runtime directory,

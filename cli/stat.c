@@ -235,7 +235,7 @@ static void print_table(const struct snap *s)
 	unsigned i, j;
 
 	if (!s->nprocs)
-		printf("no rpal processes\n");
+		printf("no rpal processes in %s\n", s->looked);
 	for (i = 0; i < s->nprocs; i++) {
 		const struct snap_proc *p = &s->procs[i];
 		long long up = p->started && now > p->started ? (long long)(now - p->started) : 0;
@@ -334,13 +334,15 @@ int cmd_stat(int argc, char **argv)
 	if (none) {
 		/* A service is found by its connections: a listener alone has none. */
 		if (filter.service)
-			fprintf(stderr, "rpal stat: no open connection of service %s (a server is found by "
-				"its open connections: one with none now is not listed)\n", filter.service);
+			fprintf(stderr, "rpal stat: no open connection of service %s in %s (a server is found "
+				"by its open connections: one with none now is not listed; a process started "
+				"with another RPAL_RUNTIME_DIR is read with --dir)\n", filter.service, s.looked);
 		else if (snap_page_dir(filter.pid, why, sizeof(why)) == 0)
 			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory, "
 				"which --dir names:\n  %s\n", filter.pid, why);
 		else
-			fprintf(stderr, "rpal stat: no rpal process has pid %s\n", optind < argc ? argv[optind] : "");
+			fprintf(stderr, "rpal stat: no rpal process has pid %s in %s\n", optind < argc ? argv[optind] : "",
+				s.looked);
 		c = 1;
 	}
 	snap_free(&s);

@@ -263,11 +263,15 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 			snprintf(ws, sizeof(ws), "-");
 		else
 			snprintf(ws, sizeof(ws), "%.1f", 100 * r->wake_share);
-		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %7s %5s %7s %7s %7s %5.1f%s", r->pid, r->name,
+		/* A connection whose peer is gone has rates of 0, as an idle one
+		 * does: say which it is, after the last column. */
+		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %7s %5s %7s %7s %7s %5.1f%s%s", r->pid, r->name,
 		       (unsigned long long)r->id, r->c.peer_pid, r->c.service[0] ? r->c.service : "-",
 		       human(r->out_s, a, sizeof(a)), human(r->in_s, b, sizeof(b)), human(r->bytes_s, c, sizeof(c)), ws,
 		       human(r->wake_s, d, sizeof(d)), human(r->sleep_s, e, sizeof(e)), human(r->full_s, g, sizeof(g)),
-		       100 * r->spin_share, eol);
+		       100 * r->spin_share,
+		       r->c.status & RPAL_STAT_ERROR ? " error" : r->c.status & RPAL_STAT_PEER_GONE ? " peer-gone" : "",
+		       eol);
 	}
 	if (cut)
 		printf("(%u more)%s", f->n - shown, eol);

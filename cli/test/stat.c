@@ -268,11 +268,17 @@ static void unmatched(const char *rpal)
 	char *by_pid[] = { (char *)rpal, "stat", "4000000", NULL };
 	struct out o;
 
-	CHECK(!runcmd(by_name, &o) && o.status == 1 && !o.len[0] &&
-	      strstr(o.buf[1], "no open connection of service no-such-service"),
+	char where[400];
+
+	/* It names where it looked: a process of another runtime directory
+	 * is not there. */
+	snprintf(where, sizeof(where), "no open connection of service no-such-service in %s", dir);
+	CHECK(!runcmd(by_name, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], where) &&
+	      strstr(o.buf[1], "--dir"),
 	      "rpal stat no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
-	CHECK(!runcmd(by_pid, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], "no rpal process has pid 4000000"),
+	snprintf(where, sizeof(where), "no rpal process has pid 4000000 in %s", dir);
+	CHECK(!runcmd(by_pid, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], where),
 	      "rpal stat 4000000: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
 	printf("stat: a service or pid that matches nothing exits 1 and says so on stderr only\n");
@@ -327,7 +333,13 @@ static void gone(const char *rpal)
 	const char *end = at ? strchr(at, '\n') : NULL;
 	CHECK(at && end && end[-1] == '1' && end[-2] == ' ', "--prometheus: no %s... 1 line", prom);
 	out_free(&o);
-	printf("stat: a peer killed while we make no call reads peer-gone (JSON, Prometheus)\n");
+	/* rpal top: its rates are 0 as an idle connection's are; the row
+	 * says peer-gone after its last column. */
+	char *top[] = { (char *)rpal, "top", "--batch", "-n", "1", "-d", "0.05", pidarg, NULL };
+	CHECK(!runcmd(top, &o) && o.status == 0, "rpal top --batch %s failed: %s", pidarg, o.buf[1]);
+	CHECK(strstr(o.buf[0], " peer-gone\n") != NULL, "rpal top: no row says peer-gone:\n%s", o.buf[0]);
+	out_free(&o);
+	printf("stat: a peer killed while we make no call reads peer-gone (JSON, Prometheus, rpal top)\n");
 	fflush(stdout);
 	rpal_close(fd);
 	rpal_close(lfd);
