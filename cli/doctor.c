@@ -266,23 +266,28 @@ int cmd_doctor(int argc, char **argv)
 	/* Also where rpal_init failed: the directory is often why. */
 	if (dir[0] || !rpal_runtime_dir(NULL, dir, sizeof(dir))) {
 		struct stat sb;
-		char what[64];
+		char what[128];
 
 		ok = 0;
 		if (stat(dir, &sb) < 0)
 			snprintf(what, sizeof(what), "%s", strerror(errno));
 		else if (!S_ISDIR(sb.st_mode))
 			snprintf(what, sizeof(what), "not a directory");
-		else if (sb.st_uid != geteuid())
-			snprintf(what, sizeof(what), "owned by uid %u, not us", (unsigned)sb.st_uid);
-		else if (sb.st_mode & 077)
-			snprintf(what, sizeof(what), "mode %04o: other users could reach its sockets",
-				 (unsigned)(sb.st_mode & 07777));
+		else if (sb.st_uid != geteuid() && sb.st_uid != 0)
+			snprintf(what, sizeof(what), "owned by uid %u, not us or root", (unsigned)sb.st_uid);
+		else if (sb.st_mode & 0002)
+			snprintf(what, sizeof(what), "mode %04o: anyone may write it", (unsigned)(sb.st_mode & 07777));
 		else if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0)
 			snprintf(what, sizeof(what), "mode %04o: we cannot make our sockets in it",
 				 (unsigned)(sb.st_mode & 07777));
 		else {
-			snprintf(what, sizeof(what), "ours, mode %04o", (unsigned)(sb.st_mode & 07777));
+			/* What rpal_init() accepts.  Group or others may enter a
+			 * directory shared by peers of several uids (rpal_listen(3)):
+			 * a socket is 0600 unless its listener's policy admits other
+			 * uids, and both ends check the peer's credentials. */
+			snprintf(what, sizeof(what), "%s, mode %04o%s", sb.st_uid == geteuid() ? "ours" : "root's",
+				 (unsigned)(sb.st_mode & 07777),
+				 sb.st_mode & 077 ? ": shared; sockets are 0600 unless a policy admits other uids" : "");
 			ok = 1;
 		}
 		snprintf(detail, sizeof(detail), "%s (%s)", dir, what);

@@ -40,14 +40,22 @@ echo "$out" | grep -q "^no   connected mode .*RPAL_ARENA_SIZE" ||
 out=$(RPAL_ARENA_SIZE=12 "$RPAL" doctor 2>&1)
 echo "$out" | grep -q "^no   connected mode .*arena_size 12 (0xc) .*(from RPAL_ARENA_SIZE=12)" ||
 	{ echo "$out"; echo "FAIL: a refused RPAL_ARENA_SIZE=12 is not given as such"; fail=1; }
-# A directory of mode 0711 works (for root, and for its owner) but is not
-# the caller's alone: the line says so, with that mode.
+# A directory of mode 0711 or 0750 is what peers of several uids share
+# (rpal_init accepts it): ok, and the line says it is shared, with its
+# mode.  One that anyone may write, rpal_init refuses: no, and why.
 odd=$(mktemp -d /tmp/rpal-doctor-dir.XXXXXX)
-chmod 0711 "$odd"
+for mode in 0711 0750; do
+	chmod $mode "$odd"
+	out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
+	echo "$out" | grep -E "runtime directory"
+	echo "$out" | grep -Eq "^ok +runtime directory +$odd \(ours, mode $mode: shared; " ||
+		{ echo "FAIL: a directory of mode $mode is not reported as ok and shared"; fail=1; }
+done
+chmod 0777 "$odd"
 out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
 echo "$out" | grep -E "runtime directory"
-echo "$out" | grep -Eq "^no +runtime directory +$odd \(mode 0711" ||
-	{ echo "FAIL: a directory of mode 0711 is not reported as such"; fail=1; }
+echo "$out" | grep -Eq "^no +runtime directory +$odd \(mode 0777: anyone may write it\)" ||
+	{ echo "FAIL: a directory of mode 0777 is not reported as refused"; fail=1; }
 # A directory of ours of mode 0500, for a user other than root (whom no mode
 # stops): connected mode fails there, and the line says why, not "ok".
 if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
