@@ -11,7 +11,10 @@
  *    is marked failed and the sender's call returns an error.  Outside calls the signal does what
  *    it would have done without us (the previous handler, or the default action).
  * The handlers run with the receiver's fs base: no TLS, no libc calls that could use it.  They
- * find the sender's record through the gs base, which librpal points at it. */
+ * find the sender's record through the gs base, which librpal points at it.
+ *
+ * A thread of the launcher also hands receivers' kick eventfds to programs that the kernel no
+ * longer lets take them with pidfd_getfd (kick_serve). */
 #include "hosted.h"
 #include "rpal_host.h"
 #include "sigchain.h"   /* src/: librpal's, shared */
@@ -19,6 +22,7 @@
 #include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -27,6 +31,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <ucontext.h>
@@ -46,6 +52,7 @@
 
 static struct rpal_host *the_host;
 static pid_t launcher_pid; /* the process that created the host block */
+static int kick_sock = -1; /* kick_serve's socket */
 static const int fault_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
 static struct sigaction old_fault[4], old_sys;
 
@@ -199,6 +206,124 @@ int hosted_getfd_works(void) {
     return ok;
 }
 
+/* The program (index) whose process is pid and has not ended, or -1. */
+static int prog_of_pid(struct rpal_host *h, pid_t pid) {
+    unsigned n = __atomic_load_n(&h->nprogs, __ATOMIC_ACQUIRE);
+    for (unsigned k = 0; pid > 0 && k < n && k < RPAL_HOST_MAX_PROGS; k++)
+        if (atomic_load(&h->progs[k].pid) == pid && !atomic_load(&h->progs[k].ended)) return (int)k;
+    return -1;
+}
+
+/* The kick eventfd of the receiver at addr, for program me: a receiver on the list of another
+ * program (lists only grow, receivers are never freed).  A descriptor of ours, or -errno. */
+static int kick_fd_for(struct rpal_host *h, int me, uint64_t addr) {
+    unsigned n = __atomic_load_n(&h->nprogs, __ATOMIC_ACQUIRE);
+    for (unsigned q = 0; q < n && q < RPAL_HOST_MAX_PROGS; q++) {
+        unsigned steps = 0;
+        if ((int)q == me) continue;
+        /* Bounded: the list lies in memory every program can write. */
+        for (struct rpal_host_rcv *r = atomic_load(&h->progs[q].rcvs); r && steps < 65536; r = r->next, steps++) {
+            if ((uintptr_t)r != addr) continue;
+            if (r->magic != RPAL_RCV_MAGIC || r->prog != q) return -EINVAL;
+            return rpal_host_take_kick_fd(h, r);
+        }
+    }
+    return -ENOENT;
+}
+
+/* The launcher's side of a program's kick fd request (rpal_host_kick_msg): one datagram in, at
+ * most one out, never waiting on a program (a reply that finds the asker's queue full is
+ * dropped; the asker gives up after its own timeout).  Descriptors sent to us are closed. */
+static void *kick_serve(void *arg) {
+    struct rpal_host *h = arg;
+    int s = kick_sock;
+    for (;;) {
+        struct rpal_host_kick_msg m;
+        struct sockaddr_un from;
+        union {
+            char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(16 * sizeof(int))];
+            struct cmsghdr align;
+        } cb;
+        struct iovec iov = { &m, sizeof m };
+        struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof from, .msg_iov = &iov, .msg_iovlen = 1,
+                             .msg_control = cb.buf, .msg_controllen = sizeof cb.buf };
+        pid_t pid = 0;
+        ssize_t n = recvmsg(s, &mh, MSG_CMSG_CLOEXEC);
+        if (n < 0) {
+            if (errno == EINTR || errno == EAGAIN || errno == ENOMEM || errno == ENOBUFS) continue;
+            /* Unusable: askers then fail at once (ECONNREFUSED) instead of after their timeout. */
+            h->kick_name[0] = 0;
+            close(s);
+            return NULL;
+        }
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            if (c->cmsg_level != SOL_SOCKET) continue;
+            if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+                struct ucred uc;
+                memcpy(&uc, CMSG_DATA(c), sizeof uc);
+                pid = uc.pid;
+            } else if (c->cmsg_type == SCM_RIGHTS) {
+                for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+                    int fd;
+                    memcpy(&fd, CMSG_DATA(c) + k * sizeof fd, sizeof fd);
+                    close(fd);
+                }
+            }
+        }
+        if (n != (ssize_t)sizeof m || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) || m.magic != RPAL_KICK_MAGIC ||
+            mh.msg_namelen <= offsetof(struct sockaddr_un, sun_path))
+            continue;
+        int me = prog_of_pid(h, pid);
+        int fd = me < 0 ? -EPERM : kick_fd_for(h, me, m.rcv);
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } out;
+        m.err = fd < 0 ? fd : 0;
+        m.pad = 0;
+        mh = (struct msghdr){ .msg_name = &from, .msg_namelen = mh.msg_namelen, .msg_iov = &iov, .msg_iovlen = 1 };
+        if (fd >= 0) {
+            mh.msg_control = out.buf;
+            mh.msg_controllen = sizeof out.buf;
+            struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+            c->cmsg_level = SOL_SOCKET;
+            c->cmsg_type = SCM_RIGHTS;
+            c->cmsg_len = CMSG_LEN(sizeof fd);
+            memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        }
+        (void)!sendmsg(s, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (fd >= 0) close(fd);
+    }
+}
+
+/* Bind h->kick_name and start kick_serve, with every signal blocked (they are the main
+ * thread's business).  Without it h->kick_name stays empty: a program refused pidfd_getfd then
+ * cannot kick. */
+static void kick_serve_start(struct rpal_host *h) {
+    struct sockaddr_un a = { .sun_family = AF_UNIX };
+    int one = 1, len = snprintf(h->kick_name, sizeof h->kick_name, "rpal-kick-%d-%llx", (int)getpid(),
+                                (unsigned long long)(uintptr_t)h);
+    sigset_t all, old;
+    pthread_t t;
+    memcpy(a.sun_path + 1, h->kick_name, (size_t)len);
+    kick_sock = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (kick_sock < 0 || setsockopt(kick_sock, SOL_SOCKET, SO_PASSCRED, &one, sizeof one) < 0 ||
+        bind(kick_sock, (struct sockaddr *)&a, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len)) < 0)
+        goto fail;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&t, NULL, kick_serve, h);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        pthread_detach(t);
+        return;
+    }
+fail:
+    if (kick_sock >= 0) close(kick_sock);
+    kick_sock = -1;
+    h->kick_name[0] = 0;
+}
+
 /* 1 if Syscall User Dispatch can be armed on this kernel. */
 static int sud_works(void) {
     static volatile unsigned char sel = 0;
@@ -257,6 +382,7 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     }
     launcher_pid = getpid();
     the_host = h;
+    if (h->getfd) kick_serve_start(h);
     return h;
 }
 

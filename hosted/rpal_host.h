@@ -10,7 +10,8 @@
  * <program index>"); only a child of the launcher trusts the address, so a
  * program's own forked or exec'd children do not.  Each program has its own
  * descriptor table: a descriptor number means something only in the program
- * that owns it (a receiver's kick eventfd is fetched with pidfd_getfd).
+ * that owns it (a receiver's kick eventfd is fetched with pidfd_getfd, or,
+ * where the kernel refuses that, asked of the launcher: rpal_host_kick_msg).
  *
  * The RPAL call.  A receiver that waits in rpal_epoll_wait() with nothing
  * pending parks its context in its struct rpal_host_rcv and its own thread
@@ -29,6 +30,7 @@
 #ifndef RPAL_HOST_H
 #define RPAL_HOST_H
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -36,11 +38,12 @@
 #include <sys/syscall.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   6u
+#define RPAL_HOST_VERSION   7u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
 #define RPAL_SENDER_MAGIC   0x444e45534c415052ull  /* "RPALSEND" */
+#define RPAL_KICK_MAGIC     0x4b4349544c415052ull  /* "RPALTICK" */
 
 /* A suspended context, as switch_x86_64.S lays it out (= hosted_ctx). */
 struct rpal_host_ctx {
@@ -82,6 +85,10 @@ struct rpal_host {
 	uint32_t pku;                 /* PKRU exists (OSPKE): a call keeps the sender's */
 	uint32_t getfd;               /* pidfd_getfd works: a sender can kick another program's receiver */
 	uintptr_t sud_start, sud_len; /* code SUD always lets through (the launcher's) */
+	/* The abstract Unix datagram socket (name without its leading NUL) where
+	 * the launcher hands a receiver's kick eventfd to a program that may not
+	 * take it itself; "" when it has none. */
+	char kick_name[48];
 	struct rpal_host_prog progs[RPAL_HOST_MAX_PROGS];
 };
 
@@ -151,6 +158,21 @@ static inline void rpal_host_prog_calls(const struct rpal_host_prog *p, uint64_t
 	}
 }
 
+/*
+ * A program that the kernel refuses pidfd_getfd (it changed its user id, so
+ * it may no longer ptrace the others) asks the launcher, which may: one
+ * datagram from a socket of its own to h->kick_name, { magic, rcv }.  The
+ * launcher knows the asker by its credentials (SO_PASSCRED), checks that rcv
+ * is a receiver of another program and that neither has ended, and answers
+ * { magic, rcv, 0 } with the eventfd (SCM_RIGHTS), or { magic, rcv, -errno }.
+ */
+struct rpal_host_kick_msg {
+	uint64_t magic;               /* RPAL_KICK_MAGIC */
+	uint64_t rcv;                 /* the struct rpal_host_rcv's address */
+	int32_t err;                  /* reply: 0 with the descriptor, else -errno */
+	uint32_t pad;
+};
+
 /* One per thread that makes RPAL calls; found through the gs base. */
 struct rpal_host_sender {
 	uint64_t magic;               /* RPAL_SENDER_MAGIC */
@@ -200,31 +222,14 @@ static inline long rpal_host_syscall(long nr, long a, long b, long c, long d)
 	return ret;
 }
 
-/*
- * r's kick eventfd as a descriptor of the calling process (each program has
- * its own descriptor table), or -1 when its program has ended or refuses.
- * The launcher marks a program ended no later than it reaps it (after which
- * its pid may be reused): a pidfd opened while it is not yet marked is the
- * program's own.  Only an eventfd is returned, so a stray write never
- * lands elsewhere.  No TLS, no stdio.
- */
-static inline int rpal_host_take_kick_fd(const struct rpal_host *h, const struct rpal_host_rcv *r)
+/* Is fd (ours) an eventfd?  Only one is written to as a kick, so that a
+ * stray write never lands elsewhere.  No TLS, no stdio. */
+static inline int rpal_host_fd_is_eventfd(long fd)
 {
 	static const char want[] = "anon_inode:[eventfd]", dir[] = "/proc/self/fd/";
-	const struct rpal_host_prog *p = &h->progs[r->prog];
 	char path[sizeof(dir) + 12], link[sizeof(want)], digits[12], *q = digits + sizeof(digits);
 	unsigned v, n = 0;
-	long pidfd, fd;
 
-	if (atomic_load(&p->ended))
-		return -1;
-	pidfd = rpal_host_syscall(SYS_pidfd_open, atomic_load(&p->pid), 0, 0, 0);
-	if (pidfd < 0)
-		return -1;
-	fd = atomic_load(&p->ended) ? -1 : rpal_host_syscall(SYS_pidfd_getfd, pidfd, r->kick_fd, 0, 0);
-	rpal_host_syscall(SYS_close, pidfd, 0, 0, 0);
-	if (fd < 0)
-		return -1;
 	v = (unsigned)fd;
 	do
 		*--q = (char)('0' + v % 10);
@@ -233,10 +238,35 @@ static inline int rpal_host_take_kick_fd(const struct rpal_host *h, const struct
 	while (q < digits + sizeof(digits))
 		path[sizeof(dir) - 1 + n++] = *q++;
 	path[sizeof(dir) - 1 + n] = 0;
-	if (rpal_host_syscall(SYS_readlinkat, AT_FDCWD, (long)path, (long)link, sizeof(link)) !=
-	    (long)sizeof(want) - 1 || __builtin_memcmp(link, want, sizeof(want) - 1)) {
+	return rpal_host_syscall(SYS_readlinkat, AT_FDCWD, (long)path, (long)link, sizeof(link)) ==
+	       (long)sizeof(want) - 1 && !__builtin_memcmp(link, want, sizeof(want) - 1);
+}
+
+/*
+ * r's kick eventfd as a descriptor of the calling process (each program has
+ * its own descriptor table), or -errno: -ESRCH when its program has ended,
+ * -EPERM where the kernel refuses us (we may not ptrace it).  The launcher
+ * marks a program ended no later than it reaps it (after which its pid may
+ * be reused): a pidfd opened while it is not yet marked is the program's own.
+ * Only an eventfd is returned.  No TLS, no stdio.
+ */
+static inline int rpal_host_take_kick_fd(const struct rpal_host *h, const struct rpal_host_rcv *r)
+{
+	const struct rpal_host_prog *p = &h->progs[r->prog];
+	long pidfd, fd;
+
+	if (atomic_load(&p->ended))
+		return -ESRCH;
+	pidfd = rpal_host_syscall(SYS_pidfd_open, atomic_load(&p->pid), 0, 0, 0);
+	if (pidfd < 0)
+		return (int)pidfd;
+	fd = atomic_load(&p->ended) ? -ESRCH : rpal_host_syscall(SYS_pidfd_getfd, pidfd, r->kick_fd, 0, 0);
+	rpal_host_syscall(SYS_close, pidfd, 0, 0, 0);
+	if (fd < 0)
+		return (int)fd;
+	if (!rpal_host_fd_is_eventfd(fd)) {
 		rpal_host_syscall(SYS_close, fd, 0, 0, 0);
-		return -1;
+		return -EBADF;
 	}
 	return (int)fd;
 }

@@ -26,6 +26,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,8 @@
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <linux/kcmp.h>
 #include <poll.h>
@@ -60,6 +63,7 @@ struct rcv_priv {
 
 static struct rpal_host *host;
 static unsigned host_prog;
+static int host_pid;          /* the launcher's */
 
 /* ------------------------------------------------------------ raw syscalls
  * No errno: the idle loop runs on a thread whose TLS a borrower may use. */
@@ -84,14 +88,98 @@ static long raw5(long nr, long a, long b, long c, long d, long e)
 }
 
 /*
+ * r's kick eventfd from the launcher (rpal_host_kick_msg), or -errno.  One
+ * datagram socket per request, so that several threads may ask at once and
+ * no reply can reach the wrong one; the reply counts only with the
+ * launcher's credentials, our request's rcv and one eventfd, and whatever
+ * else came with it is closed.  Raw syscalls: see kick_fd_fetch.
+ */
+static int kick_fd_ask(const struct rpal_host_rcv *r)
+{
+	struct sockaddr_un to = { .sun_family = AF_UNIX }, from;
+	sa_family_t self = AF_UNIX;
+	struct rpal_host_kick_msg m = { .magic = RPAL_KICK_MAGIC, .rcv = (uint64_t)(uintptr_t)r };
+	struct iovec iov = { &m, sizeof(m) };
+	union {
+		char buf[CMSG_SPACE(sizeof(struct ucred)) + CMSG_SPACE(4 * sizeof(int))];
+		struct cmsghdr align;
+	} cb;
+	struct msghdr mh = { .msg_name = &to, .msg_iov = &iov, .msg_iovlen = 1 };
+	struct pollfd pfd = { .events = POLLIN };
+	struct timespec ts = { 2, 0 };
+	size_t len = strnlen(host->kick_name, sizeof(host->kick_name) - 1), off;
+	long s, n;
+	int one = 1, fd = -1, nfds = 0, pid = 0;
+
+	if (!len)
+		return -ENOTSUP;
+	__builtin_memcpy(to.sun_path + 1, host->kick_name, len);      /* abstract: a NUL first */
+	mh.msg_namelen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+	s = raw3(SYS_socket, AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return (int)s;
+	/* Bound (autobind) and with SO_PASSCRED before we send: the reply
+	 * needs an address, and says who sent it. */
+	if ((n = raw5(SYS_setsockopt, s, SOL_SOCKET, SO_PASSCRED, (long)&one, sizeof(one))) < 0 ||
+	    (n = raw3(SYS_bind, s, (long)&self, sizeof(self))) < 0 ||
+	    (n = raw3(SYS_sendmsg, s, (long)&mh, MSG_NOSIGNAL | MSG_DONTWAIT)) < 0)
+		goto out;
+	pfd.fd = (int)s;
+	do
+		n = raw5(SYS_ppoll, (long)&pfd, 1, (long)&ts, 0, 8);
+	while (n == -EINTR);        /* ts keeps what is left; the launcher answers at once */
+	if (n <= 0) {
+		n = n ? n : -ETIMEDOUT;
+		goto out;
+	}
+	mh = (struct msghdr){ .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &iov, .msg_iovlen = 1,
+			      .msg_control = cb.buf, .msg_controllen = sizeof(cb.buf) };
+	n = raw3(SYS_recvmsg, s, (long)&mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	for (off = 0; n >= 0 && off + sizeof(struct cmsghdr) <= mh.msg_controllen;) {
+		struct cmsghdr *c = (struct cmsghdr *)(cb.buf + off);
+
+		if (c->cmsg_len < sizeof(struct cmsghdr) || off + c->cmsg_len > mh.msg_controllen)
+			break;
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS &&
+		    c->cmsg_len >= CMSG_LEN(sizeof(struct ucred))) {
+			pid = ((struct ucred *)CMSG_DATA(c))->pid;
+		} else if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+			for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+				int got = ((int *)CMSG_DATA(c))[k];
+
+				if (!nfds++)
+					fd = got;
+				else
+					raw3(SYS_close, got, 0, 0);
+			}
+		}
+		off += CMSG_ALIGN(c->cmsg_len);
+	}
+	if (n == (long)sizeof(m) && !(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && nfds == 1 && pid == host_pid &&
+	    m.magic == RPAL_KICK_MAGIC && m.rcv == (uint64_t)(uintptr_t)r && !m.err && rpal_host_fd_is_eventfd(fd)) {
+		raw3(SYS_close, s, 0, 0);
+		return fd;
+	}
+	if (n >= 0)
+		n = n == (long)sizeof(m) && m.err < 0 ? m.err : -EPROTO;
+out:
+	if (fd >= 0)
+		raw3(SYS_close, fd, 0, 0);
+	raw3(SYS_close, s, 0, 0);
+	return (int)n;
+}
+
+/*
  * r's kick eventfd as a descriptor of ours, taken from its program on our
  * first kick and kept for the next ones (each program has its own descriptor
- * table).  Where it cannot be taken from a program that has not ended, its
- * receiver parked waits for a wake-up that never comes, and calls to it may
- * stall: the kernel refuses pidfd_getfd to a caller that may not ptrace the
+ * table).  The kernel refuses pidfd_getfd to a caller that may not ptrace the
  * target, as after a program of a host run as root changed its user id (the
- * shared memory is then no longer dumpable).  That is said once, on stderr:
- * raw writes, as this may run on a thread whose TLS a borrower uses.
+ * shared memory is then no longer dumpable, and making it dumpable again
+ * would hand the dropped privileges back); the launcher, which may, then
+ * passes the descriptor on (kick_fd_ask).  Where neither works for a program
+ * that has not ended, its receiver parked waits for a wake-up that never
+ * comes, and calls to it may stall: that is said once, on stderr.  Raw
+ * syscalls and writes, as this may run on a thread whose TLS a borrower uses.
  */
 static int kick_fd_fetch(struct rpal_host_rcv *r)
 {
@@ -99,10 +187,12 @@ static int kick_fd_fetch(struct rpal_host_rcv *r)
 	int32_t fd = rpal_host_take_kick_fd(host, r), none = -1;
 	const struct rpal_host_prog *p = &host->progs[r->prog];
 
+	if (fd == -EPERM || fd == -EACCES)
+		fd = kick_fd_ask(r);
 	if (fd < 0 && !atomic_load(&p->ended) && !atomic_exchange(&said, 1)) {
 		static const char a[] = "rpal: cannot wake a receiver of ",
-			b[] = " (pidfd_getfd refused: a program that changed its user id, or one "
-			      "that may not ptrace it): RPAL calls to it may stall\n";
+			b[] = " (pidfd_getfd refused, and the launcher did not pass it on): "
+			      "RPAL calls to it may stall\n";
 
 		raw3(SYS_write, 2, (long)a, sizeof(a) - 1);
 		raw3(SYS_write, 2, (long)p->name, (long)strnlen(p->name, sizeof(p->name)));
@@ -170,6 +260,7 @@ int host_setup(struct rpal_config *cfg)
 		cfg->arena_size = cfg->slot_size;
 	host = h;
 	host_prog = prog;
+	host_pid = (int)pid;
 	return 0;
 }
 

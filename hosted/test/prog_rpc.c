@@ -12,6 +12,11 @@
  *                                        with overflow, the handler overflows its stack, and this
  *                                        thread has an alternate signal stack for the fault; with
  *                                        spin, the handler spins on our thread until we are killed
+ *   prog_rpc dropper SERVICE N           connect, drop to uid and gid 65534 (setgroups, setresgid,
+ *                                        setresuid: run as root), check that pidfd_getfd of the
+ *                                        server is refused now, then N GETTID round trips: each
+ *                                        hands a syscall off to the server's thread, which sleeps
+ *                                        until we kick it; one that takes 10 s ends us (status 3)
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -42,6 +47,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -513,6 +519,74 @@ static int crasher(const char *service, int overflow_stack) {
     return s == -ECONNRESET && len <= 0 ? 0 : 1;
 }
 
+static void stalled(int sig) {
+    static const char m[] = "dropper: a round trip stalled for 10 s: the server's thread was never woken\n";
+    (void)sig;
+    (void)!write(2, m, sizeof m - 1);
+    _exit(3);
+}
+
+/* Another program of our launcher (its children), read before we drop our privileges. */
+static pid_t other_program(void) {
+    char path[64], buf[256], *p = buf;
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)getppid(), (int)getppid());
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    for (long pid; (pid = strtol(p, &p, 10)) > 0;)
+        if (pid != getpid()) return (pid_t)pid;
+    return 0;
+}
+
+static int dropper(const char *service, long n) {
+    struct rpal_prog_stat st[4];
+    struct req q = { .op = OP_GETTID };
+    struct rep r;
+    int fd = connect_retry(service);
+    pid_t server = other_program();
+    if (fd < 0 || !server) {
+        fprintf(stderr, "dropper: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+        return 1;
+    }
+    /* The system calls themselves, for this thread: libc's setuid() also signals every thread
+     * that the shared dynamic linker lists, which a hosted program cannot take. */
+    if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, 65534, 65534, 65534) < 0 ||
+        syscall(SYS_setresuid, 65534, 65534, 65534) < 0) {
+        fprintf(stderr, "dropper: cannot drop to uid 65534: %s\n", strerror(errno));
+        return 1;
+    }
+    /* What the kick must get around: the kernel no longer lets us take a descriptor of the
+     * server (ptrace access: another uid, and the shared memory is no longer dumpable). */
+    int pidfd = (int)syscall(SYS_pidfd_open, server, 0);
+    int got = pidfd < 0 ? -1 : (int)syscall(SYS_pidfd_getfd, pidfd, 0, 0);
+    printf("dropper: uid %d gid %d, dumpable %d, pidfd_getfd of the server (pid %d): %s\n", (int)getuid(),
+           (int)getgid(), prctl(PR_GET_DUMPABLE), (int)server, got < 0 ? strerror(errno) : "taken");
+    fflush(stdout);
+    if (got >= 0) close(got);
+    if (pidfd >= 0) close(pidfd);
+    uint64_t h0 = rpal_hosted_stat(st, 4) > 0 ? st[0].handoffs : 0, c0 = st[0].calls;
+    signal(SIGALRM, stalled);
+    long t0 = now_ms();
+    for (long i = 0; i < n; i++) {
+        alarm(10);
+        q.seq = (uint32_t)i;
+        if (roundtrip(fd, &q, &r) || r.op != OP_GETTID || r.seq != q.seq || r.a != r.b) {
+            fprintf(stderr, "dropper: round trip %ld failed\n", i);
+            return 1;
+        }
+    }
+    alarm(0);
+    rpal_hosted_stat(st, 4);
+    printf("dropper: %ld round trips in %ld ms, %llu calls, %llu hand-offs, dumpable %d\n", n, now_ms() - t0,
+           (unsigned long long)(st[0].calls - c0), (unsigned long long)(st[0].handoffs - h0),
+           prctl(PR_GET_DUMPABLE));
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "server"))
         return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
@@ -523,6 +597,7 @@ int main(int argc, char **argv) {
         return crasher(argv[2], argc >= 4 && !strcmp(argv[3], "overflow") ? 1
                                 : argc >= 4 && !strcmp(argv[3], "spin")   ? 2
                                                                           : 0);
-    fprintf(stderr, "usage: prog_rpc server|client|crasher SERVICE [THREADS N | overflow | spin]\n");
+    if (argc >= 4 && !strcmp(argv[1], "dropper")) return dropper(argv[2], atol(argv[3]));
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }
