@@ -66,6 +66,17 @@ typedef int (*cxa_atexit_fn)(void (*)(void *), void *, void *);
 
 enum { ST_LOADED, ST_RUNNING, ST_DONE };
 
+/* A signal action as rt_sigaction takes it. */
+struct ksigaction {
+    uintptr_t handler;
+    unsigned long flags;
+    uintptr_t restorer;
+    uint64_t mask;
+};
+
+/* glibc's signal for changing the ids of every thread (__SIGRTMIN + 1). */
+#define GLIBC_SIGSETXID 33
+
 struct hosted_prog {
     char *path;
     void *handle;
@@ -98,6 +109,7 @@ struct hosted_prog {
     _Atomic int spawned;      /* futex word: 0 while the leader runs on our TCB */
     _Atomic int leader_quiet; /* the leader blocked every signal: main may run */
     int create_rc;
+    struct ksigaction setxid; /* the namespace's libc's SIGSETXID action, or handler 0 */
     void *leader_stack;
 };
 
@@ -1145,8 +1157,7 @@ __attribute__((no_sanitize("address"))) static void close_cloexec(void) {
  * catches to make RPAL calls safe (host.c): Syscall User Dispatch's SIGSYS and the faults of a
  * receiver borrowed by another program's thread. */
 __attribute__((no_sanitize("address"))) static void reset_handlers(const hosted_spawn *sp) {
-    struct { uintptr_t handler; unsigned long flags; uintptr_t restorer; uint64_t mask; } ka, dfl = { 0 },
-        ign = { (uintptr_t)SIG_IGN, 0, 0, 0 };
+    struct ksigaction ka, dfl = { 0 }, ign = { (uintptr_t)SIG_IGN, 0, 0, 0 };
     for (int sig = 1; sig <= 64; sig++) {
         if (sig == SIGKILL || sig == SIGSTOP || sig == SIGSYS || sig == SIGSEGV || sig == SIGBUS ||
             sig == SIGFPE || sig == SIGILL)
@@ -1196,6 +1207,11 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
     if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
     if (!rc) reset_handlers(sp);
     if (sp && !rc && sp->set_sigmask) raw4(SYS_rt_sigprocmask, SIG_SETMASK, &sp->sigmask, NULL, 8);
+    if (!rc && p->setxid.handler) {
+        uint64_t bit = 1ull << (GLIBC_SIGSETXID - 1);
+        raw4(SYS_rt_sigaction, GLIBC_SIGSETXID, &p->setxid, NULL, 8);
+        raw4(SYS_rt_sigprocmask, SIG_UNBLOCK, &bit, NULL, 8);
+    }
     if (sp && !rc && sp->only_std_fds) raw3(SYS_close_range, 3, ~0u, 0);
     else if (!rc) close_cloexec();
     if (!rc) {
@@ -1242,6 +1258,35 @@ static int launcher_threaded(char *err, size_t errlen) {
     return threaded_rc ? -1 : 0;
 }
 
+/*
+ * setuid() and its family change the ids of every thread of a process: glibc sends each the
+ * SIGSETXID signal, whose handler its pthread_create installs the first time it runs in a process
+ * it thinks single-threaded.  A namespace's libc never thinks so (dlmopen tells it that it is not
+ * the process's first libc), and each program's process has dispositions of its own: without
+ * the handler, a setuid() in a program with threads kills it.  The handler is hidden from dlsym,
+ * but the launcher's libc installed its own copy (launcher_threaded), and a namespace that loaded
+ * the same file has its copy at the same offset from its base: that action is what the program's
+ * process installs.  Where the files differ, handler stays 0 and nothing is installed.
+ */
+static void find_setxid_action(hosted_prog *p) {
+    struct ksigaction ka;
+    Dl_info ours, theirs;
+    struct stat a, b;
+
+    memset(&p->setxid, 0, sizeof(p->setxid));
+    if (raw4(SYS_rt_sigaction, GLIBC_SIGSETXID, NULL, &ka, 8) != 0 || ka.handler == (uintptr_t)SIG_DFL ||
+        ka.handler == (uintptr_t)SIG_IGN)
+        return;
+    if (!dladdr((void *)ka.handler, &ours) || !ours.dli_fname || !ours.dli_fbase ||
+        !dladdr((void *)p->ns_pthread_create, &theirs) || !theirs.dli_fname || !theirs.dli_fbase)
+        return;
+    if (stat(ours.dli_fname, &a) != 0 || stat(theirs.dli_fname, &b) != 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
+        return;
+    p->setxid = ka;
+    p->setxid.handler = (uintptr_t)theirs.dli_fbase + (ka.handler - (uintptr_t)ours.dli_fbase);
+}
+
 int hosted_start(hosted_prog *p, char *err, size_t errlen) {
     return hosted_start_spawn(p, NULL, err, errlen);
 }
@@ -1252,6 +1297,7 @@ int hosted_start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t
         seterr(err, errlen, "%s: already started", p->path);
         return -1;
     }
+    find_setxid_action(p);
     size_t stack = 8u << 20;
     struct rlimit rl;
     if (getrlimit(RLIMIT_STACK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&

@@ -12,9 +12,11 @@
  *                                        with overflow, the handler overflows its stack, and this
  *                                        thread has an alternate signal stack for the fault; with
  *                                        spin, the handler spins on our thread until we are killed
- *   prog_rpc dropper SERVICE N           connect, drop to uid and gid 65534 (setgroups, setresgid,
- *                                        setresuid: run as root), check that pidfd_getfd of the
- *                                        server is refused now, then N GETTID round trips: each
+ *   prog_rpc dropper SERVICE N           connect, start a second thread, drop to uid and gid 65534
+ *                                        with libc's setgroups, setresgid and setresuid (run as
+ *                                        root), check that every thread of the program did (the
+ *                                        process's first task keeps its ids), and that pidfd_getfd
+ *                                        of the server is refused now, then N GETTID round trips: each
  *                                        hands a syscall off to the server's thread, which sleeps
  *                                        until we kick it; one that takes 10 s ends us (status 3)
  *
@@ -34,6 +36,7 @@
  * handler makes a syscall (GETTID) comes back through a signal handler, which runs with the
  * kernel's default PKRU, not the key of its own that the client opened. */
 #include <errno.h>
+#include <grp.h>
 #include <malloc.h>
 #include <signal.h>
 #include <pthread.h>
@@ -539,6 +542,11 @@ static pid_t other_program(void) {
     return 0;
 }
 
+static void *idle_thread(void *arg) {
+    for (;;) pause();
+    return arg;
+}
+
 static int dropper(const char *service, long n) {
     struct rpal_prog_stat st[4];
     struct req q = { .op = OP_GETTID };
@@ -549,13 +557,33 @@ static int dropper(const char *service, long n) {
         fprintf(stderr, "dropper: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
         return 1;
     }
-    /* The system calls themselves, for this thread: libc's setuid() also signals every thread
-     * that the shared dynamic linker lists, which a hosted program cannot take. */
-    if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, 65534, 65534, 65534) < 0 ||
-        syscall(SYS_setresuid, 65534, 65534, 65534) < 0) {
+    /* libc's calls, which change the ids of every thread of ours (a signal to each). */
+    pthread_t idle;
+    pthread_create(&idle, NULL, idle_thread, NULL);
+    if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 || setresuid(65534, 65534, 65534) < 0) {
         fprintf(stderr, "dropper: cannot drop to uid 65534: %s\n", strerror(errno));
         return 1;
     }
+    int threads = 0, dropped = 0;
+    DIR *tasks = opendir("/proc/self/task");
+    for (struct dirent *d; tasks && (d = readdir(tasks));) {
+        char path[64], line[128];
+        /* Not the process's first task: it only started the program and sleeps. */
+        if (d->d_name[0] == '.' || atoi(d->d_name) == getpid()) continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.20s/status", d->d_name);
+        FILE *f = fopen(path, "r");
+        int uid_ok = 0, gid_ok = 0;
+        while (f && fgets(line, sizeof(line), f)) {
+            uid_ok |= !strcmp(line, "Uid:\t65534\t65534\t65534\t65534\n");
+            gid_ok |= !strcmp(line, "Gid:\t65534\t65534\t65534\t65534\n");
+        }
+        if (f) fclose(f);
+        threads++;
+        dropped += uid_ok && gid_ok;
+    }
+    if (tasks) closedir(tasks);
+    printf("dropper: %d of %d threads run as uid and gid 65534\n", dropped, threads);
+    fflush(stdout);
     /* What the kick must get around: the kernel no longer lets us take a descriptor of the
      * server (ptrace access: another uid, and the shared memory is no longer dumpable). */
     int pidfd = (int)syscall(SYS_pidfd_open, server, 0);

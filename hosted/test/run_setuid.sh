@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # run_setuid.sh RPAL PROG_RPC - a program of a launcher run as root that drops its privileges
-# (setuid and setgid to 65534) still wakes another program's parked receiver: the kernel refuses
+# (libc's setresuid and setresgid to 65534, in a program with two threads: both change, the
+# program is not killed) still wakes another program's parked receiver: the kernel refuses
 # it pidfd_getfd of that program, and the launcher passes the receiver's kick eventfd on instead.
 # Under `rpal run` and under `rpal host` + `rpal join`: prog_rpc's dropper makes 200 GETTID round
 # trips into prog_rpc's server, each an RPAL call whose syscall is handed off to the server's
@@ -19,6 +20,11 @@ N=200
 check() {
 	local what=$1 rc=$2 out=$3
 	echo "$out" | sed 's/^/  | /'
+	local threads
+	threads=$(echo "$out" | sed -n 's/^dropper: \([0-9]*\) of \1 threads run as uid and gid 65534$/\1/p')
+	[ "${threads:-0}" -ge 2 ] &&
+		ok "$what: libc's setresuid and setresgid changed all $threads threads of the dropper" ||
+		bad "$what: not every thread of the dropper changed its ids, or it was killed"
 	echo "$out" | grep -q "^dropper: uid 65534 gid 65534, dumpable 0, pidfd_getfd of the server (pid [0-9]*): Operation not permitted" &&
 		ok "$what: the dropper runs as uid 65534, non-dumpable, and may not take the server's descriptors" ||
 		bad "$what: the dropper did not drop its privileges, or pidfd_getfd was not refused"
