@@ -108,6 +108,25 @@ func readCounting(t *testing.T, c net.Conn) (int, error) {
 	}
 }
 
+// closeWaitsForPeer checks a Close under way (its result comes on closed)
+// while its send buffer holds bytes: it has not returned, the peer c reads
+// all total bytes, then io.EOF, and the Close then returns nil.
+func closeWaitsForPeer(t *testing.T, closed <-chan error, c net.Conn, total int) {
+	t.Helper()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) before the peer read the send buffer", err)
+	default:
+	}
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if got, err := readCounting(t, c); err != io.EOF || got != total {
+		t.Fatalf("the peer of a closed stream read %d of %d bytes, then %v", got, total, err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
 // The send buffer is bounded, its bytes are sent after the write deadline
 // that ended the Write which found it full, and CloseWrite and Close send
 // them first.
@@ -170,18 +189,7 @@ func testStreamSendBuffer(t *testing.T) {
 	closed := make(chan error, 1)
 	go func() { closed <- c1.Close() }()
 	time.Sleep(50 * time.Millisecond)
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) before the peer read the send buffer", err)
-	default:
-	}
-	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := readCounting(t, c2); err != io.EOF || got != total {
-		t.Fatalf("the peer of a closed stream read %d of %d bytes, then %v", got, total, err)
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	closeWaitsForPeer(t, closed, c2, total)
 
 	// Close after the deadline: what the peer did not read is dropped,
 	// and Close says how much.
@@ -308,18 +316,7 @@ func TestStreamCloseWhileFlushing(t *testing.T) {
 			t.Fatal("Close left a blocked call blocked while it waited for the send buffer")
 		}
 	}
-	select {
-	case err := <-closed:
-		t.Fatalf("Close returned (%v) before the peer read the send buffer", err)
-	default:
-	}
-	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
-	if got, err := readCounting(t, c2); err != io.EOF || got != total {
-		t.Fatalf("the peer read %d of %d bytes, then %v", got, total, err)
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
+	closeWaitsForPeer(t, closed, c2, total)
 	c1.SetWriteDeadline(time.Now().Add(-time.Second))
 	if _, err := c1.Write([]byte("x")); !errors.Is(err, net.ErrClosed) {
 		t.Fatalf("Write after Close: %v; want net.ErrClosed", err)
