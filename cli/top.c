@@ -40,7 +40,11 @@ struct frame {
 	unsigned n;
 	unsigned nprocs;
 	uint64_t t_ns;
+	char looked[sizeof(((struct snap *)0)->looked)]; /* where snap_take() looked */
 };
+
+/* What the command line asked for ("" for everything), for an empty frame. */
+static const char *asked = "";
 
 enum sort { SORT_MSGS, SORT_BYTES, SORT_WAKE, SORT_SLEEP, SORT_PID };
 static const char *const sort_name[] = { "messages/s", "bytes/s", "wake-ups/s", "sleeps/s", "pid" };
@@ -160,6 +164,7 @@ static int frame_take(const struct snap_where *w, const struct snap_filter *filt
 		return -1;
 	snap_select(&s, filt);
 	f->t_ns = mono_ns();
+	memcpy(f->looked, s.looked, sizeof(f->looked));
 	f->nprocs = s.nprocs;
 	for (i = 0; i < s.nprocs; i++)
 		f->n += s.procs[i].nconns;
@@ -275,6 +280,10 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 	}
 	if (cut)
 		printf("(%u more)%s", f->n - shown, eol);
+	/* An empty frame says where it looked: a mistyped name or another
+	 * runtime directory would read as an idle server. */
+	if (!f->n)
+		printf("(no open connection%s%s in %s)%s", *asked ? " of " : "", asked, f->looked, eol);
 	free(sorted);
 }
 
@@ -406,6 +415,12 @@ int cmd_top(int argc, char **argv)
 							   : "PID out of range");
 		return usage(stderr);
 	}
+	static char asked_buf[96];
+	if (filt.pid >= 0)
+		snprintf(asked_buf, sizeof(asked_buf), "pid %ld", filt.pid);
+	else if (filt.service)
+		snprintf(asked_buf, sizeof(asked_buf), "service %s", filt.service);
+	asked = asked_buf;
 	screen = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);

@@ -282,6 +282,14 @@ static void unmatched(const char *rpal)
 	      "rpal stat 4000000: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
 	printf("stat: a service or pid that matches nothing exits 1 and says so on stderr only\n");
+
+	/* rpal top, a live view, shows such a frame and says where it looked. */
+	char *top[] = { (char *)rpal, "top", "--batch", "-n", "1", "no-such-service", NULL };
+	snprintf(where, sizeof(where), "(no open connection of service no-such-service in %s", dir);
+	CHECK(!runcmd(top, &o) && o.status == 0 && strstr(o.buf[0], where),
+	      "rpal top no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
+	out_free(&o);
+	printf("stat: rpal top's empty frame says what matched nothing, and where it looked\n");
 }
 
 /* A peer killed while this process makes no rpal call shows as gone: in
