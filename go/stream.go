@@ -224,13 +224,7 @@ func (s *Stream) Write(b []byte) (int, error) {
 	if len(b) <= slotsMax {
 		n := 0
 		if !flushing {
-			c.txMu.Lock()
-			n, err = s.sendLocked(b, false)
-			if n > 0 && !c.dead.Load() {
-				c.notifyRX()
-			}
-			c.txMu.Unlock()
-			if err != errNoRoom {
+			if n, err = s.send(b, false); err != errNoRoom {
 				return n, c.opErr("write", err)
 			}
 		}
@@ -242,13 +236,21 @@ func (s *Stream) Write(b []byte) (int, error) {
 			return 0, c.opErr("write", err)
 		}
 	}
+	n, err := s.send(b, true)
+	return n, c.opErr("write", err)
+}
+
+// send sends b under txMu as sendLocked does, then wakes the peer for
+// what went.
+func (s *Stream) send(b []byte, block bool) (int, error) {
+	c := s.c
 	c.txMu.Lock()
 	defer c.txMu.Unlock()
-	n, err := s.sendLocked(b, true)
+	n, err := s.sendLocked(b, block)
 	if n > 0 && !c.dead.Load() {
 		c.notifyRX()
 	}
-	return n, c.opErr("write", err)
+	return n, err
 }
 
 // sendLocked sends b, waiting for room if block, else failing with
@@ -415,12 +417,7 @@ func (s *Stream) flush(done chan struct{}) {
 			return
 		}
 		s.pmu.Unlock()
-		c.txMu.Lock()
-		n, err := s.sendLocked(b, true)
-		if n > 0 && !c.dead.Load() {
-			c.notifyRX()
-		}
-		c.txMu.Unlock()
+		n, err := s.send(b, true)
 		expiredWait := errors.Is(err, os.ErrDeadlineExceeded)
 		s.pmu.Lock()
 		s.pend = s.pend[n:]
@@ -482,6 +479,7 @@ func (s *Stream) Close() error {
 	if flushing && !c.closed.Load() {
 		_ = c.CloseRead() // wakes a blocked Read
 		s.wake(false)     // and a Write waiting for room
+	wait:
 		for start := time.Now(); ; {
 			// The deadline may change while we wait.
 			limit := lingerTime - time.Since(start)
@@ -494,11 +492,9 @@ func (s *Stream) Close() error {
 			t := time.NewTimer(min(limit, 20*time.Millisecond))
 			select {
 			case <-done:
+				t.Stop()
+				break wait
 			case <-t.C:
-			}
-			t.Stop()
-			if isClosed(done) {
-				break
 			}
 		}
 	}
@@ -521,16 +517,6 @@ func (s *Stream) Close() error {
 		err = c.opErr("close", fmt.Errorf("%d bytes written were never sent: %w", unsent, why))
 	}
 	return err
-}
-
-// isClosed says whether ch is closed.
-func isClosed(ch chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
-	}
 }
 
 // LocalAddr returns the service name.
