@@ -84,11 +84,36 @@ func TestInteropGoClientCServer(t *testing.T) { bothSleeps(t, testInteropGoClien
 func testInteropGoClientCServer(t *testing.T) {
 	bin := interopBin(t, "echo_server")
 	name := uniqueName("cserver")
-	startReady(t, exec.Command(bin, name))
+	srv := exec.Command(bin, name)
+	startReady(t, srv)
 
 	c, err := DialConn(name)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// rpal stat pairs the two ends of a connection by the entries' pair
+	// value: the C server's entry must carry the one ours does.
+	if err := c.Send([]byte("pair")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Recv(make([]byte, 8)); err != nil {
+		t.Fatal(err)
+	}
+	_, ours := readPage(t)
+	theirs := pageOfPid(t, srv.Process.Pid)
+	var mine, its uint64
+	for _, e := range ours {
+		if e.service == name && e.peerPid == uint32(srv.Process.Pid) {
+			mine = e.pair
+		}
+	}
+	for _, e := range theirs {
+		if e.peerPid == uint32(os.Getpid()) {
+			its = e.pair
+		}
+	}
+	if mine == 0 || mine != its {
+		t.Errorf("pair values: ours %#x, the C server's %#x", mine, its)
 	}
 	echoClient(t, c, 20000)
 	c.Close()

@@ -94,7 +94,7 @@ type statEntry struct {
 	status   atomic.Uint32
 	_        uint32
 	service  [64]byte
-	_        [8]byte
+	pair     uint64
 	tx       statTX
 	rx       statRX
 }
@@ -106,6 +106,7 @@ type statID struct {
 	flags                               uint32
 	since                               int64
 	service                             string
+	pair                                uint64
 }
 
 // statPage is this process's page.
@@ -180,6 +181,7 @@ func (sp *statPage) open(id *statID) *statEntry {
 	e.status.Store(0)
 	e.service = [64]byte{}
 	copy(e.service[:len(e.service)-1], id.service)
+	e.pair = id.pair
 	e.tx = statTX{}
 	e.rx = statRX{}
 	e.seq.Add(1)
@@ -303,6 +305,9 @@ func (c *Conn) statOpen(fd int32, accepted bool) {
 	id := statID{
 		fd: fd, peerPid: uint32(c.peerPid), peerUID: uint32(c.peerUID), peerGID: uint32(c.peerGID),
 		peerSlot: c.peer.slot, since: time.Now().Unix(),
+		// Both ends map both blocks at the same address: the lower one
+		// names the connection in both entries.
+		pair: min(c.meAddr, uint64(uintptr(c.pb))),
 	}
 	if accepted {
 		id.flags = statAccepted

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -43,6 +44,7 @@ func TestStatLayout(t *testing.T) {
 		{"since", unsafe.Offsetof(e.since), 40},
 		{"status", unsafe.Offsetof(e.status), 48},
 		{"service", unsafe.Offsetof(e.service), 56},
+		{"pair", unsafe.Offsetof(e.pair), 120},
 		{"tx", unsafe.Offsetof(e.tx), 128},
 		{"tx.bufs_out", unsafe.Offsetof(e.tx) + unsafe.Offsetof(e.tx.bufsOut), 184},
 		{"rx", unsafe.Offsetof(e.rx), 192},
@@ -58,6 +60,7 @@ func TestStatLayout(t *testing.T) {
 type pageEntry struct {
 	state, flags, status, peerPid uint32
 	service                       string
+	pair                          uint64
 	tx, rx                        [8]uint64
 }
 
@@ -69,7 +72,31 @@ func readPage(t *testing.T) (hdr []byte, open []pageEntry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := fmt.Sprintf("%s/stat.%d", p.rundir, p.slot)
+	return decodePage(t, fmt.Sprintf("%s/stat.%d", p.rundir, p.slot))
+}
+
+// pageOfPid decodes the page in our runtime directory whose header names
+// pid (a C peer's, say).
+func pageOfPid(t *testing.T, pid int) []pageEntry {
+	t.Helper()
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	paths, _ := filepath.Glob(p.rundir + "/stat.*")
+	for _, path := range paths {
+		if b, err := os.ReadFile(path); err == nil && len(b) >= statHdrSize &&
+			binary.LittleEndian.Uint32(b[16:]) == uint32(pid) {
+			_, open := decodePage(t, path)
+			return open
+		}
+	}
+	t.Fatalf("no statistics page of pid %d in %s", pid, p.rundir)
+	return nil
+}
+
+func decodePage(t *testing.T, path string) (hdr []byte, open []pageEntry) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("no statistics page: %v", err)
@@ -86,7 +113,8 @@ func readPage(t *testing.T) (hdr []byte, open []pageEntry) {
 			continue
 		}
 		pe := pageEntry{state: le.Uint32(e[4:]), peerPid: le.Uint32(e[20:]), flags: le.Uint32(e[36:]),
-			status: le.Uint32(e[48:]), service: string(bytes.TrimRight(e[56:120], "\x00"))}
+			status: le.Uint32(e[48:]), service: string(bytes.TrimRight(e[56:120], "\x00")),
+			pair: le.Uint64(e[120:])}
 		for k := range 8 {
 			pe.tx[k] = le.Uint64(e[128+8*k:])
 			pe.rx[k] = le.Uint64(e[192+8*k:])
@@ -147,6 +175,9 @@ func TestStatPage(t *testing.T) {
 	}
 	if dialed == nil || accepted == nil {
 		t.Fatalf("entries for %s: dialed %v, accepted %v, of %d open", name, dialed, accepted, len(open))
+	}
+	if dialed.pair == 0 || dialed.pair != accepted.pair {
+		t.Errorf("pair values %#x and %#x: the two ends of one connection must name it alike", dialed.pair, accepted.pair)
 	}
 	want := uint64(small + big)
 	for _, e := range []*pageEntry{dialed, accepted} {

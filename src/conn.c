@@ -72,6 +72,7 @@ static int conn_stat_open(struct rpal_conn *c, const char *service, bool accepte
 		.peer_gid = (uint32_t)c->peer_gid,
 		.peer_slot = c->peer->slot,
 		.flags = (accepted ? RPAL_STAT_ACCEPTED : 0) | (c->local ? RPAL_STAT_LOCAL : 0),
+		.pair = (uintptr_t)c->me < (uintptr_t)c->pb ? (uintptr_t)c->me : (uintptr_t)c->pb,
 	};
 
 	if (service)

@@ -196,6 +196,7 @@ struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id)
 	store_relaxed(&e->status, 0);
 	memcpy(e->service, id->service, sizeof(e->service));
 	e->service[sizeof(e->service) - 1] = '\0';
+	e->pair = id->pair;
 	memset(&e->tx, 0, sizeof(e->tx));
 	memset(&e->rx, 0, sizeof(e->rx));
 	store_release(&e->seq, seq + 2);

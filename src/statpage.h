@@ -111,11 +111,16 @@ struct rpal_stat_conn {
 	_Atomic uint32_t status;     /* RPAL_STAT_PEER_GONE, RPAL_STAT_ERROR: set, never cleared */
 	uint32_t reserved;
 	char service[64];            /* the service name, NUL-padded (a path: its last component) */
+	/* The same nonzero value in both ends' entries of one connection (the
+	 * lower address of the two ends' blocks, which both map at the same
+	 * address), so that a reader can pair them; 0: unknown. */
+	uint64_t pair;
 	struct rpal_stat_tx tx __attribute__((aligned(64)));
 	struct rpal_stat_rx rx __attribute__((aligned(64)));
 };
 _Static_assert(sizeof(struct rpal_stat_tx) == 64 && sizeof(struct rpal_stat_rx) == 64, "stat lines");
 _Static_assert(offsetof(struct rpal_stat_conn, service) == 56, "stat entry layout");
+_Static_assert(offsetof(struct rpal_stat_conn, pair) == 120, "stat entry layout");
 _Static_assert(offsetof(struct rpal_stat_conn, tx) == 128, "stat entry layout");
 _Static_assert(sizeof(struct rpal_stat_conn) == 256, "stat entry layout");
 
