@@ -111,6 +111,8 @@ static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e,
 	o->status = atomic_load_explicit(&e->status, memory_order_relaxed);
 	o->since = e->since;
 	clean_string(o->service, e->service, sizeof(o->service));
+	o->pair = e->pair;
+	o->in_queue = o->out_queue = -1;
 #define C(f) atomic_load_explicit(&e->f, memory_order_relaxed)
 	o->msgs_sent = C(tx.msgs);
 	o->msgs_received = C(rx.msgs);
@@ -441,6 +443,72 @@ static int scan_once(const char *dir, struct stat *seen, unsigned *nseen, unsign
 	return ret;
 }
 
+/* An end of a connection, for pairing it with the other end. */
+struct conn_end {
+	uint64_t pair;
+	uint32_t pid;                 /* its process */
+	struct snap_conn *c;
+};
+
+static int end_cmp(const void *a, const void *b)
+{
+	const struct conn_end *x = a, *y = b;
+
+	if (x->pair != y->pair)
+		return x->pair < y->pair ? -1 : 1;
+	return x->pid < y->pid ? -1 : x->pid > y->pid;
+}
+
+static int64_t backlog(uint64_t sent, uint64_t received)
+{
+	return sent > received ? (int64_t)(sent - received) : 0;
+}
+
+/*
+ * Give each connection whose other end is in the snapshot its queues.  The
+ * other end of x is the one entry with x's pair in x's peer's process that
+ * names x's process as its peer (a connection of a process to itself has
+ * both ends there).  Pages are untrusted: where more than one entry would
+ * do, the queues stay unknown.
+ */
+static void pair_ends(struct snap *s)
+{
+	struct conn_end *ends;
+	size_t n = 0, i, j;
+
+	for (i = 0; i < s->nprocs; i++)
+		n += s->procs[i].nconns;
+	if (!n || !(ends = calloc(n, sizeof(*ends))))
+		return;
+	n = 0;
+	for (i = 0; i < s->nprocs; i++)
+		for (j = 0; j < s->procs[i].nconns; j++)
+			if (s->procs[i].conns[j].pair)
+				ends[n++] = (struct conn_end){ s->procs[i].conns[j].pair, s->procs[i].pid,
+							       &s->procs[i].conns[j] };
+	qsort(ends, n, sizeof(*ends), end_cmp);
+	for (i = 0; i < n; i++) {
+		struct conn_end key = { ends[i].pair, ends[i].c->peer_pid, NULL };
+		const struct conn_end *hit = bsearch(&key, ends, n, sizeof(*ends), end_cmp), *other = NULL;
+		unsigned found = 0;
+
+		if (!hit)
+			continue;
+		while (hit > ends && !end_cmp(hit - 1, &key))
+			hit--;
+		for (; hit < ends + n && !end_cmp(hit, &key); hit++)
+			if (hit != &ends[i] && hit->c->peer_pid == ends[i].pid) {
+				other = hit;
+				found++;
+			}
+		if (found == 1) {
+			ends[i].c->in_queue = backlog(other->c->msgs_sent, ends[i].c->msgs_received);
+			ends[i].c->out_queue = backlog(ends[i].c->msgs_sent, other->c->msgs_received);
+		}
+	}
+	free(ends);
+}
+
 int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whylen)
 {
 	static const char *const all[] = { "/run/user/*/rpal", "/tmp/rpal-*" };
@@ -482,6 +550,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 sort:
 	if (s->nprocs > 1)
 		qsort(s->procs, s->nprocs, sizeof(*s->procs), proc_cmp);
+	pair_ends(s);
 	return 0;
 }
 

@@ -22,6 +22,11 @@ struct snap_conn {
 	uint64_t wakeups_sent, wakeups_avoided, room_wakeups;
 	uint64_t tx_sleeps, rx_sleeps, ring_full, tx_spin_ns, rx_spin_ns;
 	uint64_t bufs_out, bufs_held, violations;
+	uint64_t pair;                /* the same in the peer's entry (0: unknown) */
+	/* Messages the peer sent that this end has not received, and the
+	 * reverse, from the peer's entry in the same snapshot (pages read a
+	 * moment apart: never below 0); -1 where that entry is not there. */
+	int64_t in_queue, out_queue;
 };
 
 struct snap_proc {

@@ -78,6 +78,15 @@ static const char *state(const struct snap_conn *c)
 	X(rx_spin_ns, "rx_spin_ns", "Nanoseconds spent spinning for messages") \
 	X(violations, "violations", "Protocol violations of the peer")
 
+/* A queue length, or null where the other end is not in the snapshot. */
+static void json_queue(const char *name, int64_t n)
+{
+	if (n < 0)
+		printf(", \"%s\": null", name);
+	else
+		printf(", \"%s\": %lld", name, (long long)n);
+}
+
 static void print_json(const struct snap *s)
 {
 	unsigned i, j;
@@ -110,9 +119,12 @@ static void print_json(const struct snap *s)
 #define X(f, name, help) printf(", \"" #f "\": %llu", (unsigned long long)c->f);
 			COUNTERS(X)
 #undef X
-			printf(", \"sleeps\": %llu, \"bufs_out\": %llu, \"bufs_held\": %llu}",
+			printf(", \"sleeps\": %llu, \"bufs_out\": %llu, \"bufs_held\": %llu",
 			       (unsigned long long)(c->tx_sleeps + c->rx_sleeps), (unsigned long long)c->bufs_out,
 			       (unsigned long long)c->bufs_held);
+			json_queue("in_queue", c->in_queue);
+			json_queue("out_queue", c->out_queue);
+			putchar('}');
 		}
 		printf("%s]}", p->nconns ? "\n  " : "");
 	}
@@ -180,6 +192,19 @@ static void print_prometheus(const struct snap *s)
 	G(bufs_held, "buffers_held", "The peer's zero-copy buffers received and not released")
 	G(since, "connection_start_time_seconds", "When the connection was made, in seconds since the epoch")
 #undef G
+/* A queue gauge, for the connections whose other end is in the snapshot. */
+#define Q(f, name, help)							\
+	printf("# HELP rpal_" name " " help ".\n# TYPE rpal_" name " gauge\n"); \
+	for (i = 0; i < s->nprocs; i++)						\
+		for (j = 0; j < s->procs[i].nconns; j++)			\
+			if (s->procs[i].conns[j].f >= 0) {			\
+				printf("rpal_" name);				\
+				prom_labels(&s->procs[i], &s->procs[i].conns[j]); \
+				printf(" %lld\n", (long long)s->procs[i].conns[j].f); \
+			}
+	Q(in_queue, "in_queue_messages", "Messages the peer sent that this end has not received yet")
+	Q(out_queue, "out_queue_messages", "Messages this end sent that the peer has not received yet")
+#undef Q
 	printf("# HELP rpal_connection_peer_gone 1 once the peer hung up or exited.\n"
 	       "# TYPE rpal_connection_peer_gone gauge\n");
 	for (i = 0; i < s->nprocs; i++)
@@ -228,6 +253,15 @@ static const char *cost_us(uint32_t ns, char buf[16])
 	return buf;
 }
 
+/* A queue length, or "-" where the other end is not in the snapshot. */
+static const char *queue_str(int64_t n, char buf[24])
+{
+	if (n < 0)
+		return "-";
+	snprintf(buf, 24, "%lld", (long long)n);
+	return buf;
+}
+
 static void print_table(const struct snap *s)
 {
 	time_t now = time(NULL);
@@ -253,16 +287,18 @@ static void print_table(const struct snap *s)
 			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
 		if (!p->nconns)
 			continue;
-		printf("  %4s %4s %7s %-16s %-9s %10s %10s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID", "FD", "PEER",
-		       "SERVICE", "ROLE", "MSGS_OUT", "MSGS_IN", "BYTES_OUT", "BYTES_IN", "WAKEUPS", "AVOIDED",
-		       "SLEEPS", "FULL", "OUT", "HELD", "STATE");
+		printf("  %4s %4s %7s %-16s %-9s %10s %10s %6s %6s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID",
+		       "FD", "PEER", "SERVICE", "ROLE", "MSGS_OUT", "MSGS_IN", "INQ", "OUTQ", "BYTES_OUT", "BYTES_IN",
+		       "WAKEUPS", "AVOIDED", "SLEEPS", "FULL", "OUT", "HELD", "STATE");
 		for (j = 0; j < p->nconns; j++) {
 			const struct snap_conn *c = &p->conns[j];
+			char q[2][24];
 
-			printf("  %4llu %4d %7u %-16.16s %-9s %10llu %10llu %11llu %11llu %8llu %8llu %8llu %6llu %4llu "
-			       "%4llu %s%s\n", (unsigned long long)c->id, c->fd, c->peer_pid,
+			printf("  %4llu %4d %7u %-16.16s %-9s %10llu %10llu %6s %6s %11llu %11llu %8llu %8llu %8llu %6llu "
+			       "%4llu %4llu %s%s\n", (unsigned long long)c->id, c->fd, c->peer_pid,
 			       c->service[0] ? c->service : "-", role(c), (unsigned long long)c->msgs_sent,
-			       (unsigned long long)c->msgs_received, (unsigned long long)c->bytes_sent,
+			       (unsigned long long)c->msgs_received, queue_str(c->in_queue, q[0]),
+			       queue_str(c->out_queue, q[1]), (unsigned long long)c->bytes_sent,
 			       (unsigned long long)c->bytes_received, (unsigned long long)c->wakeups_sent,
 			       (unsigned long long)c->wakeups_avoided,
 			       (unsigned long long)(c->tx_sleeps + c->rx_sleeps), (unsigned long long)c->ring_full,

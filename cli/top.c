@@ -99,9 +99,10 @@ static int usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Keys: q quits; m, b, w, s, p sort as --sort does.\n"
-"Columns: OUT/s and IN/s messages, BYTES/s both ways, WAKE%% the share of sent\n"
-"messages that needed a wake-up system call, SLEEP/s, FULL/s sends that met a\n"
-"full ring, SPIN%% the share of the interval spent spinning.\n");
+"Columns: OUT/s and IN/s messages, INQ messages the peer sent that are not yet\n"
+"received (- where the peer's page is not found), BYTES/s both ways, WAKE%% the\n"
+"share of sent messages that needed a wake-up system call, SLEEP/s, FULL/s\n"
+"sends that met a full ring, SPIN%% the share of the interval spent spinning.\n");
 	return f == stdout ? 0 : 2;
 }
 
@@ -240,7 +241,7 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 {
 	bool cut = max_lines && f->n > max_lines;
 	unsigned shown = cut ? max_lines - 1 : f->n;
-	char tbuf[16], a[16], b[16], c[16], d[16], e[16], g[16], ws[16];
+	char tbuf[16], a[16], b[16], c[16], d[16], e[16], g[16], ws[16], q[16];
 	time_t now = time(NULL);
 	double tot = 0;
 	unsigned i;
@@ -259,8 +260,8 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 	       f->nprocs == 1 ? "" : "es", f->n, f->n == 1 ? "" : "s", human(tot, a, sizeof(a)), sort_name[sort_by],
 	       eol);
 	printf("%s", eol);
-	printf("%7s %-12s %4s %7s %-16s %7s %7s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER", "SERVICE",
-	       "OUT/s", "IN/s", "BYTES/s", "WAKE%", "WAKE/s", "SLEEP/s", "FULL/s", "SPIN%", eol);
+	printf("%7s %-12s %4s %7s %-16s %7s %7s %6s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER",
+	       "SERVICE", "OUT/s", "IN/s", "INQ", "BYTES/s", "WAKE%", "WAKE/s", "SLEEP/s", "FULL/s", "SPIN%", eol);
 	for (i = 0; i < shown; i++) {
 		const struct row *r = &sorted[i];
 
@@ -270,9 +271,13 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 			snprintf(ws, sizeof(ws), "%.1f", 100 * r->wake_share);
 		/* A connection whose peer is gone has rates of 0, as an idle one
 		 * does: say which it is, after the last column. */
-		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %7s %5s %7s %7s %7s %5.1f%s%s", r->pid, r->name,
+		if (r->c.in_queue < 0)
+			snprintf(q, sizeof(q), "-");
+		else
+			human((double)r->c.in_queue, q, sizeof(q));
+		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %6s %7s %5s %7s %7s %7s %5.1f%s%s", r->pid, r->name,
 		       (unsigned long long)r->id, r->c.peer_pid, r->c.service[0] ? r->c.service : "-",
-		       human(r->out_s, a, sizeof(a)), human(r->in_s, b, sizeof(b)), human(r->bytes_s, c, sizeof(c)), ws,
+		       human(r->out_s, a, sizeof(a)), human(r->in_s, b, sizeof(b)), q, human(r->bytes_s, c, sizeof(c)), ws,
 		       human(r->wake_s, d, sizeof(d)), human(r->sleep_s, e, sizeof(e)), human(r->full_s, g, sizeof(g)),
 		       100 * r->spin_share,
 		       r->c.status & RPAL_STAT_ERROR ? " error" : r->c.status & RPAL_STAT_PEER_GONE ? " peer-gone" : "",

@@ -745,6 +745,166 @@ static void forged(const char *rpal)
 }
 
 /* Every byte of out is printable ASCII, a newline or a tab. */
+/* The pair value of our open entry whose peer is pid, read from our own
+ * page as any reader would (0 if none). */
+static uint64_t own_pair(unsigned slot, pid_t pid)
+{
+	static _Alignas(64) unsigned char buf[sizeof(struct rpal_stat_hdr) + 64 * sizeof(struct rpal_stat_conn)];
+	const struct rpal_stat_conn *e = (const void *)(buf + sizeof(struct rpal_stat_hdr));
+	char path[400];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s%u", dir, RPAL_STAT_PREFIX, slot);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	n = fd < 0 ? -1 : pread(fd, buf, sizeof(buf), 0);
+	if (fd >= 0)
+		close(fd);
+	for (ssize_t i = 0; n > 0 && (i + 1) * (ssize_t)sizeof(*e) + (ssize_t)sizeof(struct rpal_stat_hdr) <= n; i++)
+		if (e[i].state == RPAL_STAT_OPEN && e[i].peer_pid == (uint32_t)pid)
+			return e[i].pair;
+	return 0;
+}
+
+/*
+ * Messages one end sent and the other has not received show at both ends,
+ * in each direction, as the two entries' counters differ, and drain to 0;
+ * an entry of another page that claims the same connection leaves the
+ * queues unknown rather than wrong.
+ */
+static void queues(const char *rpal)
+{
+	enum { IN = 37, OUT = 5 };
+	static char buf[64];
+	char service[64], pidarg[16], line[200];
+	int sync[2], lfd, fd, lock, i;
+	struct out o;
+	struct jval *doc;
+	const struct jval *me, *it;
+	pid_t pid;
+
+	snprintf(service, sizeof(service), "stat-queue-%d", (int)getpid());
+	lfd = rpal_init(NULL);         /* an earlier check may have */
+	if (lfd >= 0 || lfd == -EALREADY)
+		lfd = rpal_listen(service, NULL);
+	if (lfd < 0 || pipe(sync))
+		die("rpal_listen", lfd);
+	pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		rpal_fini();
+		if (rpal_init(NULL) < 0 || (fd = rpal_connect(service, NULL, 0)) < 0)
+			_exit(1);
+		for (i = 0; i < IN; i++)
+			if (rpal_send(fd, buf, 16, 0) != 16)
+				_exit(1);
+		(void)!write(sync[1], "s", 1);
+		pause();
+		_exit(0);
+	}
+	fd = rpal_accept(lfd, 0);
+	if (fd < 0)
+		die("rpal_accept", fd);
+	for (i = 0; i < OUT; i++)
+		if (rpal_send(fd, buf, 16, 0) != 16)
+			die("rpal_send", -errno);
+	if (read(sync[0], buf, 1) != 1)
+		die("the child's sends", -EIO);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)getpid());
+	printf("stat: pid %d sent %d messages that we have not read, we sent it %d\n", (int)pid, IN, OUT);
+	doc = stat_json(rpal, service, &o);
+	me = doc ? conn_of(proc_of(doc, getpid()), "accepted") : NULL;
+	it = doc ? conn_of(proc_of(doc, pid), "connected") : NULL;
+	CHECK(me && it, "rpal stat %s: not both ends\n%s", service, o.buf[0]);
+	CHECK(num(me, "in_queue") == IN && num(me, "out_queue") == OUT,
+	      "our end: in_queue %.0f, out_queue %.0f, want %d and %d", num(me, "in_queue"), num(me, "out_queue"), IN,
+	      OUT);
+	CHECK(num(it, "in_queue") == OUT && num(it, "out_queue") == IN,
+	      "its end: in_queue %.0f, out_queue %.0f, want %d and %d", num(it, "in_queue"), num(it, "out_queue"), OUT,
+	      IN);
+	unsigned slot = me ? (unsigned)num(proc_of(doc, getpid()), "slot") : 0;
+	json_free(doc);
+	out_free(&o);
+
+	char *table[] = { (char *)rpal, "stat", pidarg, NULL };
+	CHECK(!runcmd(table, &o) && o.status == 0, "rpal stat %s failed", pidarg);
+	snprintf(line, sizeof(line), " %6d %6d ", IN, OUT);
+	CHECK(strstr(o.buf[0], " INQ   OUTQ ") && strstr(o.buf[0], line), "the table has no INQ %d, OUTQ %d:\n%s", IN,
+	      OUT, o.buf[0]);
+	out_free(&o);
+	/* rpal top's INQ: the eighth column of our row. */
+	char *top[] = { (char *)rpal, "top", "--batch", "-n", "1", "-d", "0.05", pidarg, NULL };
+	char inq[32] = "";
+	CHECK(!runcmd(top, &o) && o.status == 0, "rpal top --batch %s failed: %s", pidarg, o.buf[1]);
+	snprintf(line, sizeof(line), "\n%7d ", (int)getpid());
+	const char *row = strstr(o.buf[0], line);
+	CHECK(row && sscanf(row, "%*s %*s %*s %*s %*s %*s %*s %31s", inq) == 1 && !strcmp(inq, "37"),
+	      "rpal top: INQ \"%s\", want %d:\n%s", inq, IN, o.buf[0]);
+	out_free(&o);
+	char *prom[] = { (char *)rpal, "stat", "--prometheus", pidarg, NULL };
+	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus failed");
+	snprintf(line, sizeof(line), "rpal_in_queue_messages{pid=\"%d\",", (int)getpid());
+	const char *at = strstr(o.buf[0], line), *end = at ? strchr(at, '\n') : NULL;
+	CHECK(at && end && end - at > 4 && !strncmp(end - 3, " 37", 3), "--prometheus: no %s... %d line", line, IN);
+	out_free(&o);
+
+	for (i = 0; i < IN; i++)
+		if (rpal_recv(fd, buf, sizeof(buf), 0) != 16)
+			die("rpal_recv", -errno);
+	doc = stat_json(rpal, service, &o);
+	me = doc ? conn_of(proc_of(doc, getpid()), "accepted") : NULL;
+	it = doc ? conn_of(proc_of(doc, pid), "connected") : NULL;
+	CHECK(me && it && num(me, "in_queue") == 0 && num(it, "out_queue") == 0,
+	      "after we read all: our in_queue %.0f, its out_queue %.0f", me ? num(me, "in_queue") : -2,
+	      it ? num(it, "out_queue") : -2);
+	json_free(doc);
+	out_free(&o);
+	printf("stat: both ends show both queues (JSON, table, Prometheus, rpal top), and 0 once read\n");
+
+	/* A page that claims our connection too, naming us as its peer. */
+	static _Alignas(64) unsigned char page[sizeof(struct rpal_stat_hdr) + sizeof(struct rpal_stat_conn)];
+	struct rpal_stat_hdr *h = (void *)page;
+	struct rpal_stat_conn *e = (void *)(page + sizeof(*h));
+	uint64_t pair = own_pair(slot, pid);
+
+	CHECK(pair != 0, "our entry for pid %d has no pair value", (int)pid);
+	memset(page, 0, sizeof(page));
+	h->magic = RPAL_STAT_MAGIC;
+	h->version = RPAL_STAT_VERSION;
+	h->hdr_size = sizeof(*h);
+	h->entry_size = sizeof(*e);
+	h->nr_entries = 1;
+	h->pid = (uint32_t)pid;
+	h->slot = 4010;
+	e->state = RPAL_STAT_OPEN;
+	e->id = 1;
+	e->peer_pid = (uint32_t)getpid();
+	e->pair = pair;
+	e->tx.msgs = 1000;
+	snprintf(e->service, sizeof(e->service), "%s", service);
+	page_write("stat.4010", page, sizeof(page), &lock);
+	doc = stat_json(rpal, pidarg, &o);
+	me = doc ? conn_of(proc_of(doc, getpid()), "accepted") : NULL;
+	CHECK(me && num(me, "in_queue") == -1 && num(me, "out_queue") == -1,
+	      "a second entry claiming our connection: in_queue %.0f, out_queue %.0f, want null",
+	      me ? num(me, "in_queue") : -2, me ? num(me, "out_queue") : -2);
+	json_free(doc);
+	out_free(&o);
+	close(lock);
+	char path[400];
+	snprintf(path, sizeof(path), "%s/stat.4010", dir);
+	unlink(path);
+	printf("stat: a forged entry that claims a connection leaves its queues unknown (null)\n");
+	fflush(stdout);
+
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(sync[0]);
+	close(sync[1]);
+	rpal_close(fd);
+	rpal_close(lfd);
+}
+
 static bool plain_text(const char *out, size_t len)
 {
 	for (size_t i = 0; i < len; i++)
@@ -1030,6 +1190,7 @@ int main(int argc, char **argv)
 		unmatched(argv[1]);
 		costs(argv[1]);
 		gone(argv[1]);
+		queues(argv[1]);
 		names(argv[1]);
 		growing(argv[1]);
 		forged(argv[1]);

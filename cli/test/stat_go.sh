@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # stat_go.sh PATH/TO/rpal - `rpal stat` sees Go processes: while `rpal bench
 # -t rpal-go -w spin` runs, both of its Go processes are listed with their
-# connection, whose message counts grow between two snapshots, and the
+# connection, whose message counts grow between two snapshots and whose two
+# ends are paired (their queues shown), and the
 # server, which spins for every request, counts time spinning.  Once they
 # have exited, their pages read as stale.  Skipped where rpal-bench-go was
 # not built (no Go).
@@ -35,6 +36,10 @@ while read -r pid n; do
 	m=$(echo "$second" | awk -v p="$pid" '$1 == p { print $2 }')
 	[ -n "$m" ] && [ "$m" -gt "$n" ] || { echo "FAIL: pid $pid sent $n, then ${m:-nothing}"; fail=1; }
 done <<< "$([ -n "$first" ] && echo "$first")"
+# Each end finds the other's entry: both show their queues.
+paired=$("$RPAL" stat --prometheus 2>/dev/null | grep -c '^rpal_in_queue_messages{.*name="rpal-bench-go"')
+echo "connections whose other end rpal stat found: $paired"
+[ "$paired" -eq 2 ] || { echo "FAIL: the two Go ends of the connection were not paired"; fail=1; }
 spin=$("$RPAL" stat --prometheus 2>/dev/null |
 	sed -n 's/^rpal_rx_spin_ns_total{.*name="rpal-bench-go".*role="accepted"} \([0-9]*\)$/\1/p')
 echo "the server's time spinning for requests: ${spin:-none} ns"
