@@ -509,6 +509,19 @@ static void pair_ends(struct snap *s)
 	free(ends);
 }
 
+/* Where no rpal process ever ran (every one takes a byte of slots.lock
+ * there), say so after the directory's name: a mistyped directory, or one
+ * the services do not use, would read as an idle machine. */
+static void note_unused(struct snap *s, const char *dir)
+{
+	char path[300];
+	size_t n = strlen(s->looked);
+
+	snprintf(path, sizeof(path), "%s/slots.lock", dir);
+	if (access(path, F_OK) && errno == ENOENT)
+		snprintf(s->looked + n, sizeof(s->looked) - n, ": no slots.lock, so no rpal process ever used it");
+}
+
 int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whylen)
 {
 	static const char *const all[] = { "/run/user/*/rpal", "/tmp/rpal-*" };
@@ -525,10 +538,12 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
 			return ret;
 		}
+		note_unused(s, w->dir);
 		goto sort;
 	}
 	snap_default_dir(def, sizeof(def));
 	clean_string(s->looked, def, sizeof(s->looked));
+	note_unused(s, def);
 	if (geteuid() == 0)
 		snprintf(s->looked + strlen(s->looked), sizeof(s->looked) - strlen(s->looked),
 			 " and every /run/user/*/rpal and /tmp/rpal-*");

@@ -290,6 +290,23 @@ static void unmatched(const char *rpal)
 	      "rpal top no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
 	printf("stat: rpal top's empty frame says what matched nothing, and where it looked\n");
+
+	/* A directory no rpal process ever used (no slots.lock) says so; ours
+	 * (used by the checks before) does not. */
+	char unused[300];
+	snprintf(unused, sizeof(unused), "%s/never-used", dir);
+	mkdir(unused, 0700);
+	char *in_unused[] = { (char *)rpal, "stat", "--dir", unused, NULL };
+	char *in_ours[] = { (char *)rpal, "stat", "--dir", dir, NULL };
+	snprintf(where, sizeof(where), "no rpal processes in %s: no slots.lock, so no rpal process ever used it", unused);
+	CHECK(!runcmd(in_unused, &o) && o.status == 0 && strstr(o.buf[0], where),
+	      "rpal stat --dir NEVER-USED: status %d, stdout '%s'", o.status, o.buf[0]);
+	out_free(&o);
+	CHECK(!runcmd(in_ours, &o) && o.status == 0 && !strstr(o.buf[0], "no slots.lock"),
+	      "rpal stat --dir %s, a directory in use, says it has no slots.lock: '%s'", dir, o.buf[0]);
+	out_free(&o);
+	rmdir(unused);
+	printf("stat: a directory that no rpal process ever used reads as such, not as an idle one\n");
 }
 
 /* A peer killed while this process makes no rpal call shows as gone: in
