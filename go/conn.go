@@ -293,7 +293,10 @@ func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		first = true
 		c.closed.Store(true)
-		atomic.OrUint32(c.u32(c.me, bState), stateShutWr|stateClosed)
+		// The peer's senders stop at once; its reader is told of the end
+		// of stream under txMu, after a send under way has published
+		// (R3): the peer never reads a slot published after it.
+		atomic.OrUint32(c.u32(c.me, bState), stateClosed)
 		// Wake our sleepers; they see closed.
 		c.kickFutex(0)
 		c.kickFutex(1)
@@ -302,6 +305,7 @@ func (c *Conn) Close() error {
 		c.txBell.Close()
 		c.rxMu.Lock()
 		c.txMu.Lock()
+		atomic.OrUint32(c.u32(c.me, bState), stateShutWr)
 		c.ackMu.Lock()
 		alive := !c.dead.Load()
 		if alive {

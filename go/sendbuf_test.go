@@ -325,3 +325,58 @@ func TestStreamCloseWhileFlushing(t *testing.T) {
 		t.Fatalf("a second Close: %v; want net.ErrClosed", err)
 	}
 }
+
+// Close while a send is under way (the flush holds txMu, past its last
+// look at the connection, and publishes after Close began): the peer
+// reads that message before end of stream, which Close marks only after
+// the send.  Here the test holds txMu and publishes in the flush's place.
+func TestStreamCloseAfterSendInFlight(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	c := s.Conn()
+	c1.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+	if _, err := fillSendBuffer(t, c1); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal(err)
+	}
+	c1.SetWriteDeadline(time.Now().Add(-time.Second)) // Close drops the buffer at once
+	c.txMu.Lock()
+	closed := make(chan error, 1)
+	go func() { closed <- c1.Close() }()
+	until(t, "Close to close the connection", func() bool { return c.closed.Load() })
+	time.Sleep(20 * time.Millisecond) // Close goes as far as it can without txMu
+	// The peer reads the ring: what was there, then nothing yet.
+	c2.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	b := make([]byte, 4096)
+	for {
+		_, err := c2.Read(b)
+		if err == io.EOF {
+			c.txMu.Unlock()
+			<-closed
+			t.Fatal("the peer read end of stream while a send was under way")
+		}
+		if err != nil {
+			break
+		}
+	}
+	if !c.reserve() {
+		t.Fatal("the ring is still full")
+	}
+	c.publish([]byte("last"), 4, 0, slotInline)
+	c.notifyRX()
+	c.txMu.Unlock()
+	if err := <-closed; !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("Close: %v; want ETIMEDOUT (the buffer was dropped)", err)
+	}
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := io.ReadFull(c2, b[:4])
+	if err != nil || string(b[:n]) != "last" {
+		t.Fatalf("the peer read %q, %v; want the message sent during Close", b[:n], err)
+	}
+	if n, err := c2.Read(b); err != io.EOF {
+		t.Fatalf("after it: %d bytes, %v; want io.EOF", n, err)
+	}
+}
