@@ -53,8 +53,8 @@ import (
 // Write) go on as over a socket, whose buffer also takes a few hundred
 // such writes.  Longer writes wait for room, as before a socket's full
 // buffer.  CloseWrite sends what is buffered first; Close waits for it
-// until the write deadline, or 10 s without one, and says so if bytes
-// were left unsent.  An error met sending the buffer is returned by the
+// until the write deadline, 10 s at most, and says so if bytes were left
+// unsent.  An error met sending the buffer is returned by the
 // next Write.
 //
 // Either side's reader that rang its peer awake after a pause longer than
@@ -466,8 +466,9 @@ func (s *Stream) CloseRead() error { return s.c.CloseRead() }
 // Close closes the connection: blocked Reads and Writes return at once
 // with net.ErrClosed.  Where the send buffer holds bytes, it sends them
 // first (the peer's writes fail with EPIPE meanwhile): it waits for that
-// until the write deadline, or 10 s without one, and returns an error
-// wrapping ETIMEDOUT that says how many bytes were never sent.
+// until the write deadline, and 10 s at most (a deadline set further off,
+// for the writes before, does not hold Close longer), and returns an
+// error wrapping ETIMEDOUT that says how many bytes were never sent.
 func (s *Stream) Close() error {
 	c := s.c
 	if s.closing.Swap(true) {
