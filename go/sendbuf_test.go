@@ -5,8 +5,10 @@
 package rpal
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -378,5 +380,94 @@ func TestStreamCloseAfterSendInFlight(t *testing.T) {
 	}
 	if n, err := c2.Read(b); err != io.EOF {
 		t.Fatalf("after it: %d bytes, %v; want io.EOF", n, err)
+	}
+}
+
+// Several goroutines write at once, short writes (which the send buffer
+// takes while the peer does not read) mixed with long ones (which wait
+// for it to drain): each Write arrives whole, never interleaved with
+// another's, and each goroutine's in the order it made them.
+func TestStreamConcurrentWriters(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	s := c1.(*Stream)
+	const writers, per = 4, 200
+	// A Write: its length, writer and index, then bytes that depend on
+	// all three.
+	body := func(n, w, i int) []byte {
+		b := make([]byte, n)
+		binary.LittleEndian.PutUint32(b[0:], uint32(n))
+		binary.LittleEndian.PutUint32(b[4:], uint32(w))
+		binary.LittleEndian.PutUint32(b[8:], uint32(i))
+		for j := 12; j < n; j++ {
+			b[j] = byte(w*31 + i + j)
+		}
+		return b
+	}
+	c1.SetWriteDeadline(time.Now().Add(10 * time.Second))
+	werr := make(chan error, writers)
+	buffered := make(chan bool, 1)
+	for w := 0; w < writers; w++ {
+		go func() {
+			for i := 0; i < per; i++ {
+				n := 12 + (i*7919+w*104729)%309 // short: 12..320 bytes
+				if i%5 == 4 {
+					n = 321 + (i*7919)%20000
+				}
+				if m, err := c1.Write(body(n, w, i)); err != nil || m != n {
+					werr <- fmt.Errorf("writer %d, write %d: %d of %d bytes, %v", w, i, m, n, err)
+					return
+				}
+				s.pmu.Lock()
+				if s.flushing {
+					select {
+					case buffered <- true:
+					default:
+					}
+				}
+				s.pmu.Unlock()
+			}
+			werr <- nil
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // the ring fills
+	next := make([]int, writers)
+	hdr := make([]byte, 12)
+	c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for k := 0; k < writers*per; k++ {
+		if _, err := io.ReadFull(c2, hdr); err != nil {
+			t.Fatalf("write %d of %d: %v", k, writers*per, err)
+		}
+		n := int(binary.LittleEndian.Uint32(hdr[0:]))
+		w := int(binary.LittleEndian.Uint32(hdr[4:]))
+		i := int(binary.LittleEndian.Uint32(hdr[8:]))
+		if n < 12 || n > 21000 || w >= writers || i != next[w] {
+			t.Fatalf("write %d of %d: length %d, writer %d, index %d; want writer %d's index %d next", k, writers*per, n, w, i, w, next[w])
+		}
+		next[w]++
+		b := make([]byte, n)
+		copy(b, hdr)
+		if _, err := io.ReadFull(c2, b[12:]); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b, body(n, w, i)) {
+			t.Fatalf("writer %d's write %d arrived with other bytes", w, i)
+		}
+		if k%64 == 0 {
+			time.Sleep(200 * time.Microsecond) // a slow reader
+		}
+	}
+	for w := 0; w < writers; w++ {
+		if err := <-werr; err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-buffered:
+	default:
+		t.Fatal("no Write went through the send buffer")
 	}
 }
