@@ -148,7 +148,7 @@ static int ns_used(void)
 static void say(int fd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(int fd, const char *fmt, ...)
 {
-	char buf[1024];
+	char buf[HOSTED_ERR_MAX];
 	va_list ap;
 	int n;
 
@@ -262,7 +262,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 {
 	struct join_req rq;
 	char **argv = NULL, **env = NULL, **envp = NULL, *cur, *end = msg + n, *path, *cwd;
-	char err[1024];
+	char err[HOSTED_ERR_MAX];
 	hosted_spawn sp = { .umask = -1 };
 	struct hprog *hp;
 	hosted_prog *p;
@@ -821,7 +821,7 @@ int cmd_join(int argc, char **argv)
 	static const int passed[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
 	extern char **environ;
 	struct join_req rq = { .version = JOIN_VERSION };
-	char path[PATH_MAX], cwd[PATH_MAX], reply[256];
+	char path[PATH_MAX], cwd[PATH_MAX], reply[HOSTED_ERR_MAX];
 	char *buf = NULL;
 	size_t len = 0;
 	int fd, fds[3] = { 0, 1, 2 }, status, sig;

@@ -29,6 +29,10 @@ extern "C" {
 
 typedef struct hosted_prog hosted_prog;
 
+/* Room for a sentence of the loader or the host (err of hosted_load, a host's answer to a joiner):
+ * it names a program by its path, up to PATH_MAX, and gives the reason after it. */
+#define HOSTED_ERR_MAX (PATH_MAX + 1024)
+
 /* Values of GLIBC_TUNABLES that hosted_reexec_with_tunables() adds. */
 #define HOSTED_NNS 16 /* glibc's hard maximum of namespaces (DL_NNS), base included */
 #define HOSTED_STATIC_TLS_DEFAULT 65536 /* bytes of optional static TLS (RPAL_HOSTED_STATIC_TLS) */

@@ -82,7 +82,7 @@ int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
     static hosted_prog *progs[HOSTED_NNS];
     int nprog = 0, i = 0;
-    char err[1024];
+    char err[HOSTED_ERR_MAX];
 
     if (argc <= 0) {
         fprintf(stderr, "%s: no program given\n", me);

@@ -3,7 +3,9 @@
 # execvp(3) does, and both alike:
 #  1. a directory of that name earlier in PATH is skipped;
 #  2. an empty element at the end of PATH is the current directory;
-#  3. a file found without execute permission is refused with EACCES (exit 2), not "not found".
+#  3. a file found without execute permission is refused with EACCES (exit 2), not "not found";
+#     in a directory whose name is hundreds of characters long, the whole sentence comes back
+#     from the host, its reason included.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -18,6 +20,9 @@ mkdir -p "$tmp/d1/rpalhi" "$tmp/d2" "$tmp/d3" "$tmp/cwd"
 cp "$tmp/d2/rpalhi" "$tmp/cwd/rpalhi"
 cp "$tmp/d2/rpalhi" "$tmp/d3/rpalhi"
 chmod 644 "$tmp/d3/rpalhi"
+long=$tmp/$(printf '%0150d' 0)/$(printf '%0150d' 1)
+mkdir -p "$long"
+cp -p "$tmp/d3/rpalhi" "$long/rpalhi"
 RPAL=$(realpath "$RPAL") TIMEOUT=$(command -v timeout)
 start_host path
 
@@ -41,6 +46,7 @@ check() {
 check "a directory of the name earlier in PATH is skipped" "$tmp/d1:$tmp/d2" 0 '^hi$'
 check "a trailing empty PATH element is the current directory" "$tmp/d1:" 0 '^hi$'
 check "a file without execute permission" "$tmp/d3" 2 'EACCES'
+check "the same in a directory of 300 characters" "$long" 2 'exec would refuse it (EACCES)$'
 check "no such program" "$tmp/d1" 2 'not found in PATH'
 
 kill -TERM $hpid 2>/dev/null
