@@ -256,6 +256,56 @@ static bool take_strings(char **cur, char *end, char **v, uint32_t count)
 	return true;
 }
 
+/* KiB of the host's address space (field "VmSize") or of its private writable data ("VmData"),
+ * from /proc/self/status; -1 if unknown. */
+static long long host_vm_kib(const char *field)
+{
+	char line[256];
+	long long kib = -1;
+	size_t n = strlen(field);
+	FILE *f = fopen("/proc/self/status", "re");
+
+	if (!f)
+		return -1;
+	while (kib < 0 && fgets(line, sizeof(line), f))
+		if (!strncmp(line, field, n) && line[n] == ':')
+			kib = strtoll(line + n + 1, NULL, 10);
+	fclose(f);
+	return kib;
+}
+
+/*
+ * The kernel checks RLIMIT_AS and RLIMIT_DATA of the process that maps against the size of its
+ * address space, which a joined program shares with the host: the rpal region the host reserved,
+ * and every program's heap, stacks and mappings, those of ended programs included.  A joiner's
+ * limit below what the host has mapped already would let the program map nothing (its main
+ * thread's stack, malloc, pthread_create), and it would fail far from the cause; so the join is
+ * refused, before anything is loaded, naming the limit.  A higher limit applies, to the sum.
+ * Writes the refusal into err; 0 when the limits fit.
+ */
+static int join_memory_limits(const struct join_req *rq, char *err, size_t errlen)
+{
+	for (uint32_t i = 0; i < rq->nrlimits; i++) {
+		int r = rq->rlimits[i].resource;
+		const char *name = r == RLIMIT_AS ? "RLIMIT_AS (ulimit -v)" : "RLIMIT_DATA (ulimit -d)";
+		const char *what = r == RLIMIT_AS ? "address space (the rpal region included)"
+						  : "private data (every program's heap and stacks, ended ones' included)";
+		long long have;
+
+		if ((r != RLIMIT_AS && r != RLIMIT_DATA) || rq->rlimits[i].cur == RLIM_INFINITY)
+			continue;
+		have = host_vm_kib(r == RLIMIT_AS ? "VmSize" : "VmData");
+		if (have < 0 || rq->rlimits[i].cur / 1024 > (uint64_t)have)
+			continue;
+		snprintf(err, errlen, "the joiner's %s of %llu KiB is below the %lld KiB of %s that host \"%s\" "
+			 "has mapped: the kernel checks it against the address space that the program would "
+			 "share, so it could map no memory; raise it, or run the program directly", name,
+			 (unsigned long long)(rq->rlimits[i].cur / 1024), have, what, host_name);
+		return -1;
+	}
+	return 0;
+}
+
 /* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
  * rlimits and signal mask, and answer STARTED or ERROR. */
 static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3])
@@ -282,6 +332,10 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		say(client, "ERROR host \"%s\" is full: it has loaded %d programs, glibc's limit of linker "
 		    "namespaces (DL_NNS = %d, one is the host's own); a namespace is never unloaded, so "
 		    "start another host", host_name, ns_used(), HOSTED_NNS);
+		goto out;
+	}
+	if (join_memory_limits(&rq, err, sizeof(err)) < 0) {
+		say(client, "ERROR %s", err);
 		goto out;
 	}
 	idx = hosted_host_add(h, path);
