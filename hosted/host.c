@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -343,8 +344,15 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     void *p = mmap((void *)(uintptr_t)region_base, size, PROT_NONE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
     if (p == MAP_FAILED || (uintptr_t)p != region_base) {
-        snprintf(err, errlen, "cannot reserve the rpal region (%zu bytes at %#llx): %s; set RPAL_REGION_BASE",
-                 size, (unsigned long long)region_base, p == MAP_FAILED ? strerror(errno) : "taken");
+        /* ENOMEM is RLIMIT_AS (or the kernel's map count), not another mapping in the way. */
+        struct rlimit as;
+        if (p == MAP_FAILED && errno == ENOMEM && getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+            snprintf(err, errlen, "cannot reserve the rpal region (%zu bytes at %#llx): RLIMIT_AS (ulimit -v) "
+                     "is %llu KiB; raise it (ulimit -v unlimited)", size, (unsigned long long)region_base,
+                     (unsigned long long)(as.rlim_cur / 1024));
+        else
+            snprintf(err, errlen, "cannot reserve the rpal region (%zu bytes at %#llx): %s; set RPAL_REGION_BASE",
+                     size, (unsigned long long)region_base, p == MAP_FAILED ? strerror(errno) : "taken");
         if (p != MAP_FAILED) munmap(p, size);
         free(h);
         return NULL;

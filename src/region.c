@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -236,6 +237,15 @@ int region_setup(void)
 	} else {
 		p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+		if (p == MAP_FAILED && errno == ENOMEM) {
+			/* Not another mapping in the way (EEXIST): RLIMIT_AS, or the kernel's map count. */
+			struct rlimit as;
+
+			if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
+				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": RLIMIT_AS (ulimit -v) is "
+						 "%llu KiB; raise it, or shrink the region (RPAL_NR_SLOTS, RPAL_SLOT_SIZE)",
+						 size, rpal_g.cfg.region_base, (unsigned long long)(as.rlim_cur / 1024));
+		}
 		if (p == MAP_FAILED)
 			return rpal_fail(errno == EEXIST ? EEXIST : errno,
 					 "cannot reserve %zu bytes at %#" PRIx64 " (something is mapped there; set RPAL_REGION_BASE)",

@@ -4,7 +4,8 @@
  * arena is a sealed memfd mapped read-write at our slot, a peer's arena is
  * mapped read-only at the peer's slot (writing faults, mprotect cannot add
  * write), and a pointer-rich structure built by the peer is walked through
- * its raw pointers.  Also: config validation names the bad field, a
+ * its raw pointers.  Also: config validation names the bad field, an
+ * RLIMIT_AS too small for the region is named as the cause, a
  * world-writable runtime directory is refused, a forked child inherits no
  * mapping and no descriptor across exec and may init afresh, and a stale
  * socket left by a killed server is replaced.
@@ -12,6 +13,7 @@
 #include <fcntl.h>
 #include <setjmp.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include "internal.h"
@@ -70,6 +72,20 @@ static void config_checks(void)
 	unsetenv("RPAL_SPIN_US");
 	unsetenv("RPAL_SLOT_SIZE");
 	unsetenv("RPAL_RING_ENTRIES");
+
+	printf("under an RLIMIT_AS smaller than the region, the error names the limit\n");
+	pid_t pid = fork();
+	if (pid == 0) {
+		struct rlimit as = { 1ULL << 30, 1ULL << 30 };
+
+		t_check(setrlimit(RLIMIT_AS, &as) == 0, "setrlimit: %s", strerror(errno));
+		e = rpal_init(NULL);
+		printf("  -> %s\n", rpal_strerror(e));
+		t_check(e == -ENOMEM && strstr(rpal_strerror(e), "RLIMIT_AS"), "under RLIMIT_AS: %d %s", e,
+			rpal_strerror(e));
+		_exit(0);
+	}
+	t_wait_ok(pid, "rpal_init under RLIMIT_AS");
 
 	printf("a world-writable runtime directory is refused\n");
 	char dir[] = "/tmp/rpal-test-open-XXXXXX";

@@ -6,7 +6,8 @@
 #     thread's stack, malloc, pthread_create would all fail) is refused by rpal join, exit 2,
 #     with a message naming the limit, before anything is loaded (programs_loaded unchanged);
 #  2. the same program under the same limits runs exec'd (the limits are not absurd);
-#  3. a limit above what the host has mapped is applied, and the program runs.
+#  3. a limit above what the host has mapped is applied, and the program runs;
+#  4. rpal run, which cannot reserve the rpal region under such an RLIMIT_AS, names the limit.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -71,6 +72,12 @@ else
 fi
 check "ulimit -d $((data + 262144)), above the host's $data KiB" -d $((data + 262144)) 0 '^mapped$'
 check "ulimit -v unlimited" -v unlimited 0 '^mapped$'
+
+out=$(ulimit -S -v 1048576 && "$TIMEOUT" 30 "$RPAL" run "$tmp/mem" 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "RLIMIT_AS (ulimit -v) is 1048576 KiB" &&
+	ok "rpal run under ulimit -v 1048576: exit $rc, $out" ||
+	bad "rpal run under ulimit -v 1048576: exit $rc (want 2, naming RLIMIT_AS), $out"
 
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
