@@ -348,6 +348,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		say(client, "ERROR %s", err);
 		goto refused;
 	}
+	hosted_host_set_code(h, idx, p);
 	memcpy(sp.fds, fds, sizeof(sp.fds));
 	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
 	sp.own_pgrp = 1;        /* a job of its own, which the joiner signals */

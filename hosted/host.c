@@ -6,7 +6,8 @@
  *  - SIGSYS (Syscall User Dispatch): a syscall made by the receiver while borrowed.  The frame on
  *    the receiver's stack captures it; the handler jumps back to the sender's call point, and the
  *    sender hands the receiver (and that frame) to the receiver's own thread, which makes the
- *    syscall (librpal call.c, hosted_lazy_resume).
+ *    syscall (librpal call.c, hosted_lazy_resume).  A syscall made from the sender's own code
+ *    is one of its signal handlers': made here, as the sender's (run_for_sender).
  *  - SIGSEGV, SIGBUS, SIGFPE, SIGILL: a fault in the receiver while borrowed.  The receiving program
  *    is marked failed and the sender's call returns an error.  Outside calls the signal does what
  *    it would have done without us (the previous handler, or the default action).
@@ -75,22 +76,122 @@ static void chain(const struct sigaction *old, int sig, siginfo_t *si, void *uc)
     sig_chain(old, sig, si, uc);
 }
 
+/* Each program's code (hosted_host_set_code), written before its process starts. */
+#define CODE_RANGES 128
+static struct {
+    uintptr_t lo[CODE_RANGES], hi[CODE_RANGES];
+    _Atomic int n;
+} prog_code[RPAL_HOST_MAX_PROGS];
+
+void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p) {
+    (void)h;
+    if (prog < 0 || prog >= RPAL_HOST_MAX_PROGS) return;
+    atomic_store(&prog_code[prog].n, 0);
+    atomic_store(&prog_code[prog].n, hosted_code_ranges(p, prog_code[prog].lo, prog_code[prog].hi, CODE_RANGES));
+}
+
+/* Is ip in the code of the sender's own program?  Then the system call that trapped there was made
+ * by a signal handler of that program, which the kernel ran on this thread during the call. */
+static int senders_code(const struct rpal_host_sender *s, uintptr_t ip) {
+    if (s->prog >= RPAL_HOST_MAX_PROGS) return 0;
+    int n = atomic_load(&prog_code[s->prog].n);
+    for (int k = 0; k < n; k++)
+        if (ip >= prog_code[s->prog].lo[k] && ip < prog_code[s->prog].hi[k]) return 1;
+    return 0;
+}
+
+static long raw6(long nr, long a, long b, long c, long d, long e, long f) {
+    register long r10 __asm__("r10") = d, r8 __asm__("r8") = e, r9 __asm__("r9") = f;
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+}
+
+/* The x86-64 kernel's signal frame: the FPU/xsave area's software bytes, where the kernel says how
+ * much of it the frame holds. */
+struct fpx_sw {
+    uint32_t magic1, extended_size;
+    uint64_t xfeatures;
+    uint32_t xstate_size;
+};
+#ifndef FP_XSTATE_MAGIC1
+#define FP_XSTATE_MAGIC1 0x46505853u
+#endif
+#define FPX_SW_OFFSET 464
+
+/* The frame's FPU state size, or 0 where it has none or is not what the kernel writes. */
+static size_t fp_size(const void *fp) {
+    if (!fp) return 0;
+    const struct fpx_sw *sw = (const struct fpx_sw *)((const char *)fp + FPX_SW_OFFSET);
+    return sw->magic1 == FP_XSTATE_MAGIC1 ? sw->extended_size : 512;
+}
+
+/*
+ * A system call of the sender's own signal handler, which the kernel ran on this thread in the
+ * middle of a call (the sender's process handles its signals, on whichever of its threads).  It
+ * is the sender's, made on the sender's thread: run it here, as the sender, and go back to the
+ * handler with the call's system calls still blocked, so that those of the receiver, once the
+ * handler has returned, are still handed to its own thread.  The handler's return (its
+ * rt_sigreturn) is done here too: this frame takes the state the handler's frame saved, and the
+ * return from this handler restores it.  0 where the call is left to the caller (a frame of
+ * another size).
+ */
+static int run_for_sender(struct rpal_host_sender *s, siginfo_t *si, ucontext_t *uc) {
+    greg_t *g = uc->uc_mcontext.gregs;
+    if (si->si_syscall == SYS_rt_sigreturn) {
+        /* The handler returned into its restorer, which pops nothing: its frame's ucontext is at
+         * the stack pointer. */
+        ucontext_t *h = (ucontext_t *)(uintptr_t)g[REG_RSP];
+        size_t ours = fp_size(uc->uc_mcontext.fpregs), theirs = fp_size(h->uc_mcontext.fpregs);
+        if (ours != theirs) return 0;
+        if (ours) memcpy(uc->uc_mcontext.fpregs, h->uc_mcontext.fpregs, ours);
+        memcpy(g, h->uc_mcontext.gregs, sizeof uc->uc_mcontext.gregs);
+        memcpy(&uc->uc_sigmask, &h->uc_sigmask, 8); /* the kernel's sigset */
+        uc->uc_stack = h->uc_stack;
+        s->selector = SUD_BLOCK;
+        return 1;
+    }
+    long r;
+    if (si->si_syscall == SYS_rt_sigprocmask) {
+        /* This frame's mask is the handler's, restored as this handler returns. */
+        uint64_t *mask = (uint64_t *)&uc->uc_sigmask, set = 0;
+        int how = (int)g[REG_RDI];
+        r = g[REG_R10] != 8 ? -EINVAL : 0;
+        if (!r && g[REG_RSI]) {
+            set = *(const uint64_t *)(uintptr_t)g[REG_RSI];
+            set &= ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)));
+            if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK) r = -EINVAL;
+        }
+        if (!r && g[REG_RDX]) *(uint64_t *)(uintptr_t)g[REG_RDX] = *mask;
+        if (!r && g[REG_RSI])
+            *mask = how == SIG_BLOCK ? *mask | set : how == SIG_UNBLOCK ? *mask & ~set : set;
+    } else {
+        r = raw6(si->si_syscall, g[REG_RDI], g[REG_RSI], g[REG_RDX], g[REG_R10], g[REG_R8], g[REG_R9]);
+    }
+    g[REG_RAX] = r;
+    s->selector = SUD_BLOCK;
+    return 1;
+}
+
 static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     struct rpal_host_sender *s = current_call();
     ucontext_t *uc = ucv;
     if (!s || si->si_code != SYS_USER_DISPATCH) {
         /* Not a syscall of a borrowed receiver (seccomp's SIGSYS, a kill()).  During a call, let
          * the rest of the call's syscalls through, chain()'s and the old handler's first, as
-         * for a signal handler that returns during a call (below). */
+         * for a handler of code we do not know that returns during a call (below). */
         if (s) s->selector = SUD_ALLOW;
         chain(&old_sys, sig, si, ucv);
         return;
     }
     s->selector = SUD_ALLOW;
+    if (senders_code(s, (uintptr_t)uc->uc_mcontext.gregs[REG_RIP] - 2) && run_for_sender(s, si, uc)) return;
     uc->uc_mcontext.gregs[REG_RIP] -= 2; /* re-execute the syscall (rax is its number again) */
     if (si->si_syscall == SYS_rt_sigreturn) {
-        /* A signal handler returned during the call (glibc's restorer is outside the allowed
-         * range): let it through here, on this thread; the rest of the call keeps its syscalls. */
+        /* A signal handler returned during the call through a restorer outside the sender's
+         * known code: let it through here, on this thread; the rest of the call's syscalls are
+         * let through too. */
         return;
     }
     struct rpal_host_rcv *r = s->cur;
@@ -383,10 +484,17 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     sa.sa_sigaction = on_fault;
     for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
         sigaction(fault_sigs[i], &sa, &old_fault[i]);
-    if (h->fsgsbase && sud_works()) {
-        sa.sa_flags = SA_SIGINFO | SA_NODEFER;
-        sa.sa_sigaction = on_sigsys;
-        if (sigaction(SIGSYS, &sa, &old_sys) == 0) h->sud = 1;
+    if (h->fsgsbase && sud_works() && sigaction(SIGSYS, NULL, &old_sys) == 0) {
+        /* Our own restorer, in the code Syscall User Dispatch always lets through: the handler
+         * returns during a call with the call's system calls blocked (run_for_sender). */
+        struct {
+            uintptr_t handler;
+            unsigned long flags;
+            uintptr_t restorer;
+            uint64_t mask;
+        } ka = { (uintptr_t)on_sigsys, SA_SIGINFO | SA_NODEFER | 0x04000000 /* SA_RESTORER */,
+                 (uintptr_t)hosted_sigsys_restorer, 0 };
+        if (syscall(SYS_rt_sigaction, SIGSYS, &ka, NULL, 8) == 0) h->sud = 1;
     }
     launcher_pid = getpid();
     the_host = h;

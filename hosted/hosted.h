@@ -65,6 +65,11 @@ char **hosted_clean_environ(void);
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen);
 
+/* The address ranges of the code of the program's executable and of every library of its
+ * namespace (not the dynamic linker or the vDSO, which all namespaces share), at most max of
+ * them, in lo[] and hi[] (hi exclusive): the count. */
+int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max);
+
 /* Start the program as a process of its own that shares this address space (its own PID,
  * descriptor table, signal dispositions, cwd, umask and rlimits, copied from ours when it starts;
  * descriptors marked close-on-exec are closed in it, as exec would), and run the executable's
@@ -184,6 +189,9 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
 int hosted_getfd_works(void);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
+/* Program prog's code (hosted_code_ranges): a system call made from it during a call that one of
+ * its threads makes into another program is its own (a signal handler's), not the receiver's. */
+void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p);
 /* Give back the index that the last hosted_host_add returned, for a program that never started:
  * 0, or -1 when it is not the last one or its libraries' code already registered in it. */
 int hosted_host_unadd(struct rpal_host *h, int prog);
@@ -236,6 +244,8 @@ uintptr_t hosted_get_fs(void);
 void hosted_ctx_jump_wrfs(hosted_ctx *to) __attribute__((noreturn));
 void hosted_lazy_resume(hosted_ctx *save, void *uc);
 extern char hosted_sud_allowed_start[], hosted_sud_allowed_end[];
+/* The restorer of the launcher's SIGSYS handler, inside that range. */
+void hosted_sigsys_restorer(void);
 
 #ifdef __cplusplus
 }

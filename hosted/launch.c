@@ -120,6 +120,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             fprintf(stderr, "%s: %s\n", me, err);
             return 2;
         }
+        hosted_host_set_code(host, idx, p);
         progs[nprog++] = p;
     }
     for (int k = 0; k < nprog; k++) {

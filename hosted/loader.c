@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -971,6 +972,30 @@ static const char *lib_using_exe_tls(const struct link_map *exe, const char *nam
             }
     }
     return NULL;
+}
+
+int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max) {
+    uintptr_t shared[2] = { getauxval(AT_BASE), getauxval(AT_SYSINFO_EHDR) };
+    const struct link_map *m = p->exe_map;
+    int n = 0;
+    while (m && m->l_prev) m = m->l_prev;
+    /* Each object of the namespace has its own load address (a PIE executable's included); the
+     * dynamic linker and the vDSO appear in every namespace at the same one.  dl_iterate_phdr
+     * lists the caller's namespace only: the program headers are read where the first segment
+     * maps the file's start, as they are for every object ld.so loads here. */
+    for (; m && n < max; m = m->l_next) {
+        const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m->l_addr;
+        if (!m->l_addr || m->l_addr == shared[0] || m->l_addr == shared[1]) continue;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) continue;
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(m->l_addr + eh->e_phoff);
+        for (int k = 0; k < eh->e_phnum && n < max; k++) {
+            if (ph[k].p_type != PT_LOAD || !(ph[k].p_flags & PF_X)) continue;
+            lo[n] = m->l_addr + ph[k].p_vaddr;
+            hi[n] = lo[n] + ph[k].p_memsz;
+            n++;
+        }
+    }
+    return n;
 }
 
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],

@@ -158,6 +158,18 @@ hosted_lazy_resume:
         ud2
         .size   hosted_lazy_resume, .-hosted_lazy_resume
 
+/* The restorer of the launcher's SIGSYS handler: its return during a call, with the call's
+ * system calls blocked, must not trap again. */
+        .globl  hosted_sigsys_restorer
+        .hidden hosted_sigsys_restorer
+        .type   hosted_sigsys_restorer, @function
+        .p2align 4
+hosted_sigsys_restorer:
+        movl    $15, %eax               /* SYS_rt_sigreturn */
+        syscall
+        ud2
+        .size   hosted_sigsys_restorer, .-hosted_sigsys_restorer
+
         .globl  hosted_sud_allowed_end
         .hidden hosted_sud_allowed_end
 hosted_sud_allowed_end:

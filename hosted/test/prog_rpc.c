@@ -19,6 +19,12 @@
  *                                        of the server is refused now, then N GETTID round trips: each
  *                                        hands a syscall off to the server's thread, which sleeps
  *                                        until we kick it; one that takes 10 s ends us (status 3)
+ *   prog_rpc signals SERVICE N           N calls that each spin 100 ms on our thread while a timer
+ *                                        sends this thread SIGUSR1: the handler, which the kernel
+ *                                        runs on top of the server's code, must find our pid, write
+ *                                        our pipe and see its own mask; the server's getpid() after
+ *                                        it, the server's pid; SIGUSR1 not left blocked after
+ *   prog_rpc sigexit SERVICE             one such call whose handler calls _exit(42): we end
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -214,9 +220,11 @@ static int server(const char *service, int meddle) {
                     r.a = (int64_t)syscall(SYS_gettid) == main_tid;
                     break;
                 }
-                case OP_SPIN: {
+                case OP_SPIN:
+                case OP_SPINPID: {
                     uint64_t end = __rdtsc() + q.sum;
                     while (__rdtsc() < end) __builtin_ia32_pause();
+                    if (q.op == OP_SPINPID) r.a = syscall(SYS_getpid);
                     break;
                 }
                 case OP_CRASH:
@@ -615,6 +623,90 @@ static int dropper(const char *service, long n) {
     return 0;
 }
 
+/* ------------------------------------------------------------ signals */
+
+static int sig_pipe[2];
+static volatile sig_atomic_t sig_ran, sig_blocked, sig_exit;
+static volatile long sig_pid, sig_wrote;
+static volatile uint64_t sig_tsc;
+
+/* A handler of ours that the kernel may run while our thread runs the server's receiver: its
+ * system calls must be ours (our pid, our pipe, our signal mask). */
+static void on_usr1(int sig) {
+    (void)sig;
+    sig_tsc = __rdtsc();
+    if (sig_exit) _exit(42);
+    sigset_t m;
+    sig_pid = syscall(SYS_getpid);
+    sig_wrote = write(sig_pipe[1], "A", 1);
+    sig_blocked = pthread_sigmask(SIG_BLOCK, NULL, &m) == 0 && sigismember(&m, SIGUSR1);
+    sig_ran++;
+}
+
+#ifndef sigev_notify_thread_id
+#define sigev_notify_thread_id _sigev_un._tid
+#endif
+
+/* n calls that each spin 100 ms on our thread, with SIGUSR1 sent to this thread 20 ms in; with
+ * exit, the handler calls _exit(42) at the first. */
+static int signals(const char *service, long n, int exit) {
+    struct req q = { .op = OP_SPINPID };
+    struct rep r;
+    int fd = connect_retry(service);
+    pid_t server = other_program(), me = getpid();
+    if (fd < 0 || !server || pipe(sig_pipe) < 0) {
+        fprintf(stderr, "signals: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+        return 1;
+    }
+    fcntl(sig_pipe[0], F_SETFL, O_NONBLOCK);
+    struct timespec ten = { 0, 10000000 };
+    uint64_t t0 = __rdtsc();
+    nanosleep(&ten, NULL);
+    uint64_t per_ms = (__rdtsc() - t0) / 10;
+    signal(SIGUSR1, on_usr1);
+    sig_exit = exit;
+    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
+    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+    timer_t tm;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) {
+        perror("signals: timer_create");
+        return 1;
+    }
+    int bad = 0, during = 0;
+    for (long i = 0; i < n; i++) {
+        struct itimerspec at = { .it_value = { 0, 20000000 } };
+        char c = 0;
+        sig_ran = 0;
+        q.seq = (uint32_t)i;
+        q.sum = 100 * per_ms;
+        uint64_t start = __rdtsc();
+        timer_settime(tm, 0, &at, NULL);
+        if (roundtrip(fd, &q, &r) || r.op != OP_SPINPID || r.seq != q.seq) {
+            fprintf(stderr, "signals: call %ld failed\n", i);
+            return 1;
+        }
+        uint64_t end = __rdtsc();
+        sigset_t m;
+        pthread_sigmask(SIG_BLOCK, NULL, &m);
+        int got = read(sig_pipe[0], &c, 1) == 1 && c == 'A';
+        during += sig_ran && sig_tsc > start + 5 * per_ms && sig_tsc + 5 * per_ms < end;
+        if (sig_ran != 1 || sig_pid != me || sig_wrote != 1 || !got || !sig_blocked || r.a != server ||
+            sigismember(&m, SIGUSR1)) {
+            fprintf(stderr, "signals: call %ld: handler ran %d times, its getpid() %ld (ours %d), its write %ld, "
+                    "our pipe %s, SIGUSR1 %sblocked in it and %sblocked after; the server's getpid() after it %lld "
+                    "(the server's %d)\n", i, (int)sig_ran, sig_pid, (int)me, sig_wrote, got ? "got it" : "empty",
+                    sig_blocked ? "" : "not ", sigismember(&m, SIGUSR1) ? "" : "not ", (long long)r.a, (int)server);
+            bad++;
+        }
+    }
+    printf("signals: %ld calls, the handler ran inside %d of them; %d went wrong\n", n, during, bad);
+    fflush(stdout);
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    return bad || !during;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "server"))
         return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
@@ -626,6 +718,8 @@ int main(int argc, char **argv) {
                                 : argc >= 4 && !strcmp(argv[3], "spin")   ? 2
                                                                           : 0);
     if (argc >= 4 && !strcmp(argv[1], "dropper")) return dropper(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper SERVICE [THREADS N | overflow | spin | N]\n");
+    if (argc >= 4 && !strcmp(argv[1], "signals")) return signals(argv[2], atol(argv[3]), 0);
+    if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

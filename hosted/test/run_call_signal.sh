@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# run_call_signal.sh RPAL PROG_RPC - a signal handled by a program while one of its threads runs
+# another program's receiver in a call is that program's: the kernel runs the handler on top of
+# the receiver's code, and the handler's system calls are made as the signalled program's, on its
+# thread; once it returns, the receiver's are handed to the receiver's own thread again.
+#  1. prog_rpc signals: 5 calls that each spin 100 ms on the client's thread, a timer sending that
+#     thread SIGUSR1 20 ms in: the handler's getpid() is the client's, its write(2) lands in the
+#     client's pipe, pthread_sigmask() in it sees SIGUSR1 blocked, SIGUSR1 is not left blocked
+#     after the call, and the server's getpid() after the handler is the server's.
+#  2. prog_rpc sigexit: the handler calls _exit(42) in the call: the client ends with status 42,
+#     and the server's receiver it ran is lost with it (as after kill -9 of the client), where the
+#     exit went to the server before.
+# Under rpal run and under rpal host + rpal join.  Prints what it checks; exits 0 pass, 1 fail,
+# 77 skip.
+set -u
+RPAL=$1 PROG=$2
+. "$(dirname "$0")/hostlib.sh"
+. "$(dirname "$0")/calls_here.sh"
+svc=callsig-$$
+
+signals_ok() {
+	local what=$1 rc=$2 out=$3
+	echo "$out" | sed 's/^/  | /'
+	if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^signals: 5 calls, the handler ran inside [1-5] of them; 0 went wrong$"; then
+		ok "$what: the handler's getpid, write and signal mask were the client's, inside the call; the server's syscalls after it were the server's"
+	else
+		bad "$what: rc $rc"
+	fi
+}
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-1" ::: "$PROG" signals "$svc-1" 5 2>&1)
+signals_ok "rpal run" $? "$out"
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-2" ::: "$PROG" sigexit "$svc-2" 2>&1)
+echo "$out" | sed 's/^/  | /'
+if echo "$out" | grep -q "^rpal run: \[1\] .* exited with status 42$" &&
+	! echo "$out" | grep -q "^rpal run: \[0\] .* exited with status 42$"; then
+	ok "rpal run: _exit(42) in the client's handler during a call ended the client, not the server"
+else
+	bad "rpal run: _exit(42) in the client's handler during a call did not end the client alone with 42"
+fi
+
+start_host "$svc"
+"$RPAL" join "$svc" "$PROG" server "$svc-h" >"$tmp/server.out" 2>&1 &
+jpid=$!
+out=$(timeout 60 "$RPAL" join "$svc" "$PROG" signals "$svc-h" 5 2>&1)
+rc=$?
+wait $jpid
+signals_ok "rpal host + rpal join" $rc "$out"
+kill -TERM $hpid 2>/dev/null
+wait $hpid 2>/dev/null
+exit $fail
