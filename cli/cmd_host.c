@@ -871,6 +871,32 @@ static int resolve(const char *prog, char *out)
 	return realpath(path, out) ? 0 : -1;
 }
 
+/* Does signal sig's default action end a process without a core dump? */
+static bool ends_quietly(int sig)
+{
+	switch (sig) {
+	case SIGHUP: case SIGINT: case SIGKILL: case SIGUSR1: case SIGUSR2: case SIGPIPE: case SIGALRM:
+	case SIGTERM: case SIGSTKFLT: case SIGIO: case SIGPWR: case SIGVTALRM: case SIGPROF:
+		return true;
+	default:
+		return sig >= SIGRTMIN && sig <= SIGRTMAX;
+	}
+}
+
+/* End as the program did, by sig: a shell stops a loop only for a job that the signal ended (its
+ * exit status would read 128 + sig all the same). */
+static void end_by(int sig)
+{
+	sigset_t one;
+
+	fflush(NULL);
+	signal(sig, SIG_DFL);
+	sigemptyset(&one);
+	sigaddset(&one, sig);
+	sigprocmask(SIG_UNBLOCK, &one, NULL);
+	raise(sig);
+}
+
 int cmd_join(int argc, char **argv)
 {
 	static const int passed[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
@@ -896,8 +922,9 @@ int cmd_join(int argc, char **argv)
 "umask, rlimits, signal mask and ignored signals.  Signals sent to rpal join (Ctrl-C, kill) are\n"
 "passed on to PROGRAM, the terminal's to its process group (one that comes before it started\n"
 "ends rpal join by that signal, and reaches PROGRAM if it starts after all); Ctrl-Z stops\n"
-"PROGRAM, then rpal join.  rpal join exits with PROGRAM's status (128 + N when signal N ended\n"
-"it), or 2 when it could not be started or the host went away.\n");
+"PROGRAM, then rpal join.  rpal join exits with PROGRAM's status, ends by signal N where N\n"
+"ended PROGRAM without a core dump (128 + N for the others), or exits 2 when it could not be\n"
+"started or the host went away.\n");
 		return help ? 0 : 2;
 	}
 	if (resolve(argv[2], path) < 0) {
@@ -1014,6 +1041,8 @@ int cmd_join(int argc, char **argv)
 
 		if (sscanf(reply, "EXIT %d %d %d %d %llu", &status, &sig, &lost, &failed, &addr) >= 2) {
 			hosted_print_call_end(stderr, "rpal join: ", path, (int)joined_pid, lost, failed, addr);
+			if (ends_quietly(sig))
+				end_by(sig);
 			return status;
 		}
 	}

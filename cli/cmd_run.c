@@ -5,6 +5,7 @@
  * linker namespace and its own process, with a host block (hosted/host.c) through which their copies
  * of librpal upgrade local connections to the RPAL call.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -92,5 +93,16 @@ int cmd_run(int argc, char **argv)
 	/* Every program has run its exit handlers; end without running the
 	 * namespaces' destructors a second time (exit would, via _dl_fini). */
 	fflush(NULL);
+	if (ret < 0) {
+		/* A shell stops a loop only for a job that the signal ended. */
+		sigset_t one;
+
+		signal(-ret, SIG_DFL);
+		sigemptyset(&one);
+		sigaddset(&one, -ret);
+		sigprocmask(SIG_UNBLOCK, &one, NULL);
+		raise(-ret);
+		_exit(1);
+	}
 	_exit(ret);
 }

@@ -169,7 +169,9 @@ const char *hosted_find_in_path(const char *prog, char *buf, size_t len);
 /* Load, start and wait for "PROGRAM [ARGS...] [::: PROGRAM [ARGS...]]..." (argv[0..argc)), printing
  * each one's exit status on stderr as "<me>: [i] path exited with status N" (unless quiet; a failure
  * inside an RPAL call is always reported).  Every program's librpal joins host (RPAL_HOST).
- * Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error. */
+ * Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error, and -S where a program
+ * was killed by a signal S that also reached us (Ctrl-C at the terminal, a kill passed on): the
+ * caller then ends by S itself, as a shell expects of a job that the signal ended. */
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet);
 
 /* How an RPAL call took part in a program's end, in the sentences rpal run, rpal host and rpal join

@@ -46,6 +46,7 @@ const char *hosted_find_in_path(const char *prog, char *buf, size_t len) {
  * signals that ask a process to end on to every program still running, and reports as they end. */
 static const int forwarded[] = { SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
 static _Atomic int running_pids[HOSTED_NNS];
+static _Atomic uint64_t received; /* the forwarded signals that reached us, one bit each */
 
 static void forward_all(int sig) {
     for (int k = 0; k < HOSTED_NNS; k++) {
@@ -60,6 +61,7 @@ static void forward_all(int sig) {
  * say so and why the programs keep our group (the terminal and job control). */
 static void forward(int sig, siginfo_t *si, void *uc) {
     (void)uc;
+    atomic_fetch_or(&received, 1ull << (sig - 1));
     if (si->si_code == SI_USER || si->si_code == SI_QUEUE) forward_all(sig);
 }
 
@@ -138,7 +140,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
     sa.sa_flags = SA_RESTART | SA_SIGINFO;
     for (unsigned k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++) sigaction(forwarded[k], &sa, NULL);
     /* Report each program as it finishes, in whatever order (a server may outlive its clients). */
-    int failed = 0, left = nprog;
+    int failed = 0, left = nprog, end_sig = 0;
     char reported[HOSTED_NNS] = { 0 };
     while (left > 0) {
         int k;
@@ -163,12 +165,14 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         /* A failure inside a call says how the program ended; otherwise its status does. */
         if (sig)
             continue;
-        if (hosted_signal(progs[k]))
+        int killed = hosted_signal(progs[k]);
+        if (killed)
             fprintf(stderr, "%s: [%d] %s (pid %d) was killed by signal %d (%s)\n", me, k,
-                    hosted_path(progs[k]), hosted_pid(progs[k]), hosted_signal(progs[k]),
-                    strsignal(hosted_signal(progs[k])));
+                    hosted_path(progs[k]), hosted_pid(progs[k]), killed, strsignal(killed));
         else if (!quiet)
             fprintf(stderr, "%s: [%d] %s exited with status %d\n", me, k, hosted_path(progs[k]), st);
+        if (killed > 0 && killed < 64 && (atomic_load(&received) & (1ull << (killed - 1))) && !end_sig)
+            end_sig = killed;
     }
-    return failed;
+    return end_sig ? -end_sig : failed;
 }

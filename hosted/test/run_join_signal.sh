@@ -7,6 +7,7 @@
 #  2. SIGTERM: the same, status 143.
 #  3. A joiner started with SIGINT ignored (as `cmd &` in a script) ignores it while it waits, as
 #     the program will; SIGTERM then ends it.
+#  4. A running program that SIGINT ends: the joiner ends by SIGINT itself, not exit 130.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -65,6 +66,18 @@ kill -9 $j 2>/dev/null
 wait $j
 rc=$?
 [ $rc -eq 143 ] && ok "SIGTERM then ends it (143)" || bad "SIGTERM after the ignored SIGINT: rc $rc"
+
+# ---- 4. a running program that a signal ends: the joiner ends by it, as an exec'd job would (a
+# shell loop stops); perl tells a death by a signal from an exit with 128 + N, as bash's $? does not.
+how=$tmp/how
+perl -e '$SIG{INT} = "DEFAULT"; system(@ARGV); print(($? & 127) ? "signal " . ($? & 127) . "\n" : "exit " . ($? >> 8) . "\n")' \
+	"$RPAL" join js "$PD/hosted_prog_proc" hold /dev/null >"$how" 2>"$tmp/j.out" &
+p=$!
+for _ in $(seq 500); do grep -q holding "$how" && break; sleep 0.01; done
+kill -INT "$(pgrep -P $p)"
+wait $p
+grep -q "^signal 2$" "$how" && ok "a joined program that SIGINT ends: the joiner ends by SIGINT" ||
+	bad "a joined program that SIGINT ends: the joiner's $(grep -v holding "$how"), want signal 2"
 
 timeout 10 "$RPAL" ps js >/dev/null && ok "the host answers rpal ps after it" || bad "the host does not answer"
 kill -TERM $hpid
