@@ -7,6 +7,9 @@ command -v ninja >/dev/null || need+=(ninja-build)
 command -v gcc   >/dev/null || need+=(gcc)
 command -v make  >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
+# The tests: perl tells a child's death by a signal from its exit status; pgrep and ps find processes.
+command -v perl  >/dev/null || need+=(perl-base)
+command -v pgrep >/dev/null || need+=(procps)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "deps: installing ${need[*]}"
 	sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
