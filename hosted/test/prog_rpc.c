@@ -25,6 +25,13 @@
  *                                        our pipe and see its own mask; the server's getpid() after
  *                                        it, the server's pid; SIGUSR1 not left blocked after
  *   prog_rpc sigexit SERVICE             one such call whose handler calls _exit(42): we end
+ *   prog_rpc sigvec SERVICE N            N calls that each keep values in the server's ymm0-15,
+ *                                        r12-r15, MXCSR and x87 control word for 60 ms while a
+ *                                        timer sends this thread SIGUSR1, whose handler clobbers
+ *                                        them and makes failing system calls (errno): the server
+ *                                        must find them intact; every other call on an alternate
+ *                                        signal stack, and every other pair with SIGUSR2's handler
+ *                                        run on top of SIGUSR1's (exit 77 without AVX)
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -136,6 +143,72 @@ static int no_fault(void *arg) {
     return 0;
 }
 
+/* Spins until the TSC reaches end with known values in ymm0-15, r12-r15, MXCSR (round toward zero)
+ * and the x87 control word (53-bit precision), then says which changed meanwhile (a bit each: 0-15
+ * ymm, 16-19 r12-r15, 20 MXCSR, 21 the control word).  A signal handler of the caller that the
+ * kernel runs on this thread in the spin uses all of them; its return must give them back. */
+__attribute__((target("avx"))) static uint64_t vec_spin(uint64_t end) {
+    static uint8_t in[16][32] __attribute__((aligned(32))), out[16][32] __attribute__((aligned(32)));
+    uint64_t gin[4] = { 0x1111111111111111ull, 0x2222222222222222ull, 0x3333333333333333ull,
+                        0x4444444444444444ull }, gout[4];
+    uint32_t mxin = 0x7f80, mxout, mxsave;
+    uint16_t cwin = 0x27f, cwout, cwsave;
+    uint64_t changed = 0;
+    for (int i = 0; i < 16; i++)
+        for (int k = 0; k < 32; k++) in[i][k] = (uint8_t)(i * 32 + k + 1);
+    __asm__ volatile(
+        "stmxcsr %[mxsave]\n\tfnstcw %[cwsave]\n\tldmxcsr %[mxin]\n\tfldcw %[cwin]\n\t"
+        "vmovdqu 0(%[in]), %%ymm0\n"
+        "vmovdqu 32(%[in]), %%ymm1\n"
+        "vmovdqu 64(%[in]), %%ymm2\n"
+        "vmovdqu 96(%[in]), %%ymm3\n"
+        "vmovdqu 128(%[in]), %%ymm4\n"
+        "vmovdqu 160(%[in]), %%ymm5\n"
+        "vmovdqu 192(%[in]), %%ymm6\n"
+        "vmovdqu 224(%[in]), %%ymm7\n"
+        "vmovdqu 256(%[in]), %%ymm8\n"
+        "vmovdqu 288(%[in]), %%ymm9\n"
+        "vmovdqu 320(%[in]), %%ymm10\n"
+        "vmovdqu 352(%[in]), %%ymm11\n"
+        "vmovdqu 384(%[in]), %%ymm12\n"
+        "vmovdqu 416(%[in]), %%ymm13\n"
+        "vmovdqu 448(%[in]), %%ymm14\n"
+        "vmovdqu 480(%[in]), %%ymm15\n"
+        "movq 0(%[gin]), %%r12\n\tmovq 8(%[gin]), %%r13\n\t"
+        "movq 16(%[gin]), %%r14\n\tmovq 24(%[gin]), %%r15\n"
+        "1:\n\tpause\n\trdtsc\n\tshlq $32, %%rdx\n\torq %%rdx, %%rax\n\tcmpq %[end], %%rax\n\tjb 1b\n\t"
+        "vmovdqu %%ymm0, 0(%[out])\n"
+        "vmovdqu %%ymm1, 32(%[out])\n"
+        "vmovdqu %%ymm2, 64(%[out])\n"
+        "vmovdqu %%ymm3, 96(%[out])\n"
+        "vmovdqu %%ymm4, 128(%[out])\n"
+        "vmovdqu %%ymm5, 160(%[out])\n"
+        "vmovdqu %%ymm6, 192(%[out])\n"
+        "vmovdqu %%ymm7, 224(%[out])\n"
+        "vmovdqu %%ymm8, 256(%[out])\n"
+        "vmovdqu %%ymm9, 288(%[out])\n"
+        "vmovdqu %%ymm10, 320(%[out])\n"
+        "vmovdqu %%ymm11, 352(%[out])\n"
+        "vmovdqu %%ymm12, 384(%[out])\n"
+        "vmovdqu %%ymm13, 416(%[out])\n"
+        "vmovdqu %%ymm14, 448(%[out])\n"
+        "vmovdqu %%ymm15, 480(%[out])\n"
+        "movq %%r12, 0(%[gout])\n\tmovq %%r13, 8(%[gout])\n\t"
+        "movq %%r14, 16(%[gout])\n\tmovq %%r15, 24(%[gout])\n\t"
+        "stmxcsr %[mxout]\n\tfnstcw %[cwout]\n\tldmxcsr %[mxsave]\n\tfldcw %[cwsave]\n\tvzeroupper"
+        : [mxout] "=m"(mxout), [cwout] "=m"(cwout), [mxsave] "+m"(mxsave), [cwsave] "+m"(cwsave)
+        : [in] "r"(in), [out] "r"(out), [gin] "r"(gin), [gout] "r"(gout), [end] "r"(end),
+          [mxin] "m"(mxin), [cwin] "m"(cwin)
+        : "rax", "rdx", "r12", "r13", "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "memory", "cc");
+    for (int i = 0; i < 16; i++)
+        if (memcmp(in[i], out[i], 32)) changed |= 1ull << i;
+    for (int i = 0; i < 4; i++)
+        if (gin[i] != gout[i]) changed |= 1ull << (16 + i);
+    if (mxout != mxin) changed |= 1ull << 20;
+    if (cwout != cwin) changed |= 1ull << 21;
+    return changed;
+}
+
 static int server(const char *service, int meddle) {
     pid_t main_tid = (pid_t)syscall(SYS_gettid);
     /* rpal_access_safely() installs librpal's SIGSEGV/SIGBUS handler over the launcher's: the
@@ -227,6 +300,10 @@ static int server(const char *service, int meddle) {
                     if (q.op == OP_SPINPID) r.a = syscall(SYS_getpid);
                     break;
                 }
+                case OP_VEC:
+                    r.a = (int64_t)vec_spin(__rdtsc() + q.sum);
+                    r.b = syscall(SYS_getpid);
+                    break;
                 case OP_CRASH:
                     if (q.sum == 1)
                         overflow(0);
@@ -707,6 +784,154 @@ static int signals(const char *service, long n, int exit) {
     return bad || !during;
 }
 
+/* ------------------------------------------------------------ sigvec */
+
+/* sigvec: our handlers, which the kernel runs on top of the server's vec_spin. */
+static volatile uint64_t sv_tsc;
+static volatile sig_atomic_t sv_in1, sv_ran1, sv_ran2, sv_nest, sv_nested, sv_onstack, sv_bad;
+static volatile long sv_pid;
+static char *sv_alt;
+#define SV_ALT_SIZE (256 << 10)
+
+/* What a handler may do with the registers the interrupted code keeps its values in. */
+__attribute__((target("avx"))) static void sv_clobber(void) {
+    uint32_t mx = 0x3f80;     /* round down */
+    uint16_t cw = 0x7f;       /* 24-bit precision */
+    __asm__ volatile("vpcmpeqd %%ymm0, %%ymm0, %%ymm0\n\t"
+                     "vpcmpeqd %%ymm1, %%ymm1, %%ymm1\n\t"
+                     "vpcmpeqd %%ymm2, %%ymm2, %%ymm2\n\t"
+                     "vpcmpeqd %%ymm3, %%ymm3, %%ymm3\n\t"
+                     "vpcmpeqd %%ymm4, %%ymm4, %%ymm4\n\t"
+                     "vpcmpeqd %%ymm5, %%ymm5, %%ymm5\n\t"
+                     "vpcmpeqd %%ymm6, %%ymm6, %%ymm6\n\t"
+                     "vpcmpeqd %%ymm7, %%ymm7, %%ymm7\n\t"
+                     "vpcmpeqd %%ymm8, %%ymm8, %%ymm8\n\t"
+                     "vpcmpeqd %%ymm9, %%ymm9, %%ymm9\n\t"
+                     "vpcmpeqd %%ymm10, %%ymm10, %%ymm10\n\t"
+                     "vpcmpeqd %%ymm11, %%ymm11, %%ymm11\n\t"
+                     "vpcmpeqd %%ymm12, %%ymm12, %%ymm12\n\t"
+                     "vpcmpeqd %%ymm13, %%ymm13, %%ymm13\n\t"
+                     "vpcmpeqd %%ymm14, %%ymm14, %%ymm14\n\t"
+                     "vpcmpeqd %%ymm15, %%ymm15, %%ymm15\n\t"
+                     "movq $-1, %%r12\n\tmovq $-1, %%r13\n\tmovq $-1, %%r14\n\tmovq $-1, %%r15\n\t"
+                     "ldmxcsr %[mx]\n\tfldcw %[cw]"
+                     :
+                     : [mx] "m"(mx), [cw] "m"(cw)
+                     : "r12", "r13", "r14", "r15", "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10", "xmm11", "xmm12", "xmm13", "xmm14", "xmm15");
+}
+
+/* A failing system call sets errno; getpid() is ours. */
+static int sv_syscalls_ours(void) {
+    errno = 0;
+    int ok = close(-1) == -1 && errno == EBADF;
+    errno = 0;
+    ok &= open("/nonexistent/rpal-sigvec", O_RDONLY) == -1 && errno == ENOENT;
+    return ok && syscall(SYS_getpid) == sv_pid;
+}
+
+static void on_sv2(int sig) {
+    (void)sig;
+    sv_clobber();
+    if (!sv_syscalls_ours()) sv_bad |= 4;
+    sv_nested = sv_in1;
+    sv_ran2++;
+}
+
+static void on_sv1(int sig) {
+    char here;
+    stack_t ss;
+    (void)sig;
+    sv_in1 = 1;
+    sv_clobber();
+    if (!sv_syscalls_ours()) sv_bad |= 1;
+    sv_onstack = sigaltstack(NULL, &ss) == 0 && (ss.ss_flags & SS_ONSTACK) && &here > sv_alt &&
+                 &here < sv_alt + SV_ALT_SIZE;
+    if (sv_nest) {
+        /* SIGUSR2's handler runs on top of this one as raise() returns. */
+        if (raise(SIGUSR2) != 0 || sv_ran2 != 1) sv_bad |= 2;
+        sv_clobber();
+        if (!sv_syscalls_ours()) sv_bad |= 1;
+    }
+    sv_tsc = __rdtsc();
+    sv_in1 = 0;
+    sv_ran1++;
+}
+
+/*
+ * n calls that each keep values in the server's vector and other registers for 60 ms on our
+ * thread, with SIGUSR1 sent to this thread 20 ms in.  Its handler clobbers those registers and
+ * makes failing system calls; call i % 4: 1 and 3 on an alternate signal stack, 2 and 3 with
+ * SIGUSR2's handler (which does the same) run on top of it.
+ */
+static int sigvec(const char *service, long n) {
+    struct req q = { .op = OP_VEC };
+    struct rep r;
+    if (!__builtin_cpu_supports("avx")) {
+        printf("sigvec: no AVX\n");
+        return 77;
+    }
+    int fd = connect_retry(service);
+    pid_t server = other_program();
+    sv_pid = getpid();
+    stack_t ss = { .ss_sp = sv_alt = malloc(SV_ALT_SIZE), .ss_size = SV_ALT_SIZE };
+    if (fd < 0 || !server || !sv_alt || sigaltstack(&ss, NULL) < 0) {
+        fprintf(stderr, "sigvec: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+        return 1;
+    }
+    struct timespec ten = { 0, 10000000 };
+    uint64_t t0 = __rdtsc();
+    nanosleep(&ten, NULL);
+    uint64_t per_ms = (__rdtsc() - t0) / 10;
+    struct sigaction sa = { .sa_handler = on_sv2 };
+    sigaction(SIGUSR2, &sa, NULL);
+    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
+    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+    timer_t tm;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) {
+        perror("sigvec: timer_create");
+        return 1;
+    }
+    int bad = 0, during = 0;
+    for (long i = 0; i < n; i++) {
+        struct itimerspec at = { .it_value = { 0, 20000000 } };
+        int mode = (int)(i % 4);
+        sa = (struct sigaction){ .sa_handler = on_sv1, .sa_flags = mode & 1 ? SA_ONSTACK : 0 };
+        sigaction(SIGUSR1, &sa, NULL);
+        sv_nest = mode >= 2;
+        sv_ran1 = sv_ran2 = sv_nested = sv_onstack = sv_bad = 0;
+        q.seq = (uint32_t)i;
+        q.sum = 60 * per_ms;
+        uint64_t start = __rdtsc();
+        timer_settime(tm, 0, &at, NULL);
+        if (roundtrip(fd, &q, &r) || r.op != OP_VEC || r.seq != q.seq) {
+            fprintf(stderr, "sigvec: call %ld failed\n", i);
+            return 1;
+        }
+        uint64_t end = __rdtsc();
+        int inside = sv_ran1 == 1 && sv_tsc > start + 5 * per_ms && sv_tsc + 5 * per_ms < end;
+        sigset_t m;
+        pthread_sigmask(SIG_BLOCK, NULL, &m);
+        during += inside;
+        if (sv_ran1 != 1 || r.a != 0 || r.b != server || sv_bad || sv_onstack != (mode & 1) ||
+            (sv_nest && (sv_ran2 != 1 || !sv_nested)) || sigismember(&m, SIGUSR1) || sigismember(&m, SIGUSR2)) {
+            fprintf(stderr, "sigvec: call %ld (%s%s): handler ran %d times%s, registers changed in the server %#llx, "
+                    "the server's getpid() after it %lld (the server's %d), handler checks failed %#x, "
+                    "on the alternate stack %d, SIGUSR2's handler ran %d times%s; blocked after:%s%s\n",
+                    i, mode & 1 ? "alternate stack" : "its stack", sv_nest ? ", nested" : "", (int)sv_ran1,
+                    inside ? " inside the call" : "", (unsigned long long)r.a, (long long)r.b, (int)server,
+                    (int)sv_bad, (int)sv_onstack, (int)sv_ran2, sv_nested ? " inside it" : "",
+                    sigismember(&m, SIGUSR1) ? " SIGUSR1" : "", sigismember(&m, SIGUSR2) ? " SIGUSR2" : "");
+            bad++;
+        }
+    }
+    printf("sigvec: %ld calls, the handler ran inside %d of them; %d went wrong\n", n, during, bad);
+    fflush(stdout);
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    return bad || !during;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "server"))
         return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
@@ -720,6 +945,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "dropper")) return dropper(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "signals")) return signals(argv[2], atol(argv[3]), 0);
     if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit SERVICE [THREADS N | overflow | spin | N]\n");
+    if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigvec SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

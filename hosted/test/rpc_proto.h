@@ -4,7 +4,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { OP_ECHO = 1, OP_GETTID, OP_BLOCK, OP_CRASH, OP_QUIT, OP_SPIN, OP_SPINPID };
+enum { OP_ECHO = 1, OP_GETTID, OP_BLOCK, OP_CRASH, OP_QUIT, OP_SPIN, OP_SPINPID, OP_VEC };
 
 struct req {
     uint32_t op, seq;

@@ -10,6 +10,10 @@
 #  2. prog_rpc sigexit: the handler calls _exit(42) in the call: the client ends with status 42,
 #     and the server's receiver it ran is lost with it (as after kill -9 of the client), where the
 #     exit went to the server before.
+#  3. prog_rpc sigvec: 8 calls that keep values in the server's vector and other registers while
+#     the client's handler clobbers them and makes failing system calls, on the server's stack and
+#     on an alternate signal stack, alone and with a second signal's handler nested in it: the
+#     server's registers come back intact, errno is set, both handlers' system calls are ours.
 # Under rpal run and under rpal host + rpal join.  Prints what it checks; exits 0 pass, 1 fail,
 # 77 skip.
 set -u
@@ -38,6 +42,17 @@ if echo "$out" | grep -q "^rpal run: \[1\] .* exited with status 42$" &&
 	ok "rpal run: _exit(42) in the client's handler during a call ended the client, not the server"
 else
 	bad "rpal run: _exit(42) in the client's handler during a call did not end the client alone with 42"
+fi
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-3" ::: "$PROG" sigvec "$svc-3" 8 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+if echo "$out" | grep -q "^sigvec: no AVX$"; then
+	echo "skip: sigvec: no AVX"
+elif [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigvec: 8 calls, the handler ran inside [1-8] of them; 0 went wrong$"; then
+	ok "rpal run: the server's ymm, r12-r15, MXCSR and x87 control word survived the client's handlers (own stack, alternate stack, nested), whose failed calls set errno"
+else
+	bad "rpal run: sigvec: rc $rc"
 fi
 
 start_host "$svc"
