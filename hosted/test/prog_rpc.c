@@ -32,6 +32,9 @@
  *                                        must find them intact; every other call on an alternate
  *                                        signal stack, and every other pair with SIGUSR2's handler
  *                                        run on top of SIGUSR1's (exit 77 without AVX)
+ *   prog_rpc sigstorm SERVICE N          N echo calls while a timer sends this thread SIGUSR1
+ *                                        every 37 us, whose handler calls getpid(): we must live
+ *                                        through all of them, and it must find our pid
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -932,6 +935,47 @@ static int sigvec(const char *service, long n) {
     return bad || !during;
 }
 
+/* ------------------------------------------------------------ sigstorm */
+
+static volatile long storm_ran, storm_bad;
+static volatile pid_t storm_pid;
+
+static void on_storm(int sig) {
+    (void)sig;
+    if (syscall(SYS_getpid) != storm_pid) storm_bad++;
+    storm_ran++;
+}
+
+/* n short echo calls while a timer sends this thread SIGUSR1 every 37 us, whose handler makes a
+ * system call: some land where the call is entered or left, with the call's system calls already
+ * or still blocked but our own fs base. */
+static int sigstorm(const char *service, long n) {
+    struct req q = { .op = OP_ECHO };
+    struct rep r;
+    int fd = connect_retry(service);
+    if (fd < 0) return 1;
+    storm_pid = getpid();
+    q.sum = checksum(q.data, sizeof q.data);
+    signal(SIGUSR1, on_storm);
+    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
+    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+    timer_t tm;
+    struct itimerspec every = { .it_interval = { 0, 37000 }, .it_value = { 0, 37000 } }, off = { 0 };
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) return 1;
+    timer_settime(tm, 0, &every, NULL);
+    long i;
+    for (i = 0; i < n; i++)
+        if (roundtrip(fd, &q, &r) || r.op != OP_ECHO || r.sum != q.sum) break;
+    timer_settime(tm, 0, &off, NULL);
+    printf("sigstorm: %ld of %ld calls, the handler ran %ld times, %ld of them with another pid\n", i, n,
+           (long)storm_ran, (long)storm_bad);
+    fflush(stdout);
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    return i != n || storm_bad || !storm_ran;
+}
+
 int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "server"))
         return server(argv[2], argc >= 4 && !strcmp(argv[3], "meddle"));
@@ -945,7 +989,8 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "dropper")) return dropper(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "signals")) return signals(argv[2], atol(argv[3]), 0);
     if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
+    if (argc >= 4 && !strcmp(argv[1], "sigstorm")) return sigstorm(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigvec SERVICE [THREADS N | overflow | spin | N]\n");
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

@@ -14,6 +14,9 @@
 #     the client's handler clobbers them and makes failing system calls, on the server's stack and
 #     on an alternate signal stack, alone and with a second signal's handler nested in it: the
 #     server's registers come back intact, errno is set, both handlers' system calls are ours.
+#  4. prog_rpc sigstorm: 300000 echo calls under a 37 us timer whose handler calls getpid(): some
+#     handlers run where the call is entered or left (the call's system calls blocked, the
+#     client's own fs base); the client must live through them.
 # Under rpal run and under rpal host + rpal join.  Prints what it checks; exits 0 pass, 1 fail,
 # 77 skip.
 set -u
@@ -53,6 +56,15 @@ elif [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigvec: 8 calls, the handler ran
 	ok "rpal run: the server's ymm, r12-r15, MXCSR and x87 control word survived the client's handlers (own stack, alternate stack, nested), whose failed calls set errno"
 else
 	bad "rpal run: sigvec: rc $rc"
+fi
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-4" ::: "$PROG" sigstorm "$svc-4" 300000 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, the handler ran [1-9][0-9]* times, 0 of them with another pid$"; then
+	ok "rpal run: the client lived through a handler's system calls at every point of 300000 calls"
+else
+	bad "rpal run: sigstorm: rc $rc"
 fi
 
 start_host "$svc"
