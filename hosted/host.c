@@ -174,9 +174,29 @@ static int run_for_sender(struct rpal_host_sender *s, siginfo_t *si, ucontext_t 
     return 1;
 }
 
+/* The sender whose call this thread is entering or leaving: its selector says BLOCK from just
+ * before the switch to the receiver until just after the switch back, while the fs base is still,
+ * or again, the sender's own.  A signal handler of the sender that runs there traps too. */
+static struct rpal_host_sender *call_edge(void) {
+    if (!the_host || !the_host->fsgsbase) return NULL;
+    struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
+    uintptr_t fs;
+    __asm__ __volatile__("rdfsbase %0" : "=r"(fs));
+    return s && s->magic == RPAL_SENDER_MAGIC && s->cur && s->owner_fs == fs ? s : NULL;
+}
+
 static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
-    struct rpal_host_sender *s = current_call();
+    struct rpal_host_sender *s = current_call(), *e;
     ucontext_t *uc = ucv;
+    if (!s && si->si_code == SYS_USER_DISPATCH && (e = call_edge()) &&
+        senders_code(e, (uintptr_t)uc->uc_mcontext.gregs[REG_RIP] - 2)) {
+        /* Not ours to chain: the old disposition's own system calls would trap again, without
+         * end.  The call goes on with its system calls blocked, as it would have. */
+        e->selector = SUD_ALLOW;
+        if (run_for_sender(e, si, uc)) return;
+        uc->uc_mcontext.gregs[REG_RIP] -= 2; /* let it through, and the rest of the call's */
+        return;
+    }
     if (!s || si->si_code != SYS_USER_DISPATCH) {
         /* Not a syscall of a borrowed receiver (seccomp's SIGSYS, a kill()).  During a call, let
          * the rest of the call's syscalls through, chain()'s and the old handler's first, as
