@@ -160,7 +160,9 @@ static int run_for_sender(struct rpal_host_sender *s, siginfo_t *si, ucontext_t 
         r = g[REG_R10] != 8 ? -EINVAL : 0;
         if (!r && g[REG_RSI]) {
             set = *(const uint64_t *)(uintptr_t)g[REG_RSI];
-            set &= ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)));
+            /* Nor SIGSYS: the handler's next system call in the call would then end its process
+             * (the kernel takes a blocked Syscall User Dispatch signal to its default action). */
+            set &= ~((1ull << (SIGKILL - 1)) | (1ull << (SIGSTOP - 1)) | (1ull << (SIGSYS - 1)));
             if (how != SIG_BLOCK && how != SIG_UNBLOCK && how != SIG_SETMASK) r = -EINVAL;
         }
         if (!r && g[REG_RDX]) *(uint64_t *)(uintptr_t)g[REG_RDX] = *mask;
@@ -223,10 +225,11 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
 }
 
 /* Async-signal-safe: "rpal: NAME (pid P): signal N at pc 0x... (address 0x...), outside any RPAL
- * call: its process ends", or, in the launcher's own process (where the constructors of a loading
+ * call: its process ends" ("in its own signal handler during an RPAL call" for in_handler), or,
+ * in the launcher's own process (where the constructors of a loading
  * program's libraries run), that the launcher faulted.  The same handler runs under rpal run and
  * rpal host, and a joined program's stderr is its joiner's: the line names neither command. */
-static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
+static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc, int in_handler) {
     char buf[320], *p = buf;
     pid_t pid = getpid();
     const char *name = NULL;
@@ -249,7 +252,8 @@ static void report_fault(int sig, const siginfo_t *si, const ucontext_t *uc) {
                                "program with it\n" };
     const char *prog[] = { "rpal: ", name ? name : "a program", " (pid ", S(0), "): signal ", S(1),
                            " at pc 0x", S(2), " (address 0x", S(3),
-                           "), outside any RPAL call: its process ends\n" };
+                           in_handler ? "), in its own signal handler during an RPAL call: its process ends\n"
+                                      : "), outside any RPAL call: its process ends\n" };
 #undef S
     const char **parts = pid == launcher_pid ? launcher : prog;
     size_t nparts = pid == launcher_pid ? sizeof launcher / sizeof *launcher : sizeof prog / sizeof *prog;
@@ -279,12 +283,16 @@ static void debug_fault(const ucontext_t *uc) {
 static void on_fault(int sig, siginfo_t *si, void *ucv) {
     struct rpal_host_sender *s = current_call();
     int fault = sig_fault_is_synchronous(sig, si);
-    if (!s || !fault) {
+    ucontext_t *uc = ucv;
+    /* A fault in the sender's own code during a call is one of its signal handlers': the sender's,
+     * as after its fault outside calls (the receiver its thread ran is lost with it). */
+    int senders = s && fault && senders_code(s, (uintptr_t)uc->uc_mcontext.gregs[REG_RIP]);
+    if (!s || !fault || senders) {
         /* Not a fault of a borrowed receiver: a fault outside calls, or a signal sent with kill()
          * (during a call too: then let the rest of the call's syscalls through, chain()'s first). */
         if (s) s->selector = SUD_ALLOW;
         if (fault) {
-            report_fault(sig, si, ucv);
+            report_fault(sig, si, ucv, senders);
             if (getenv("RPAL_DEBUG_FAULT")) debug_fault(ucv);
         }
         for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)

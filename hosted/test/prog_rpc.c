@@ -25,6 +25,8 @@
  *                                        our pipe and see its own mask; the server's getpid() after
  *                                        it, the server's pid; SIGUSR1 not left blocked after
  *   prog_rpc sigexit SERVICE             one such call whose handler calls _exit(42): we end
+ *   prog_rpc sigfault SERVICE            one such call whose handler writes to address 3 or so:
+ *                                        we die of SIGSEGV, the server is not blamed
  *   prog_rpc sigvec SERVICE N            N calls that each keep values in the server's ymm0-15,
  *                                        r12-r15, MXCSR and x87 control word for 60 ms while a
  *                                        timer sends this thread SIGUSR1, whose handler clobbers
@@ -715,7 +717,8 @@ static volatile uint64_t sig_tsc;
 static void on_usr1(int sig) {
     (void)sig;
     sig_tsc = __rdtsc();
-    if (sig_exit) _exit(42);
+    if (sig_exit == 1) _exit(42);
+    if (sig_exit == 2) *(volatile int *)(uintptr_t)sig_pipe[0] = 1; /* a fault of ours: address 3 or so */
     sigset_t m;
     sig_pid = syscall(SYS_getpid);
     sig_wrote = write(sig_pipe[1], "A", 1);
@@ -989,8 +992,9 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "dropper")) return dropper(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "signals")) return signals(argv[2], atol(argv[3]), 0);
     if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
+    if (argc >= 3 && !strcmp(argv[1], "sigfault")) return signals(argv[2], 1, 2);
     if (argc >= 4 && !strcmp(argv[1], "sigstorm")) return sigstorm(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

@@ -8,8 +8,7 @@
 #     client's pipe, pthread_sigmask() in it sees SIGUSR1 blocked, SIGUSR1 is not left blocked
 #     after the call, and the server's getpid() after the handler is the server's.
 #  2. prog_rpc sigexit: the handler calls _exit(42) in the call: the client ends with status 42,
-#     and the server's receiver it ran is lost with it (as after kill -9 of the client), where the
-#     exit went to the server before.
+#     and the server's receiver it ran is lost with it (as after kill -9 of the client).
 #  3. prog_rpc sigvec: 8 calls that keep values in the server's vector and other registers while
 #     the client's handler clobbers them and makes failing system calls, on the server's stack and
 #     on an alternate signal stack, alone and with a second signal's handler nested in it: the
@@ -17,6 +16,8 @@
 #  4. prog_rpc sigstorm: 300000 echo calls under a 37 us timer whose handler calls getpid(): some
 #     handlers run where the call is entered or left (the call's system calls blocked, the
 #     client's own fs base); the client must live through them.
+#  5. prog_rpc sigfault: the handler writes to address 3 or so in the call: the client dies of
+#     SIGSEGV, reported as a fault in its own handler; the server is not said to have faulted.
 # Under rpal run and under rpal host + rpal join.  Prints what it checks; exits 0 pass, 1 fail,
 # 77 skip.
 set -u
@@ -65,6 +66,16 @@ if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, 
 	ok "rpal run: the client lived through a handler's system calls at every point of 300000 calls"
 else
 	bad "rpal run: sigstorm: rc $rc"
+fi
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-f" ::: "$PROG" sigfault "$svc-f" 2>&1)
+echo "$out" | sed 's/^/  | /'
+if echo "$out" | grep -q "^rpal run: \[1\] .* was killed by signal 11" &&
+	echo "$out" | grep -q "in its own signal handler during an RPAL call" &&
+	! echo "$out" | grep -q "^rpal run: \[0\] .* failed: signal 11"; then
+	ok "rpal run: a fault in the client's handler during a call killed the client, and the server is not blamed for it"
+else
+	bad "rpal run: a fault in the client's handler during a call was not the client's"
 fi
 
 start_host "$svc"
