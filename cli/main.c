@@ -34,12 +34,18 @@ static void usage(FILE *f)
  */
 static int finish(int ret)
 {
-	int bad = ferror(stdout);
+	/* A write that failed while the command printed set errno, and stdio
+	 * drops the buffer it could not write: fclose() may then have nothing
+	 * left to fail on.  errno still holds the reason unless a later call
+	 * set another, so it counts where it names a write's failure. */
+	int last = errno, bad = ferror(stdout);
 	/* Some file systems (NFS, FUSE) report a failed write only at the close. */
 	int err = fclose(stdout) ? errno : 0;
 
 	if (!err && !bad)
 		return ret;
+	if (!err && (last == ENOSPC || last == EPIPE || last == EIO || last == EFBIG || last == EDQUOT))
+		err = last;
 	fprintf(stderr, "rpal: cannot write the output: %s\n", err ? strerror(err) : "write error");
 	return ret ? ret : 1;
 }
