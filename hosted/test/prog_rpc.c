@@ -730,6 +730,23 @@ static void on_usr1(int sig) {
 #define sigev_notify_thread_id _sigev_un._tid
 #endif
 
+/* TSC cycles per ms, measured over a 10 ms sleep. */
+static uint64_t tsc_per_ms(void) {
+    struct timespec ten = { 0, 10000000 };
+    uint64_t t0 = __rdtsc();
+    nanosleep(&ten, NULL);
+    return (__rdtsc() - t0) / 10;
+}
+
+/* A timer that sends SIGUSR1 to this thread, not to the process: 0, or -1 with a message. */
+static int thread_timer(timer_t *tm, const char *who) {
+    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
+    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
+    if (timer_create(CLOCK_MONOTONIC, &ev, tm) == 0) return 0;
+    fprintf(stderr, "%s: timer_create: %s\n", who, strerror(errno));
+    return -1;
+}
+
 /* n calls that each spin 100 ms on our thread, with SIGUSR1 sent to this thread 20 ms in; with
  * exit, the handler calls _exit(42) at the first. */
 static int signals(const char *service, long n, int exit) {
@@ -742,19 +759,11 @@ static int signals(const char *service, long n, int exit) {
         return 1;
     }
     fcntl(sig_pipe[0], F_SETFL, O_NONBLOCK);
-    struct timespec ten = { 0, 10000000 };
-    uint64_t t0 = __rdtsc();
-    nanosleep(&ten, NULL);
-    uint64_t per_ms = (__rdtsc() - t0) / 10;
+    uint64_t per_ms = tsc_per_ms();
     signal(SIGUSR1, on_usr1);
     sig_exit = exit;
-    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
-    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
     timer_t tm;
-    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) {
-        perror("signals: timer_create");
-        return 1;
-    }
+    if (thread_timer(&tm, "signals") < 0) return 1;
     int bad = 0, during = 0;
     for (long i = 0; i < n; i++) {
         struct itimerspec at = { .it_value = { 0, 20000000 } };
@@ -884,19 +893,11 @@ static int sigvec(const char *service, long n) {
         fprintf(stderr, "sigvec: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
         return 1;
     }
-    struct timespec ten = { 0, 10000000 };
-    uint64_t t0 = __rdtsc();
-    nanosleep(&ten, NULL);
-    uint64_t per_ms = (__rdtsc() - t0) / 10;
+    uint64_t per_ms = tsc_per_ms();
     struct sigaction sa = { .sa_handler = on_sv2 };
     sigaction(SIGUSR2, &sa, NULL);
-    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
-    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
     timer_t tm;
-    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) {
-        perror("sigvec: timer_create");
-        return 1;
-    }
+    if (thread_timer(&tm, "sigvec") < 0) return 1;
     int bad = 0, during = 0;
     for (long i = 0; i < n; i++) {
         struct itimerspec at = { .it_value = { 0, 20000000 } };
@@ -960,11 +961,9 @@ static int sigstorm(const char *service, long n) {
     storm_pid = getpid();
     q.sum = checksum(q.data, sizeof q.data);
     signal(SIGUSR1, on_storm);
-    struct sigevent ev = { .sigev_notify = SIGEV_THREAD_ID, .sigev_signo = SIGUSR1 };
-    ev.sigev_notify_thread_id = (pid_t)syscall(SYS_gettid);
     timer_t tm;
     struct itimerspec every = { .it_interval = { 0, 37000 }, .it_value = { 0, 37000 } }, off = { 0 };
-    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) < 0) return 1;
+    if (thread_timer(&tm, "sigstorm") < 0) return 1;
     timer_settime(tm, 0, &every, NULL);
     long i;
     for (i = 0; i < n; i++)
