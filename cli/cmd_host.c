@@ -528,13 +528,13 @@ static void host_usage(FILE *f)
 	fprintf(f,
 "usage: rpal host NAME\n"
 "\n"
-"Starts an empty host that stays up until SIGTERM or Ctrl-C.  Programs join it\n"
-"with `rpal join NAME PROGRAM [ARGS...]`, each as its own process (own PID,\n"
-"descriptors, signal handlers) in the host's address space, so that rpal\n"
+"Starts an empty host that stays up until SIGTERM, Ctrl-C or SIGHUP.  Programs\n"
+"join it with `rpal join NAME PROGRAM [ARGS...]`, each as its own process (own\n"
+"PID, descriptors, signal handlers) in the host's address space, so that rpal\n"
 "connections between them deliver messages by RPAL calls.  At most %d programs\n"
 "in a host's life (glibc's linker namespaces).  Only the host's uid may join.\n"
-"The socket is <runtime dir>/host-NAME.sock.  On SIGTERM the host passes it on\n"
-"to its programs, waits for them (5 s, then SIGKILL) and exits 0.\n", HOSTED_NNS - 1);
+"The socket is <runtime dir>/host-NAME.sock.  On any of those signals the host\n"
+"sends its programs SIGTERM, waits for them (5 s, then SIGKILL) and exits 0.\n", HOSTED_NNS - 1);
 }
 
 int cmd_host(int argc, char **argv)
