@@ -65,8 +65,14 @@ pstate() { sed 's/^[0-9]* (.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1; }
 join_and_stop() {
 	"$RPAL" join "$1" "$tmp/count" "$2" ${3:-} >"$tmp/j.out" 2>&1 &
 	j=$!
-	for _ in $(seq 200); do [ -s "$2" ] && break; sleep 0.01; done
-	pid=$("$RPAL" ps "$1" --json | grep -o '"pid": [0-9]*, "argv": \["[^"]*count' | tail -1 | grep -o '[0-9]*' | head -1)
+	# This program's pid: the running one that writes FILE (an earlier one may still be listed).
+	pid=
+	for _ in $(seq 1000); do
+		[ -s "$2" ] && pid=$("$RPAL" ps "$1" --json | grep -o "\"pid\": [0-9]*, \"argv\": \\[\"[^\"]*count\", \"$2\"[^]]*\], \"state\": \"running\"" |
+			grep -o '^"pid": [0-9]*' | grep -o '[0-9]*')
+		[ -n "$pid" ] && break
+		sleep 0.01
+	done
 	sleep 0.1
 	kill -TSTP $j
 	sleep 0.2
