@@ -12,6 +12,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -469,5 +470,51 @@ func TestStreamConcurrentWriters(t *testing.T) {
 	case <-buffered:
 	default:
 		t.Fatal("no Write went through the send buffer")
+	}
+}
+
+// A Stream whose peer reads slowly fills and empties its send buffer over
+// and over: the buffer's array is kept and what is left moved to its start,
+// not allocated anew for each fill (2 MiB of 100-byte writes allocated
+// about 8 MiB that way, about 0.3 MiB with the array kept).
+func TestStreamSendBufferReusesItsArray(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	const total = 20972 * 100 // about 2 MiB
+	done := make(chan int64)
+	go func() {
+		buf := make([]byte, 4096)
+		var n int64
+		for n < total {
+			k, err := c2.Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+			time.Sleep(20 * time.Microsecond)
+		}
+		done <- n
+	}()
+	var ms0, ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
+	msg := make([]byte, 100)
+	sent := 0
+	for ; sent < total; sent += len(msg) {
+		if _, err := c1.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := <-done
+	runtime.ReadMemStats(&ms1)
+	allocated := ms1.TotalAlloc - ms0.TotalAlloc
+	t.Logf("%d bytes written in 100-byte writes, %d read; %d KiB allocated meanwhile", sent, got, allocated>>10)
+	if got != int64(sent) {
+		t.Fatalf("read %d of %d bytes", got, sent)
+	}
+	if allocated > 2<<20 {
+		t.Errorf("%d KiB allocated for %d KiB written through the send buffer", allocated>>10, sent>>10)
 	}
 }

@@ -77,6 +77,7 @@ type Stream struct {
 	// ring full, sent in order by flush, the only sender while it runs.
 	pmu      sync.Mutex
 	pend     []byte
+	pendBuf  []byte // pend's backing array, from its start: flush moves what is left there
 	flushing bool
 	flushed  chan struct{} // closed when that flush ends
 	werr     error         // why a flush gave up: the next Write's error
@@ -311,10 +312,15 @@ func (s *Stream) buffer(b []byte) (int, error) {
 		// Not once the connection is closed: a flush would drop the
 		// bytes, and the Write fails instead (waitRoom says why).
 		if k > 0 && s.werr == nil && !s.shut && !s.c.closed.Load() && !s.closing.Load() {
-			if s.pend == nil {
+			if s.pendBuf == nil {
 				s.pend = make([]byte, 0, min(sendBufferMax, 4<<10))
+				s.pendBuf = s.pend
 			}
+			grows := len(s.pend)+k > cap(s.pend)
 			s.pend = append(s.pend, b[n:n+k]...)
+			if grows {
+				s.pendBuf = s.pend // a new array
+			}
 			n += k
 			if !s.flushing {
 				s.flushing = true
@@ -407,7 +413,13 @@ func (s *Stream) flush(done chan struct{}) {
 		b := s.pend
 		if len(b) == 0 || s.werr != nil || c.closed.Load() {
 			s.unsent += len(b)
-			s.pend, s.flushing = nil, false
+			// The array stays for the next flush (a Stream whose peer
+			// reads slowly fills and empties it over and over); one that
+			// gave up keeps nothing.
+			s.pend, s.flushing = s.pendBuf[:0], false
+			if len(b) > 0 {
+				s.pend, s.pendBuf = nil, nil
+			}
 			shut := s.shut && s.werr == nil && len(b) == 0
 			s.pmu.Unlock()
 			if shut {
@@ -421,6 +433,14 @@ func (s *Stream) flush(done chan struct{}) {
 		expiredWait := errors.Is(err, os.ErrDeadlineExceeded)
 		s.pmu.Lock()
 		s.pend = s.pend[n:]
+		// Move what is left to the array's start once no more is left than
+		// was sent ahead of it (so each byte is moved at most once on
+		// average), or appends would soon outgrow the array's tail and
+		// allocate a new one every few KiB while the peer reads slowly.
+		// Only here: flush reads pend unlocked while it sends.
+		if sent := cap(s.pendBuf) - cap(s.pend); sent > 0 && sent >= len(s.pend) {
+			s.pend = s.pendBuf[:copy(s.pendBuf, s.pend)]
+		}
 		if err != nil && !expiredWait {
 			s.werr = err
 		}
