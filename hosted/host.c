@@ -58,12 +58,20 @@ static int kick_sock = -1; /* kick_serve's socket */
 static const int fault_sigs[] = { SIGSEGV, SIGBUS, SIGFPE, SIGILL };
 static struct sigaction old_fault[4], old_sys;
 
-/* The sender running a borrowed receiver on this thread, or NULL. */
-static struct rpal_host_sender *current_call(void) {
+/* This thread's sender record while one of its calls is under way (NULL otherwise), and the
+ * thread's fs base: the receiver's while the receiver runs, the sender's own where the call is
+ * entered or left. */
+static struct rpal_host_sender *calling_sender(uintptr_t *fs) {
     if (!the_host || !the_host->fsgsbase) return NULL;
     struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
+    __asm__ __volatile__("rdfsbase %0" : "=r"(*fs));
+    return s && s->magic == RPAL_SENDER_MAGIC && s->cur ? s : NULL;
+}
+
+/* The sender running a borrowed receiver on this thread, or NULL. */
+static struct rpal_host_sender *current_call(void) {
     uintptr_t fs;
-    __asm__ __volatile__("rdfsbase %0" : "=r"(fs));
+    struct rpal_host_sender *s = calling_sender(&fs);
     return rpal_sender_in_call(s, fs) ? s : NULL;
 }
 
@@ -176,21 +184,14 @@ static int run_for_sender(struct rpal_host_sender *s, siginfo_t *si, ucontext_t 
     return 1;
 }
 
-/* The sender whose call this thread is entering or leaving: its selector says BLOCK from just
- * before the switch to the receiver until just after the switch back, while the fs base is still,
- * or again, the sender's own.  A signal handler of the sender that runs there traps too. */
-static struct rpal_host_sender *call_edge(void) {
-    if (!the_host || !the_host->fsgsbase) return NULL;
-    struct rpal_host_sender *s = (struct rpal_host_sender *)rpal_rdgsbase();
-    uintptr_t fs;
-    __asm__ __volatile__("rdfsbase %0" : "=r"(fs));
-    return s && s->magic == RPAL_SENDER_MAGIC && s->cur && s->owner_fs == fs ? s : NULL;
-}
-
 static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
-    struct rpal_host_sender *s = current_call(), *e;
+    uintptr_t fs;
+    struct rpal_host_sender *e = calling_sender(&fs), *s = rpal_sender_in_call(e, fs) ? e : NULL;
     ucontext_t *uc = ucv;
-    if (!s && si->si_code == SYS_USER_DISPATCH && (e = call_edge()) &&
+    /* A call being entered or left: the selector says BLOCK from just before the switch to the
+     * receiver until just after the switch back, while the fs base is still, or again, the
+     * sender's own.  A signal handler of the sender that runs there traps too. */
+    if (!s && e && e->owner_fs == fs && si->si_code == SYS_USER_DISPATCH &&
         senders_code(e, (uintptr_t)uc->uc_mcontext.gregs[REG_RIP] - 2)) {
         /* Not ours to chain: the old disposition's own system calls would trap again, without
          * end.  The call goes on with its system calls blocked, as it would have. */
