@@ -2,12 +2,14 @@
 # Runs the echo example end to end: server up, client checks 1,000 replies.
 set -eu
 dir=$1
-"$dir/echo_server" example-echo > /dev/null &
+# A cross build's binaries run through its emulator (CMakeLists.txt).
+run=${RPAL_TEST_EMULATOR:-}
+$run "$dir/echo_server" example-echo > /dev/null &
 srv=$!
 trap 'kill $srv 2>/dev/null' EXIT
 for _ in $(seq 100); do
-	"$dir/echo_client" example-echo hello rpal > /dev/null 2>&1 && break
+	$run "$dir/echo_client" example-echo hello rpal > /dev/null 2>&1 && break
 	sleep 0.05
 done
-"$dir/echo_client" example-echo
-"$dir/echo_client" example-echo "one message" "and another"
+$run "$dir/echo_client" example-echo
+$run "$dir/echo_client" example-echo "one message" "and another"

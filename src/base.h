@@ -19,6 +19,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "arch.h"
 #include "rpal.h"
 #include "wire.h"
 
@@ -27,9 +28,10 @@
 #define unlikely(x) __builtin_expect(!!(x), 0)
 
 /* ------------------------------------------------------------ atomics
- * x86-64 is TSO: loads are acquire and stores release for free; only a
- * store followed by a load of another location needs a full barrier (the
- * sleep/wake Dekker pairs in notify.c).  Every use names its pair. */
+ * Each access says the order it needs: an acquire load pairs with a release
+ * store (free on x86-64, LDAR/STLR on AArch64); a store followed by a load
+ * of another location needs a full barrier, smp_mb() (the sleep/wake Dekker
+ * pairs in notify.c).  Every use names its pair. */
 #define load_acquire(p)      atomic_load_explicit((p), memory_order_acquire)
 #define load_relaxed(p)      atomic_load_explicit((p), memory_order_relaxed)
 #define store_release(p, v)  atomic_store_explicit((p), (v), memory_order_release)
@@ -44,14 +46,6 @@
  * add, for paths that make a system call anyway (sleeps). */
 #define stat_add_shared(p, n) atomic_fetch_add_explicit((p), (n), memory_order_relaxed)
 
-#if defined(__SANITIZE_THREAD__)
-#define smp_mb() atomic_thread_fence(memory_order_seq_cst)
-#else
-/* A locked no-op on the stack: a full barrier, cheaper than mfence. */
-#define smp_mb() __asm__ __volatile__("lock; orl $0,(%%rsp)" ::: "memory", "cc")
-#endif
-
-static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
 /*
  * A mutex on one futex word: 0 free, 1 held, 2 held and maybe waited for.

@@ -706,6 +706,7 @@ static inline uint64_t mpk_all_begin(void)
 	return likely(!load_relaxed(&mpk_on)) ? 0 : mpk_all_open();
 }
 
+#if defined(__x86_64__)
 /* rdpkru and wrpkru by their encodings: no -mpku needed.  Only called once
  * a key exists, which proves the CPU and the kernel have PKU.  The memory
  * clobber keeps the compiler from moving peer accesses across a write; the
@@ -722,6 +723,11 @@ static inline void pkru_write(uint32_t v)
 {
 	__asm__ __volatile__(".byte 0x0f,0x01,0xef" : : "a"(v), "c"(0), "d"(0) : "memory");
 }
+#else
+/* No PKU (mpk.c never makes a key here): every key stays open. */
+static inline uint32_t pkru_read(void) { return 0; }
+static inline void pkru_write(uint32_t v) { (void)v; }
+#endif
 
 /*
  * Open the window of the keys whose access-disable bits are in bits.

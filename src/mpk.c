@@ -32,7 +32,9 @@
  * PKRU to its own accesses of user memory too: a futex wait on a peer's
  * word fails with EFAULT outside a window, so waits happen inside one.
  */
+#if defined(__x86_64__)
 #include <cpuid.h>
+#endif
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -52,14 +54,20 @@ static int kept_key = -1;              /* taken at setup, kept until teardown */
 static inline uint32_t key_bit(int key) { return 1u << (2 * key); }
 
 /* CPUID.(EAX=7,ECX=0):ECX bit 4, OSPKE: the CPU has PKU and the kernel
- * turned it on (CR4.PKE); RDPKRU and WRPKRU fault without it. */
+ * turned it on (CR4.PKE); RDPKRU and WRPKRU fault without it.  Elsewhere
+ * no keys: AArch64's overlays (POE) are not PKRU, so protect_peers is
+ * refused there as on an x86 CPU without PKU. */
 static bool cpu_has_pku(void)
 {
+#if defined(__x86_64__)
 	unsigned a, b, c, d;
 
 	if (!__get_cpuid_count(7, 0, &a, &b, &c, &d))
 		return false;
 	return c & (1u << 4);
+#else
+	return false;
+#endif
 }
 
 /* pkey_alloc with the caller's access already disabled; -errno on failure. */

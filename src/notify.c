@@ -307,23 +307,24 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		}
 	}
 	/* The clock only to time a spin, or a sleep the adaptive policy
-	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none. */
+	 * learns from: a sleep at once under RPAL_WAIT_POLICY_SLEEP needs none.
+	 * The statistics count the spin in counter cycles (arch.h), a read of
+	 * which costs half of now_ns(); read first, so that the count covers
+	 * all the time the budget measured. */
+	tsc0 = budget ? cycles_now() : 0;
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
-	/* The statistics count the spin in TSC cycles: a read costs half
-	 * of now_ns(). */
-	tsc0 = budget ? __builtin_ia32_rdtsc() : 0;
 	for (i = 1; budget; i++) {
 		if (yield)
 			sched_yield();
 		else
 			cpu_relax();
 		if (wait_done(c, what)) {
-			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
+			stat_add(spun, cycles_now() - tsc0);
 			spin_caught(spin, t0);
 			return wait_left(c);
 		}
 		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
-			stat_add(spun, __builtin_ia32_rdtsc() - tsc0);
+			stat_add(spun, cycles_now() - tsc0);
 			break;
 		}
 	}

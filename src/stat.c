@@ -52,7 +52,7 @@ void stat_setup(void)
 	int fd, n;
 
 	rpal_g.stat_ns0 = now_ns();
-	rpal_g.stat_tsc0 = __builtin_ia32_rdtsc();
+	rpal_g.stat_tsc0 = cycles_now();
 	n = snprintf(rpal_g.statpath, sizeof(rpal_g.statpath), "%s/" RPAL_STAT_PREFIX "%u", rpal_g.rundir,
 		     rpal_g.slot);
 	if (n < 0 || (size_t)n >= sizeof(rpal_g.statpath))
@@ -248,7 +248,7 @@ void stat_note_cost(bool wake, uint32_t ns)
 /* Spin cycles of a counter to ns, for rpal_conn_stats(). */
 uint64_t stat_spin_ns(uint64_t cycles)
 {
-	uint64_t ns = now_ns(), tsc = __builtin_ia32_rdtsc();
+	uint64_t ns = now_ns(), tsc = cycles_now();
 
 	return rpal_stat_tsc_ns(cycles, rpal_g.stat_ns0, rpal_g.stat_tsc0, ns, tsc);
 }

@@ -43,8 +43,9 @@ struct rpal_stat_hdr {
 	int64_t started;             /* CLOCK_REALTIME seconds at rpal_init() */
 	_Atomic uint32_t nr_open;    /* open connections */
 	_Atomic uint32_t overflow;   /* open connections without an entry (page full) */
-	/* CLOCK_MONOTONIC ns and the TSC at one instant of rpal_init(): with a
-	 * pair of its own, a reader converts spin_tsc to ns. */
+	/* CLOCK_MONOTONIC ns and the cycle counter (arch.h: the TSC, or
+	 * AArch64's CNTVCT_EL0; 0 where a peer has none) at one instant of
+	 * rpal_init(): with a pair of its own, a reader converts spin_tsc to ns. */
 	uint64_t clock_ns;
 	uint64_t clock_tsc;
 	char name[64];               /* the program's name, NUL-padded */
@@ -55,7 +56,7 @@ struct rpal_stat_hdr {
 	_Atomic uint64_t calls_in;   /* RPAL calls into it */
 	_Atomic uint64_t calls_out;  /* RPAL calls its threads made */
 	_Atomic uint64_t handoffs;   /* system calls in calls, handed to its own threads */
-	_Atomic uint64_t callee_tsc; /* TSC cycles its code ran on callers' threads */
+	_Atomic uint64_t callee_tsc; /* counter cycles its code ran on callers' threads */
 	/* What the adaptive wait counts for a sleep: the sleeper's CPU time
 	 * and the waker's system call, moving averages of sampled sleeps and
 	 * wake-ups; 0 until the first sample. */
@@ -74,7 +75,7 @@ struct rpal_stat_tx {
 	_Atomic uint64_t wakeups_avoided; /* checks that found it awake, or already woken */
 	_Atomic uint64_t sleeps;     /* sleeps waiting for room (ring or quota full) */
 	_Atomic uint64_t ring_full;  /* sends that found the ring or the quota full */
-	_Atomic uint64_t spin_tsc;   /* TSC cycles spent spinning for room */
+	_Atomic uint64_t spin_tsc;   /* counter cycles spent spinning for room */
 	_Atomic uint64_t bufs_out;   /* our buffers the peer holds, not yet acked */
 };
 
@@ -84,7 +85,7 @@ struct rpal_stat_rx {
 	_Atomic uint64_t bytes;      /* their payload bytes */
 	_Atomic uint64_t wakeups;    /* wake-ups made for the peer's sender (room) */
 	_Atomic uint64_t sleeps;     /* sleeps waiting for messages (epoll's included) */
-	_Atomic uint64_t spin_tsc;   /* TSC cycles spent spinning for messages */
+	_Atomic uint64_t spin_tsc;   /* counter cycles spent spinning for messages */
 	_Atomic uint64_t bufs_held;  /* the peer's buffers received zero-copy, not released */
 	_Atomic uint64_t violations; /* protocol violations seen (any thread: atomic add) */
 	uint64_t reserved;
@@ -132,9 +133,10 @@ _Static_assert(sizeof(struct rpal_stat_conn) == 256, "stat entry layout");
 #define RPAL_STAT_ERROR     0x2u     /* closed for I/O after a violation */
 
 /*
- * TSC cycles to ns, from the owner's (ns0, tsc0) pair and a later one of
- * the caller's (the TSC runs at one constant rate on every CPU where the
- * kernel's clock source is the TSC).  0 when the pairs say nothing.
+ * Counter cycles to ns, from the owner's (ns0, tsc0) pair and a later one
+ * of the caller's (the counter runs at one constant rate on every CPU: the
+ * TSC where the kernel's clock source is the TSC, CNTVCT_EL0 always).  0
+ * when the pairs say nothing.
  */
 static inline uint64_t rpal_stat_tsc_ns(uint64_t cycles, uint64_t ns0, uint64_t tsc0, uint64_t ns1, uint64_t tsc1)
 {

@@ -170,7 +170,9 @@ int main(int argc, char **argv)
 			int st;
 			pid_t c = fork();
 			if (c == 0) {
-				execl("/proc/self/exe", "access_safely", "--chain", kinds[k], (char *)NULL);
+				char *args[] = { "access_safely", "--chain", (char *)kinds[k], NULL };
+
+				t_execv("/proc/self/exe", args);
 				_exit(3);
 			}
 			waitpid(c, &st, 0);

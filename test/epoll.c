@@ -48,9 +48,13 @@ static void on_sigsys(int sig, siginfo_t *si, void *u)
 /* Kill the process on any syscall that could wait or move data. */
 static void forbid_syscalls(void)
 {
-	static const int nrs[] = { SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2, SYS_poll, SYS_ppoll,
-				   SYS_read, SYS_recvfrom, SYS_recvmsg, SYS_sendto, SYS_sendmsg, SYS_futex,
-				   SYS_select, SYS_pselect6, SYS_clock_nanosleep, SYS_nanosleep };
+	static const int nrs[] = { SYS_epoll_pwait, SYS_epoll_pwait2, SYS_ppoll, SYS_read, SYS_recvfrom,
+				   SYS_recvmsg, SYS_sendto, SYS_sendmsg, SYS_futex, SYS_pselect6,
+				   SYS_clock_nanosleep, SYS_nanosleep,
+#ifdef SYS_epoll_wait   /* x86-64's older calls; AArch64 has only the newer ones */
+				   SYS_epoll_wait, SYS_poll, SYS_select,
+#endif
+	};
 	struct sock_filter f[64];
 	unsigned n = 0, i;
 
@@ -69,6 +73,7 @@ static void forbid_syscalls(void)
 
 struct nosys_arg {
 	int ep, fd, ok;
+	bool unfiltered;
 };
 
 /* Ten waits and receives with rpal events ready; any syscall kills us. */
@@ -76,7 +81,8 @@ static void *nosys_thread(void *p)
 {
 	struct nosys_arg *a = p;
 
-	forbid_syscalls();
+	if (!a->unfiltered)
+		forbid_syscalls();
 	for (int i = 0; i < 10; i++) {
 		struct epoll_event e;
 		char b[64];
@@ -336,6 +342,11 @@ int main(void)
 		/* A filtered thread of this process (a forked child would have
 		 * dropped every rpal object, by design). */
 		struct nosys_arg a = { .ep = ep, .fd = fd };
+
+		/* Its filter would be the emulator's, which makes system calls of
+		 * its own: the waits and receives are still checked. */
+		a.unfiltered = t_skip_emulated("no system call while events are ready",
+					       "a seccomp filter cannot tell the emulator's system calls from ours");
 		pthread_t th;
 		t_check(pthread_create(&th, NULL, nosys_thread, &a) == 0, "pthread_create");
 		pthread_join(th, NULL);
@@ -441,6 +452,14 @@ int main(void)
 		t_check(rpal_epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0, "re-add");
 		t_check(rpal_recv(fd, buf, sizeof(buf), 0) == 32, "recv");
 		rpal_close(ep2);
+	}
+
+	/* Under qemu-user 10.0 every peer forked from here on hangs in the
+	 * emulator's own futex (a lock of its, copied held). */
+	if (t_skip_emulated("the sections below", "a peer forked from here on hangs in the emulator")) {
+		puppet_kill(&p);
+		printf("PASS\n");
+		return T_EXIT_PASS;
 	}
 
 	printf("closing a set's only connection while another thread sleeps on it\n");

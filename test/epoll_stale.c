@@ -83,7 +83,7 @@ int main(int argc, char **argv)
 	(void)argc;
 	if (!getenv("GLIBC_TUNABLES")) {
 		setenv("GLIBC_TUNABLES", "glibc.malloc.tcache_count=0", 1);
-		execv("/proc/self/exe", argv);
+		t_execv("/proc/self/exe", argv);
 	}
 	sem_init(&changed, 0, 0);
 	t_ok(rpal_init(NULL));

@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,6 +50,56 @@ static inline void t_skip(const char *why)
 {
 	printf("SKIP: %s\n", why);
 	exit(T_EXIT_SKIP);
+}
+
+/*
+ * A cross build's tests run under a user-mode emulator (qemu-user), whose
+ * command line CMake passes in RPAL_TEST_EMULATOR.  It cannot do all that a
+ * kernel does for a native process; a check that needs what it lacks says
+ * so and is skipped, and the rest of the test runs.
+ */
+static inline const char *t_emulator(void)
+{
+	const char *e = getenv("RPAL_TEST_EMULATOR");
+
+	return e && *e ? e : NULL;
+}
+
+/* True, after a "skip:" line naming what and why, under an emulator. */
+static inline bool t_skip_emulated(const char *what, const char *why)
+{
+	if (!t_emulator())
+		return false;
+	printf("skip: %s: under %s, %s\n", what, t_emulator(), why);
+	return true;
+}
+
+/* execv() of one of our binaries, through the emulator where there is
+ * one (it runs only binaries of its host otherwise).  /proc/self/exe
+ * names the test itself.  Returns only on failure. */
+static inline int t_execv(const char *path, char *const argv[])
+{
+	char self[4096], line[4096], *args[64], *save = NULL;
+	int n = 0;
+
+	if (!t_emulator())
+		return execv(path, argv);
+	if (!strcmp(path, "/proc/self/exe")) {
+		ssize_t len = readlink(path, self, sizeof(self) - 1);
+
+		if (len < 0)
+			return -1;
+		self[len] = 0;
+		path = self;
+	}
+	snprintf(line, sizeof(line), "%s", t_emulator());
+	for (char *w = strtok_r(line, " ", &save); w && n < 48; w = strtok_r(NULL, " ", &save))
+		args[n++] = w;
+	args[n++] = (char *)path;
+	for (int i = 1; argv[i] && n < 63; i++)
+		args[n++] = argv[i];
+	args[n] = NULL;
+	return execv(args[0], args);
 }
 
 /* Multiply iteration counts: RPAL_TEST_SCALE=10 divides them by 10 (sanitizers). */

@@ -171,7 +171,9 @@ static void start_server(const char *path)
 		dup2(p[1], 1);
 		close(p[0]);
 		close(p[1]);
-		execl(path, path, SERVICE, (char *)NULL);
+		char *args[] = { (char *)path, SERVICE, NULL };
+
+		t_execv(path, args);
 		fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
