@@ -12,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -126,9 +127,12 @@ func runHelper(role string) int {
 	return 2
 }
 
-// helperCmd returns a command running this test binary as a helper.
+// helperCmd returns a command running this test binary as a helper,
+// through the emulator that runs this one, if any (RPAL_TEST_EMULATOR,
+// scripts/aarch64.sh).
 func helperCmd(role, service string) *exec.Cmd {
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	args := append(strings.Fields(os.Getenv("RPAL_TEST_EMULATOR")), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = append(os.Environ(), "RPAL_GO_HELPER="+role, "RPAL_GO_SERVICE="+service)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	return cmd

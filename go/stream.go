@@ -77,7 +77,7 @@ type Stream struct {
 	// ring full, sent in order by flush, the only sender while it runs.
 	pmu      sync.Mutex
 	pend     []byte
-	pendBuf  []byte // pend's backing array, from its start: flush moves what is left there
+	pendBuf  []byte // pend's backing array, from its start: the next fill's
 	flushing bool
 	flushed  chan struct{} // closed when that flush ends
 	werr     error         // why a flush gave up: the next Write's error
@@ -433,14 +433,6 @@ func (s *Stream) flush(done chan struct{}) {
 		expiredWait := errors.Is(err, os.ErrDeadlineExceeded)
 		s.pmu.Lock()
 		s.pend = s.pend[n:]
-		// Move what is left to the array's start once no more is left than
-		// was sent ahead of it (so each byte is moved at most once on
-		// average), or appends would soon outgrow the array's tail and
-		// allocate a new one every few KiB while the peer reads slowly.
-		// Only here: flush reads pend unlocked while it sends.
-		if sent := cap(s.pendBuf) - cap(s.pend); sent > 0 && sent >= len(s.pend) {
-			s.pend = s.pendBuf[:copy(s.pendBuf, s.pend)]
-		}
 		if err != nil && !expiredWait {
 			s.werr = err
 		}
