@@ -72,7 +72,8 @@ test-connected-only: deps
 test-aarch64-build:
 	@./scripts/aarch64.sh build $(BUILD_A64)
 
-# Not part of `make test`: that build's tests under qemu-user (40 s here).
+# Not part of `make test`: that build's tests, and the Go package's, under
+# qemu-user (1 min here).
 # qemu 10.0 now and then hangs in a child forked by a process with
 # threads, which most tests are: a test that fails is run once more.
 test-aarch64:

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # aarch64.sh build|test [DIR] - the connected core (-DRPAL_HOSTED=OFF) for AArch64 Linux, cross
 # built with Debian's gcc-aarch64-linux-gnu in DIR (default build-aarch64), and the Go package
-# vetted for arm64.  `test` then runs the C tests under qemu-user: RPAL_QEMU, or a
+# vetted for arm64.  `test` then runs the C tests and the Go package's (-short) under
+# qemu-user: RPAL_QEMU, or a
 # qemu-aarch64 of version 8 or later on PATH, or else Debian bookworm-backports' qemu-user,
 # fetched into DIR/qemu (nothing is installed for it).  qemu 7.2, bookworm's own, aborts in
 # children forked by a process with threads, which most tests are.
@@ -74,7 +75,14 @@ test)
 	# qemu 10.0 now and then hangs in a child forked by a process with
 	# threads (its own futex, a lock copied held): a test that fails runs
 	# once more.
-	cd "$dir" && ctest --output-on-failure -j "$(nproc)" --timeout 180 -LE flaky --repeat until-pass:2
+	(cd "$dir" && ctest --output-on-failure -j "$(nproc)" --timeout 180 -LE flaky --repeat until-pass:2)
+	if [ -x "$go" ]; then
+		echo "aarch64: the Go package's tests (-short) under the emulator"
+		(cd "$root/go" && GOARCH=arm64 CGO_ENABLED=0 "$go" test -c -o "$dir/rpal-go.test" . &&
+			mkdir -p "$dir/rt-go" &&
+			RPAL_TEST_EMULATOR="$qemu" RPAL_RUNTIME_DIR="$dir/rt-go" RPAL_REGION_BASE=0x4000000000 \
+				RPAL_SLOT_SIZE=0x10000000 RPAL_NR_SLOTS=256 timeout 600 "$qemu" "$dir/rpal-go.test" -test.short)
+	fi
 	;;
 *) echo "usage: $0 build|test [DIR]" >&2; exit 2 ;;
 esac
