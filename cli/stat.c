@@ -272,7 +272,9 @@ static void print_table(const struct snap *s)
 		printf("no rpal processes in %s\n", s->looked);
 	for (i = 0; i < s->nprocs; i++) {
 		const struct snap_proc *p = &s->procs[i];
-		long long up = p->started && now > p->started ? (long long)(now - p->started) : 0;
+		/* Both positive: the difference cannot overflow, whatever the
+		 * page claims. */
+		long long up = p->started > 0 && now > p->started ? (long long)(now - p->started) : 0;
 
 		printf("%spid %u  %s  slot %u%s  %u connection%s%s  up %lld:%02lld:%02lld\n", i ? "\n" : "", p->pid,
 		       p->name, p->slot, p->flags & RPAL_STAT_HOSTED ? " (hosted)" : "", p->nr_open,

@@ -16,7 +16,8 @@
  *     with escape sequences is shown with '?' for them; --dir lists by
  *     pid; connections a full page has no entry for count as open; a pid
  *     whose page is in another runtime directory is not listed, and the
- *     message names that directory; bad arguments fail.
+ *     message names that directory; bad arguments fail; a page that claims
+ *     a start at INT64_MIN shows an uptime of 0.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -1096,6 +1097,89 @@ static void unlisted(const char *rpal)
 	rmdir(sub);
 }
 
+/* A page of n entries at <in>/<name>, with the header of live_page()'s
+ * pid and slot, held locked as its owner would: its descriptor.  *h and
+ * e[] may be changed first by the caller through the pointers returned. */
+struct forged_page {
+	struct rpal_stat_hdr *h;
+	struct rpal_stat_conn *e;
+	size_t len;
+};
+
+static struct forged_page forge(uint32_t pid, unsigned slot, unsigned n)
+{
+	struct forged_page f;
+
+	f.len = sizeof(*f.h) + (size_t)n * sizeof(*f.e);
+	f.h = aligned_alloc(64, f.len);
+	if (!f.h) {
+		printf("FAIL: out of memory\n");
+		exit(1);
+	}
+	memset(f.h, 0, f.len);
+	f.e = (void *)(f.h + 1);
+	f.h->magic = RPAL_STAT_MAGIC;
+	f.h->version = RPAL_STAT_VERSION;
+	f.h->hdr_size = sizeof(*f.h);
+	f.h->entry_size = sizeof(*f.e);
+	f.h->nr_entries = n;
+	f.h->pid = pid;
+	f.h->slot = slot;
+	snprintf(f.h->name, sizeof(f.h->name), "forged");
+	for (unsigned i = 0; i < n; i++) {
+		f.e[i].state = RPAL_STAT_OPEN;
+		f.e[i].id = i + 1;
+		f.e[i].peer_pid = pid;
+		snprintf(f.e[i].service, sizeof(f.e[i].service), "forged");
+	}
+	return f;
+}
+
+static int forge_write(const char *in, const char *name, const struct forged_page *f)
+{
+	char path[400];
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s", in, name);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0 || write(fd, f->h, f->len) != (ssize_t)f->len || flock(fd, LOCK_EX)) {
+		printf("FAIL: cannot write %s\n", path);
+		exit(1);
+	}
+	return fd;
+}
+
+/* rm -r of a directory of forged pages (no subdirectories). */
+static void forge_clean(const char *in)
+{
+	char cmd[400];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", in);
+	(void)!system(cmd);
+}
+
+/* A page whose start lies before the epoch by as much as an i64 goes:
+ * the table shows no uptime rather than one computed by overflowing. */
+static void start_before_epoch(const char *rpal)
+{
+	char sub[300];
+	struct out o;
+
+	printf("stat: a page started at INT64_MIN shows an uptime of 0\n");
+	snprintf(sub, sizeof(sub), "%s/epoch", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4450, 1, 0);
+	f.h->started = INT64_MIN;
+	int fd = forge_write(sub, "stat.1", &f);
+	char *argv[] = { (char *)rpal, "stat", "--dir", sub, NULL };
+	CHECK(!runcmd(argv, &o) && o.status == 0 && strstr(o.buf[0], "pid 4450  forged  slot 1  0 connections  up 0:00:00\n"),
+	      "rpal stat --dir EPOCH: status %d, want uptime 0:00:00:\n%s%s", o.status, o.buf[0], o.buf[1]);
+	out_free(&o);
+	close(fd);
+	free(f.h);
+	forge_clean(sub);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1214,6 +1298,7 @@ int main(int argc, char **argv)
 		odd_dir(argv[1]);
 		dir_order(argv[1]);
 		unlisted(argv[1]);
+		start_before_epoch(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
