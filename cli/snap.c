@@ -248,14 +248,17 @@ out:
 	return ret;
 }
 
-/* "stat.<slot>": the slot, or -1 for any other name. */
+/* "stat.<slot>": the slot, or -1 for any other name.  The slot as its
+ * owner writes it (%u): with leading zeros, one page could be linked under
+ * hundreds of names, each read and listed as a process of its own. */
 static long page_slot(const char *name)
 {
 	const char *d = name + strlen(RPAL_STAT_PREFIX);
 	char *end;
 	long v;
 
-	if (strncmp(name, RPAL_STAT_PREFIX, strlen(RPAL_STAT_PREFIX)) || !isdigit((unsigned char)*d))
+	if (strncmp(name, RPAL_STAT_PREFIX, strlen(RPAL_STAT_PREFIX)) || !isdigit((unsigned char)*d) ||
+	    (d[0] == '0' && d[1]))
 		return -1;
 	errno = 0;
 	v = strtol(d, &end, 10);

@@ -17,7 +17,8 @@
  *     pid; connections a full page has no entry for count as open; a pid
  *     whose page is in another runtime directory is not listed, and the
  *     message names that directory; bad arguments fail; a page that claims
- *     a start at INT64_MIN shows an uptime of 0.
+ *     a start at INT64_MIN shows an uptime of 0; a page linked under names
+ *     with leading zeros (stat.01) is listed once.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -1180,6 +1181,36 @@ static void start_before_epoch(const char *rpal)
 	forge_clean(sub);
 }
 
+/* One page linked under names of its slot with leading zeros: read once,
+ * under its own name; the others are not page names. */
+static void zero_names(const char *rpal)
+{
+	static const char *const alias[] = { "stat.01", "stat.001", "stat.0000000001" };
+	char sub[300], from[400], to[400], err[200];
+	struct out o;
+
+	printf("stat: a page linked as stat.01, stat.001... is listed once\n");
+	snprintf(sub, sizeof(sub), "%s/zeros", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4460, 1, 1);
+	int fd = forge_write(sub, "stat.1", &f);
+	snprintf(from, sizeof(from), "%s/stat.1", sub);
+	for (unsigned i = 0; i < sizeof(alias) / sizeof(alias[0]); i++) {
+		snprintf(to, sizeof(to), "%s/%s", sub, alias[i]);
+		CHECK(link(from, to) == 0, "link %s: %s", to, strerror(errno));
+	}
+	char *argv[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
+	CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --json --dir ZEROS: status %d", o.status);
+	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
+	CHECK(ps && ps->t == J_ARR && ps->n == 1, "%zu processes listed, want 1:\n%s", ps ? ps->n : 0, o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	close(fd);
+	free(f.h);
+	forge_clean(sub);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1299,6 +1330,7 @@ int main(int argc, char **argv)
 		dir_order(argv[1]);
 		unlisted(argv[1]);
 		start_before_epoch(argv[1]);
+		zero_names(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
