@@ -450,6 +450,7 @@ static int scan_once(const char *dir, struct stat *seen, unsigned *nseen, unsign
 struct conn_end {
 	uint64_t pair;
 	uint32_t pid;                 /* its process */
+	uint32_t peer;                /* the process it names as its peer */
 	struct snap_conn *c;
 };
 
@@ -459,7 +460,26 @@ static int end_cmp(const void *a, const void *b)
 
 	if (x->pair != y->pair)
 		return x->pair < y->pair ? -1 : 1;
-	return x->pid < y->pid ? -1 : x->pid > y->pid;
+	if (x->pid != y->pid)
+		return x->pid < y->pid ? -1 : 1;
+	return x->peer < y->peer ? -1 : x->peer > y->peer;
+}
+
+/* The first of ends[0..n) (sorted) not below key, or, with above, above it. */
+static size_t end_bound(const struct conn_end *ends, size_t n, const struct conn_end *key, bool above)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int r = end_cmp(&ends[mid], key);
+
+		if (r < 0 || (above && r == 0))
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
 }
 
 static int64_t backlog(uint64_t sent, uint64_t received)
@@ -472,7 +492,9 @@ static int64_t backlog(uint64_t sent, uint64_t received)
  * other end of x is the one entry with x's pair in x's peer's process that
  * names x's process as its peer (a connection of a process to itself has
  * both ends there).  Pages are untrusted: where more than one entry would
- * do, the queues stay unknown.
+ * do, the queues stay unknown.  The candidates are one run of the sorted
+ * ends, counted by two binary searches: pages full of entries with one
+ * pair cost no more than any others.
  */
 static void pair_ends(struct snap *s)
 {
@@ -488,26 +510,19 @@ static void pair_ends(struct snap *s)
 		for (j = 0; j < s->procs[i].nconns; j++)
 			if (s->procs[i].conns[j].pair)
 				ends[n++] = (struct conn_end){ s->procs[i].conns[j].pair, s->procs[i].pid,
-							       &s->procs[i].conns[j] };
+							       s->procs[i].conns[j].peer_pid, &s->procs[i].conns[j] };
 	qsort(ends, n, sizeof(*ends), end_cmp);
 	for (i = 0; i < n; i++) {
-		struct conn_end key = { ends[i].pair, ends[i].c->peer_pid, NULL };
-		const struct conn_end *hit = bsearch(&key, ends, n, sizeof(*ends), end_cmp), *other = NULL;
-		unsigned found = 0;
+		struct conn_end key = { ends[i].pair, ends[i].peer, ends[i].pid, NULL };
+		size_t lo = end_bound(ends, n, &key, false), hi = end_bound(ends, n, &key, true);
+		bool self = lo <= i && i < hi;
+		const struct conn_end *other;
 
-		if (!hit)
+		if (hi - lo - self != 1)
 			continue;
-		while (hit > ends && !end_cmp(hit - 1, &key))
-			hit--;
-		for (; hit < ends + n && !end_cmp(hit, &key); hit++)
-			if (hit != &ends[i] && hit->c->peer_pid == ends[i].pid) {
-				other = hit;
-				found++;
-			}
-		if (found == 1) {
-			ends[i].c->in_queue = backlog(other->c->msgs_sent, ends[i].c->msgs_received);
-			ends[i].c->out_queue = backlog(ends[i].c->msgs_sent, other->c->msgs_received);
-		}
+		other = &ends[self && lo == i ? lo + 1 : lo];
+		ends[i].c->in_queue = backlog(other->c->msgs_sent, ends[i].c->msgs_received);
+		ends[i].c->out_queue = backlog(ends[i].c->msgs_sent, other->c->msgs_received);
 	}
 	free(ends);
 }

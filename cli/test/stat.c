@@ -18,7 +18,8 @@
  *     whose page is in another runtime directory is not listed, and the
  *     message names that directory; bad arguments fail; a page that claims
  *     a start at INT64_MIN shows an uptime of 0; a page linked under names
- *     with leading zeros (stat.01) is listed once.
+ *     with leading zeros (stat.01) is listed once; full pages of entries
+ *     that all claim one pair are read in seconds.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -1211,6 +1212,43 @@ static void zero_names(const char *rpal)
 	forge_clean(sub);
 }
 
+/* Full pages whose every entry claims one pair, naming its own process as
+ * the peer: every end is a candidate for every other.  rpal stat reads
+ * them in a time that grows with the entries, not their square. */
+static void one_pair(const char *rpal)
+{
+	enum { PAGES = 8 };
+	char sub[300], name[32];
+	int fd[PAGES];
+	struct timespec t0, t1;
+	struct out o;
+
+	printf("stat: %d full pages whose %u entries all claim one pair are read within 30 s\n", PAGES,
+	       PAGES * RPAL_STAT_MAX_CONNS);
+	snprintf(sub, sizeof(sub), "%s/one-pair", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4470, 0, RPAL_STAT_MAX_CONNS);
+	for (unsigned i = 0; i < RPAL_STAT_MAX_CONNS; i++)
+		f.e[i].pair = 0x7000;
+	for (int i = 0; i < PAGES; i++) {
+		f.h->slot = (uint32_t)i + 1;
+		snprintf(name, sizeof(name), "stat.%d", i + 1);
+		fd[i] = forge_write(sub, name, &f);
+	}
+	/* A service nobody has: the pairing is done, and nothing printed. */
+	char *argv[] = { "/usr/bin/env", "timeout", "30", (char *)rpal, "stat", "--dir", sub, "no-such-service", NULL };
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	CHECK(!runcmd(argv, &o) && o.status == 1, "rpal stat --dir ONE-PAIR no-such-service: status %d (124: it ran 30 s)",
+	      o.status);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	printf("stat:   it took %.2f s\n", (double)(t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9);
+	out_free(&o);
+	for (int i = 0; i < PAGES; i++)
+		close(fd[i]);
+	free(f.h);
+	forge_clean(sub);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1331,6 +1369,7 @@ int main(int argc, char **argv)
 		unlisted(argv[1]);
 		start_before_epoch(argv[1]);
 		zero_names(argv[1]);
+		one_pair(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
