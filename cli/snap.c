@@ -132,6 +132,37 @@ static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e,
 #undef C
 }
 
+static int id_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* An owner numbers its connections once each: a page that lists one
+ * twice lies, and would make every output name two connections alike
+ * (the Prometheus text format refuses a series given twice). */
+static int unique_ids(const struct snap_proc *p, char *why, size_t whylen)
+{
+	uint64_t *ids;
+	unsigned i;
+	int ret = 0;
+
+	if (p->nconns < 2)
+		return 0;
+	ids = malloc(p->nconns * sizeof(*ids));
+	if (!ids)
+		return snprintf(why, whylen, "out of memory"), -ENOMEM;
+	for (i = 0; i < p->nconns; i++)
+		ids[i] = p->conns[i].id;
+	qsort(ids, p->nconns, sizeof(*ids), id_cmp);
+	for (i = 1; i < p->nconns && !ret; i++)
+		if (ids[i] == ids[i - 1])
+			ret = WHY("connection %llu in two entries", (unsigned long long)ids[i]);
+	free(ids);
+	return ret;
+}
+
 int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, size_t whylen)
 {
 	_Alignas(64) struct rpal_stat_hdr h;
@@ -238,6 +269,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 			continue;
 		conn_from_entry(&p->conns[p->nconns++], &e, &tn);
 	}
+	ret = unique_ids(p, why, whylen);
 out:
 	munmap(m, (size_t)st.st_size);
 	if (ret) {

@@ -19,7 +19,8 @@
  *     message names that directory; bad arguments fail; a page that claims
  *     a start at INT64_MIN shows an uptime of 0; a page linked under names
  *     with leading zeros (stat.01) is listed once; full pages of entries
- *     that all claim one pair are read in seconds.
+ *     that all claim one pair are read in seconds; a page that lists one
+ *     connection twice is skipped (--prometheus repeats no series).
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -1249,6 +1250,61 @@ static void one_pair(const char *rpal)
 	forge_clean(sub);
 }
 
+static int line_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* A page that lists one connection id in two entries is skipped with a
+ * reason, and --prometheus gives no series twice. */
+static void twice(const char *rpal)
+{
+	char sub[300], err[200];
+	struct out o;
+
+	printf("stat: a page that lists a connection twice is skipped; --prometheus repeats no series\n");
+	snprintf(sub, sizeof(sub), "%s/twice", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4480, 1, 3);
+	f.e[2].id = 2;
+	int fd = forge_write(sub, "stat.1", &f);
+	struct forged_page g = forge(4481, 2, 2);
+	int fd2 = forge_write(sub, "stat.2", &g);
+
+	char *json[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
+	CHECK(!runcmd(json, &o) && o.status == 0, "rpal stat --json --dir TWICE: status %d", o.status);
+	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+	const struct jval *sk = doc ? json_get(doc, "skipped") : NULL;
+	CHECK(doc && !proc_of(doc, 4480) && proc_of(doc, 4481), "the lying page is listed, or the honest one not:\n%s",
+	      o.buf[0]);
+	CHECK(sk && sk->t == J_ARR && sk->n == 1 && strstr(str(sk->items[0], "reason"), "connection 2 in two entries"),
+	      "the lying page is not skipped for its repeated connection:\n%s", o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+
+	char *prom[] = { (char *)rpal, "stat", "--prometheus", "--dir", sub, NULL };
+	char *lines[4096], *line, *save = NULL;
+	size_t n = 0, dup = 0;
+	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus --dir TWICE: status %d", o.status);
+	for (line = strtok_r(o.buf[0], "\n", &save); line && n < 4096; line = strtok_r(NULL, "\n", &save))
+		if (line[0] != '#')
+			lines[n++] = line;
+	qsort(lines, n, sizeof(*lines), line_cmp);
+	for (size_t i = 1; i < n; i++) {
+		char *a = lines[i - 1], *b = lines[i];
+		size_t la = strrchr(a, ' ') - a, lb = strrchr(b, ' ') - b;
+
+		dup += la == lb && !strncmp(a, b, la);
+	}
+	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
+	out_free(&o);
+	close(fd);
+	close(fd2);
+	free(f.h);
+	free(g.h);
+	forge_clean(sub);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1370,6 +1426,7 @@ int main(int argc, char **argv)
 		start_before_epoch(argv[1]);
 		zero_names(argv[1]);
 		one_pair(argv[1]);
+		twice(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
