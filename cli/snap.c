@@ -380,6 +380,55 @@ static bool owner_alive(uint32_t pid, uint64_t init_ns)
 	return start_ns <= (double)init_ns + (double)(suspended > 0 ? suspended : 0) + 2e9 / (double)hz;
 }
 
+struct snap_file {
+	dev_t dev;
+	ino_t ino;                    /* 0: an empty place (no file has inode 0) */
+};
+
+static size_t file_hash(dev_t dev, ino_t ino, size_t cap)
+{
+	return (size_t)(((uint64_t)ino * 0x9e3779b97f4a7c15ull) ^ (uint64_t)dev) & (cap - 1);
+}
+
+/*
+ * 1 if the file was read already, else 0 and it is noted; -ENOMEM.  Root
+ * reads every user's directories, and anyone can link one page of theirs
+ * into any number of directories of theirs under /tmp: read once per
+ * name, it would cost its size in memory each time.
+ */
+static int file_seen(struct snap *s, const struct stat *st)
+{
+	size_t i;
+
+	if (!st->st_ino)
+		return 0;
+	if (2 * (s->nfiles + 1) > s->files_cap) {
+		size_t cap = s->files_cap ? 2 * s->files_cap : 64;
+		struct snap_file *f = calloc(cap, sizeof(*f));
+
+		if (!f)
+			return -ENOMEM;
+		for (i = 0; i < s->files_cap; i++) {
+			size_t k;
+
+			if (!s->files[i].ino)
+				continue;
+			for (k = file_hash(s->files[i].dev, s->files[i].ino, cap); f[k].ino; k = (k + 1) & (cap - 1))
+				;
+			f[k] = s->files[i];
+		}
+		free(s->files);
+		s->files = f;
+		s->files_cap = cap;
+	}
+	for (i = file_hash(st->st_dev, st->st_ino, s->files_cap); s->files[i].ino; i = (i + 1) & (s->files_cap - 1))
+		if (s->files[i].dev == st->st_dev && s->files[i].ino == st->st_ino)
+			return 1;
+	s->files[i] = (struct snap_file){ st->st_dev, st->st_ino };
+	s->nfiles++;
+	return 0;
+}
+
 static int scan_dir(const char *dir, struct snap *s)
 {
 	char path[300], why[160];
@@ -412,6 +461,18 @@ static int scan_dir(const char *dir, struct snap *s)
 			snprintf(why, sizeof(why), "flock: %s", strerror(errno));
 			add_skip(s, path, why);
 			close(fd);
+			continue;
+		}
+		struct stat st;
+		int seen = fstat(fd, &st) == 0 ? file_seen(s, &st) : 0;
+
+		if (seen) {
+			close(fd);
+			if (seen < 0) {
+				closedir(dp);
+				return seen;
+			}
+			add_skip(s, path, "a page read already under another name");
 			continue;
 		}
 		if (snap_read_page(fd, path, &p, why, sizeof(why))) {
@@ -586,6 +647,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 		ret = scan_dir(w->dir, s);
 		if (ret) {
 			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
+			snap_free(s);
 			return ret;
 		}
 		note_unused(s, w->dir);
@@ -610,9 +672,13 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 	}
 	if (ret) {
 		snprintf(why, whylen, "out of memory");
+		snap_free(s);
 		return ret;
 	}
 sort:
+	free(s->files);
+	s->files = NULL;
+	s->nfiles = s->files_cap = 0;
 	if (s->nprocs > 1)
 		qsort(s->procs, s->nprocs, sizeof(*s->procs), proc_cmp);
 	pair_ends(s);
@@ -627,6 +693,7 @@ void snap_free(struct snap *s)
 		free(s->procs[i].conns);
 	free(s->procs);
 	free(s->skips);
+	free(s->files);
 	memset(s, 0, sizeof(*s));
 }
 

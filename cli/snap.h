@@ -61,6 +61,10 @@ struct snap {
 	/* Where snap_take() looked (printable ASCII only), for a message that
 	 * finds nothing: a process of another RPAL_RUNTIME_DIR is not there. */
 	char looked[300];
+	/* The files read (private to snap.c): a set of (st_dev, st_ino), so
+	 * that a file linked into several directories is read once. */
+	struct snap_file *files;
+	size_t nfiles, files_cap;
 };
 
 /* Where to look: dirs[0..n) once each; NULL: this user's runtime directory,

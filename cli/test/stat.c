@@ -20,7 +20,8 @@
  *     a start at INT64_MIN shows an uptime of 0; a page linked under names
  *     with leading zeros (stat.01) is listed once; full pages of entries
  *     that all claim one pair are read in seconds; a page that lists one
- *     connection twice is skipped (--prometheus repeats no series).
+ *     connection twice is skipped (--prometheus repeats no series); as
+ *     root, a page linked into two /tmp/rpal-* directories is listed once.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -1305,6 +1306,41 @@ static void twice(const char *rpal)
 	forge_clean(sub);
 }
 
+/* Root reads every /tmp/rpal-*, which anyone can make: one page linked
+ * into two of them is read and listed once. */
+static void linked_dirs(const char *rpal)
+{
+	char a[300], b[300], from[400], to[400];
+	struct out o;
+	int listed = 0;
+
+	printf("stat: a page linked into two directories root reads is listed once\n");
+	if (geteuid() != 0) {
+		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
+		return;
+	}
+	snprintf(a, sizeof(a), "/tmp/rpal-stat-links-%d-a", (int)getpid());
+	snprintf(b, sizeof(b), "/tmp/rpal-stat-links-%d-b", (int)getpid());
+	mkdir(a, 0700);
+	mkdir(b, 0700);
+	struct forged_page f = forge(4490, 7, 1);
+	int fd = forge_write(a, "stat.7", &f);
+	snprintf(from, sizeof(from), "%s/stat.7", a);
+	snprintf(to, sizeof(to), "%s/stat.7", b);
+	CHECK(link(from, to) == 0, "link %s: %s", to, strerror(errno));
+	struct jval *doc = stat_json(rpal, NULL, &o);
+	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
+	for (size_t i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
+		listed += num(ps->items[i], "pid") == 4490;
+	CHECK(listed == 1, "pid 4490 listed %d times, want once", listed);
+	json_free(doc);
+	out_free(&o);
+	close(fd);
+	free(f.h);
+	forge_clean(a);
+	forge_clean(b);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1427,6 +1463,7 @@ int main(int argc, char **argv)
 		zero_names(argv[1]);
 		one_pair(argv[1]);
 		twice(argv[1]);
+		linked_dirs(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
