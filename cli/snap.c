@@ -709,10 +709,13 @@ int snap_page_dir(long pid, char *dir, size_t len)
 		return -1;
 	/* The path is the rest of the line from its first '/'.  A process may
 	 * map other processes' pages too (rpal top does): its own is the one
-	 * that reads as a good page of that pid. */
+	 * whose header is a page's, of that pid.  Only the header is read: the
+	 * process may map a page tens of thousands of times, and reading all
+	 * of its entries for each mapping took minutes. */
 	while (ret < 0 && fgets(line, sizeof(line), f)) {
-		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash, why[8];
-		struct snap_proc proc;
+		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash;
+		_Alignas(64) struct rpal_stat_hdr h;
+		struct stat st;
 		int fd;
 
 		if (!p || !nl)
@@ -724,13 +727,13 @@ int snap_page_dir(long pid, char *dir, size_t len)
 		fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 		if (fd < 0)
 			continue;
-		memset(&proc, 0, sizeof(proc));
-		if (snap_read_page(fd, p, &proc, why, sizeof(why)) == 0 && proc.pid == (uint32_t)pid) {
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+		    h.magic == RPAL_STAT_MAGIC && h.version == RPAL_STAT_VERSION && h.hdr_size == sizeof(h) &&
+		    h.entry_size == sizeof(struct rpal_stat_conn) && h.pid == (uint32_t)pid) {
 			*slash = '\0';
 			clean_string(dir, p, len);
 			ret = 0;
 		}
-		free(proc.conns);
 		close(fd);
 	}
 	fclose(f);

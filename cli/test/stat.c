@@ -21,7 +21,8 @@
  *     with leading zeros (stat.01) is listed once; full pages of entries
  *     that all claim one pair are read in seconds; a page that lists one
  *     connection twice is skipped (--prometheus repeats no series); as
- *     root, a page linked into two /tmp/rpal-* directories is listed once.
+ *     root, a page linked into two /tmp/rpal-* directories is listed once;
+ *     rpal stat PID of a process that maps a page 30000 times ends soon.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -35,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1341,6 +1343,52 @@ static void linked_dirs(const char *rpal)
 	forge_clean(b);
 }
 
+/* A process that maps a full page (of another pid) tens of thousands of
+ * times: rpal stat of its pid, which looks through its mappings for a
+ * page of its own, says it has none within seconds. */
+static void many_maps(const char *rpal)
+{
+	enum { MAPS = 30000 };
+	char sub[300], pidarg[16], want[64];
+	int sync[2];
+	struct out o;
+
+	printf("stat: rpal stat PID of a process that maps a full page %d times ends within 15 s\n", MAPS);
+	snprintf(sub, sizeof(sub), "%s/many-maps", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4495, 1, RPAL_STAT_MAX_CONNS);
+	int fd = forge_write(sub, "stat.1", &f);
+	free(f.h);
+	if (pipe(sync)) {
+		printf("FAIL: pipe: %s\n", strerror(errno));
+		exit(1);
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (int i = 0; i < MAPS; i++)
+			if (mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, 0) == MAP_FAILED)
+				_exit(1);
+		(void)!write(sync[1], "m", 1);
+		pause();
+		_exit(0);
+	}
+	close(sync[1]);
+	char c;
+	CHECK(read(sync[0], &c, 1) == 1, "the child could not map the page %d times", MAPS);
+	close(sync[0]);
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	snprintf(want, sizeof(want), "no rpal process has pid %d", (int)pid);
+	char *argv[] = { "/usr/bin/env", "timeout", "15", (char *)rpal, "stat", pidarg, NULL };
+	CHECK(!runcmd(argv, &o) && o.status == 1 && strstr(o.buf[1], want),
+	      "rpal stat %s: status %d (124: it ran 15 s), stderr '%s'", pidarg, o.status, o.buf[1]);
+	out_free(&o);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	close(fd);
+	forge_clean(sub);
+}
+
 /* A process whose runtime directory is not ours: rpal stat PID does not
  * list it, and says which directory to name with --dir. */
 static void elsewhere(const char *rpal)
@@ -1464,6 +1512,7 @@ int main(int argc, char **argv)
 		one_pair(argv[1]);
 		twice(argv[1]);
 		linked_dirs(argv[1]);
+		many_maps(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
 	}
