@@ -168,9 +168,11 @@ func (sp *statPage) open(id *statID) *statEntry {
 	if e == nil {
 		return &statEntry{state: statOpen, since: id.since}
 	}
-	// Odd while the identity changes (readers retry).  An atomic add
-	// keeps the stores below after it.
+	// Odd while the identity changes (readers retry).  The load after
+	// the add keeps the stores below after it on arm64 too, where an add
+	// without LSE is a store-release that later stores may pass.
 	e.seq.Add(1)
+	_ = e.seq.Load()
 	sp.ids++
 	e.state = statOpen
 	e.id = sp.ids
@@ -201,6 +203,7 @@ func (sp *statPage) close(e *statEntry) {
 		return
 	}
 	e.seq.Add(1)
+	_ = e.seq.Load() // see open
 	e.state = 0
 	e.seq.Add(1)
 	sp.hdr.nrOpen.Add(^uint32(0))

@@ -26,6 +26,9 @@
 #define smp_mb() __asm__ __volatile__("lock; orl $0,(%%rsp)" ::: "memory", "cc")
 #endif
 
+/* A locked read-modify-write is a full barrier already. */
+#define smp_mb_after_rmw() __asm__ __volatile__("" ::: "memory")
+
 static inline void cpu_relax(void) { __builtin_ia32_pause(); }
 
 static inline uint64_t cycles_now(void) { return __builtin_ia32_rdtsc(); }
@@ -35,6 +38,9 @@ static inline uint64_t cycles_now(void) { return __builtin_ia32_rdtsc(); }
 /* DMB ISH: orders a store before a later load, which the sleep/wake
  * pairs in notify.c need (acquire and release alone do not). */
 #define smp_mb() atomic_thread_fence(memory_order_seq_cst)
+/* A seq_cst RMW without LSE (LDAXR/STLXR) lets a later load pass its
+ * store: the sleep/wake pairs need a DMB after it. */
+#define smp_mb_after_rmw() smp_mb()
 
 static inline void cpu_relax(void) { __asm__ __volatile__("yield" ::: "memory"); }
 

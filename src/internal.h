@@ -289,7 +289,7 @@ struct rpal_linger {
 /* ----------------------------------------------------------- globals */
 struct rpal_global {
 	pthread_mutex_t lock;         /* object table, peers, init */
-	bool inited;
+	_Atomic bool inited;    /* stored last, after all the rest: read unlocked */
 	struct rpal_config cfg;
 	char rundir[108];
 	uintptr_t region;             /* reserved region base */
@@ -444,7 +444,9 @@ static inline struct rpal_conn *conn_get(int fd, int *err)
 void conn_mark_dead(struct rpal_conn *c, bool process_exited);
 int conn_poll_peer(struct rpal_conn *c);
 int conn_hung_up(const struct rpal_conn *c);
-static inline bool conn_dead(const struct rpal_conn *c) { return load_relaxed(&c->dead); }
+/* Acquire: a reader that finds the peer dead then looks at the ring for
+ * what it published before it died, which whoever marked it saw first. */
+static inline bool conn_dead(const struct rpal_conn *c) { return load_acquire(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 
 /* The peer broke the protocol: the connection is closed for I/O (sticky).
@@ -642,16 +644,18 @@ void wait_end(struct rpal_conn *c, uint32_t bits);
 /*
  * The peer's lifecycle bits (RPAL_STATE_*), cached once seen.  A3: the
  * acquire pairs with the release that stored them after its last slot (R3),
- * so a ring found empty after SHUT_WR is empty for good.
+ * so a ring found empty after SHUT_WR is empty for good.  The cache passes
+ * that order on (release in, acquire out): a thread that finds the bits
+ * there, stored by another, must not read the ring as it was before them.
  */
 static inline uint32_t peer_update(struct rpal_conn *c)
 {
-	uint32_t st = load_relaxed(&c->peer_state);
+	uint32_t st = load_acquire(&c->peer_state);
 
 	if (st != (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED)) {
 		uint32_t now = load_acquire(&c->pb->state) & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED);
 		if (unlikely(now & ~st))
-			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_relaxed) | now;
+			st = atomic_fetch_or_explicit(&c->peer_state, now, memory_order_release) | now;
 	}
 	return st;
 }

@@ -160,7 +160,7 @@ static uint32_t wait_unused(uint64_t count)
 }
 
 /* Advertise a sleep on bits (a direction and its kind, counted until
- * wait_end()); the locked RMW is barrier W0.  Bits 0 only counts a new
+ * wait_end()); the RMW, with smp_mb_after_rmw(), is barrier W0.  Bits 0 only counts a new
  * sleep of flags already advertised, so the peer rings again. */
 RPAL_HOT void wait_begin(struct rpal_conn *c, uint32_t bits)
 {
@@ -174,6 +174,7 @@ RPAL_HOT void wait_begin(struct rpal_conn *c, uint32_t bits)
 	do
 		nw = (w + RPAL_WAIT_EPOCH) | bits;
 	while (!atomic_compare_exchange_weak(&c->me->waiting, &w, nw));
+	smp_mb_after_rmw();
 }
 
 /*

@@ -179,8 +179,12 @@ RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 		return violation(c, "slot sequence out of order", seq);
 	}
 	memcpy(out, s, sizeof(*out));
-	if (unlikely(c->pb->nonce != c->pnonce))
-		return violation(c, "connection block reused under us", c->pb->nonce);
+	/* The nonce after the copy (as ring_check_buf_copy does): a block
+	 * freed and reused while we copied shows here (block_retire). */
+	atomic_thread_fence(memory_order_acquire);
+	uint64_t nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_RELAXED);
+	if (unlikely(nonce != c->pnonce))
+		return violation(c, "connection block reused under us", nonce);
 	if (out->flags == RPAL_SLOT_INLINE) {
 		if (out->len > sizeof(out->data))
 			return violation(c, "inline length too large", out->len);
