@@ -474,9 +474,9 @@ func TestStreamConcurrentWriters(t *testing.T) {
 }
 
 // A Stream whose peer reads slowly fills and empties its send buffer over
-// and over: the buffer's array is kept and what is left moved to its start,
-// not allocated anew for each fill (2 MiB of 100-byte writes allocated
-// about 8 MiB that way, about 0.3 MiB with the array kept).
+// and over: the buffer's array is kept, not allocated anew for each fill
+// (2 MiB of 100-byte writes allocated about 8 MiB that way, 0.4-1.9 MiB
+// with the array kept, as appends outgrow a tail the flush has not sent).
 func TestStreamSendBufferReusesItsArray(t *testing.T) {
 	c1, c2, stop, err := streamPair(t)
 	if err != nil {
@@ -514,7 +514,7 @@ func TestStreamSendBufferReusesItsArray(t *testing.T) {
 	if got != int64(sent) {
 		t.Fatalf("read %d of %d bytes", got, sent)
 	}
-	if allocated > 2<<20 {
+	if allocated > 4<<20 {
 		t.Errorf("%d KiB allocated for %d KiB written through the send buffer", allocated>>10, sent>>10)
 	}
 }
