@@ -59,6 +59,8 @@ int main(int argc, char **argv) {
 C
 "$CC" -fPIE -pie -rdynamic -o "$tmp/count" "$tmp/count.c" || { bad "cannot build"; exit 1; }
 pstate() { sed 's/^[0-9]* (.*) //' "/proc/$1/stat" 2>/dev/null | cut -c1; }
+# The program's signal masks, for a failure's message: what it caught, ignored, blocked, had pending.
+psigs() { grep -E '^(SigPnd|ShdPnd|SigBlk|SigIgn|SigCgt)' "/proc/$1/status" 2>/dev/null | tr -s '\t\n' '  '; }
 
 # join_and_stop HOST FILE [ARG]: joins the counting program (writing FILE), sends SIGTSTP to its
 # joiner and reads the count twice, 0.5 s apart; sets the caller's j, pid, st, n1 and n2.
@@ -80,19 +82,21 @@ join_and_stop() {
 	sleep 0.5
 	n2=$(cut -d' ' -f1 "$2")
 	st="joiner $(pstate $j), program $(pstate "$pid")"
+	sigs=$(psigs "$pid")
 }
 
 # stop_cont HOST WHAT [catch]
 stop_cont() {
-	local c=$tmp/c.$1${3:-} j pid st n1 n2 rc
+	local c=$tmp/c.$1${3:-} j pid st n1 n2 rc sigs
 	join_and_stop "$1" "$c" ${3:-}
 	if [ "$st" = "joiner T, program T" ] && [ "$n1" = "$n2" ]; then
 		ok "$2: after SIGTSTP the $st, the count stays at $n1 ($(cut -d' ' -f2 "$c"))"
 	else
-		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2"
+		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2 (program pid $pid: $sigs)"
 	fi
 	if [ -n "${3:-}" ]; then
-		grep -q caught "$c" && ok "$2: the program caught SIGTSTP" || bad "$2: the program did not catch SIGTSTP"
+		grep -q caught "$c" && ok "$2: the program caught SIGTSTP" ||
+			bad "$2: the program did not catch SIGTSTP (pid $pid: $sigs)"
 	fi
 	kill -CONT $j
 	wait $j
@@ -105,12 +109,12 @@ stop_cont() {
 # keep_counting HOST WHAT catchgo|ignore|block: a program that catches SIGTSTP and goes on, ignores
 # it or blocks it, which Ctrl-Z would not stop exec'd: after SIGTSTP to its joiner the joiner stops, the program counts on.
 keep_counting() {
-	local c=$tmp/c.$1$3 j pid st n1 n2 rc
+	local c=$tmp/c.$1$3 j pid st n1 n2 rc sigs
 	join_and_stop "$1" "$c" "$3"
 	if [ "$st" = "joiner T, program S" ] || [ "$st" = "joiner T, program R" ] && [ "$n2" -gt "$n1" ]; then
 		ok "$2: after SIGTSTP the $st, the count went on from $n1 to $n2"
 	else
-		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2"
+		bad "$2: after SIGTSTP the $st, the count went from $n1 to $n2 (program pid $pid: $sigs)"
 	fi
 	kill -CONT $j
 	wait $j
