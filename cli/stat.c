@@ -154,9 +154,13 @@ static void prom_label(const char *s)
 	}
 }
 
+/* pid and slot name a process within its runtime directory; dir tells
+ * apart those root reads from the directories of other PID namespaces. */
 static void prom_labels(const struct snap_proc *p, const struct snap_conn *c)
 {
-	printf("{pid=\"%u\",slot=\"%u\",name=\"", p->pid, p->slot);
+	printf("{pid=\"%u\",slot=\"%u\",dir=\"", p->pid, p->slot);
+	prom_label(p->dir);
+	printf("\",name=\"");
 	prom_label(p->name);
 	if (c) {
 		printf("\",conn=\"%llu\",peer=\"%u\",service=\"", (unsigned long long)c->id, c->peer_pid);

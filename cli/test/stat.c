@@ -21,7 +21,9 @@
  *     with leading zeros (stat.01) is listed once; full pages of entries
  *     that all claim one pair are read in seconds; a page that lists one
  *     connection twice is skipped (--prometheus repeats no series); as
- *     root, a page linked into two /tmp/rpal-* directories is listed once;
+ *     root, a page linked into two /tmp/rpal-* directories is listed once,
+ *     and the pages of one pid and slot in two are both listed, with
+ *     --prometheus series told apart by their directory;
  *     rpal stat PID of a process that maps a page 30000 times ends soon.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
@@ -1094,7 +1096,8 @@ static void unlisted(const char *rpal)
 	      "the table does not count 5 connections:\n%s", o.buf[0]);
 	out_free(&o);
 	char *prom[] = { (char *)rpal, "stat", "--prometheus", "--dir", sub, NULL };
-	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4400\",slot=\"1\",name=\"forged\"} 5\n");
+	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4400\",slot=\"1\",dir=\"%s\",name=\"forged\"} 5\n",
+		 sub);
 	CHECK(!runcmd(prom, &o) && o.status == 0 && strstr(o.buf[0], want), "--prometheus has no %s", want);
 	out_free(&o);
 	close(fd);
@@ -1258,6 +1261,33 @@ static int line_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Of the samples in Prometheus text (cut up in place), how many repeat
+ * the series (name and labels) of another; *n: how many samples. */
+static size_t repeated_series(char *text, size_t *n)
+{
+	size_t dup = 0, cap = 1;
+	char *line, *save = NULL;
+
+	for (const char *t = text; *t; t++)
+		cap += *t == '\n';
+	char **lines = malloc(cap * sizeof(*lines));
+	if (!lines)
+		die("malloc", -ENOMEM);
+	*n = 0;
+	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+		if (line[0] != '#')
+			lines[(*n)++] = line;
+	qsort(lines, *n, sizeof(*lines), line_cmp);
+	for (size_t i = 1; i < *n; i++) {
+		char *a = lines[i - 1], *b = lines[i];
+		size_t la = strrchr(a, ' ') - a, lb = strrchr(b, ' ') - b;
+
+		dup += la == lb && !strncmp(a, b, la);
+	}
+	free(lines);
+	return dup;
+}
+
 /* A page that lists one connection id in two entries is skipped with a
  * reason, and --prometheus gives no series twice. */
 static void twice(const char *rpal)
@@ -1286,19 +1316,9 @@ static void twice(const char *rpal)
 	out_free(&o);
 
 	char *prom[] = { (char *)rpal, "stat", "--prometheus", "--dir", sub, NULL };
-	char *lines[4096], *line, *save = NULL;
-	size_t n = 0, dup = 0;
+	size_t n, dup;
 	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus --dir TWICE: status %d", o.status);
-	for (line = strtok_r(o.buf[0], "\n", &save); line && n < 4096; line = strtok_r(NULL, "\n", &save))
-		if (line[0] != '#')
-			lines[n++] = line;
-	qsort(lines, n, sizeof(*lines), line_cmp);
-	for (size_t i = 1; i < n; i++) {
-		char *a = lines[i - 1], *b = lines[i];
-		size_t la = strrchr(a, ' ') - a, lb = strrchr(b, ' ') - b;
-
-		dup += la == lb && !strncmp(a, b, la);
-	}
+	dup = repeated_series(o.buf[0], &n);
 	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
 	out_free(&o);
 	close(fd);
@@ -1339,6 +1359,53 @@ static void linked_dirs(const char *rpal)
 	out_free(&o);
 	close(fd);
 	free(f.h);
+	forge_clean(a);
+	forge_clean(b);
+}
+
+/* Root reads every /tmp/rpal-*: processes of other PID namespaces (containers
+ * sharing the host's /tmp) can have the same pid and slot in two of them.
+ * Both are listed, and --prometheus tells their series apart. */
+static void same_pid_two_dirs(const char *rpal)
+{
+	char a[300], b[300];
+	struct out o;
+	int listed = 0;
+
+	printf("stat: one pid and slot in two directories root reads: both listed, no series repeated\n");
+	if (geteuid() != 0) {
+		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
+		return;
+	}
+	snprintf(a, sizeof(a), "/tmp/rpal-stat-ns-%d-a", (int)getpid());
+	snprintf(b, sizeof(b), "/tmp/rpal-stat-ns-%d-b", (int)getpid());
+	mkdir(a, 0700);
+	mkdir(b, 0700);
+	struct forged_page f = forge(4491, 7, 2);
+	int fd = forge_write(a, "stat.7", &f);
+	struct forged_page g = forge(4491, 7, 2);
+	int fd2 = forge_write(b, "stat.7", &g);
+	struct jval *doc = stat_json(rpal, NULL, &o);
+	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
+	for (size_t i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
+		listed += num(ps->items[i], "pid") == 4491;
+	CHECK(listed == 2, "pid 4491 listed %d times, want twice", listed);
+	json_free(doc);
+	out_free(&o);
+
+	char *prom[] = { (char *)rpal, "stat", "--prometheus", NULL };
+	size_t n, dup;
+	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus: status %d", o.status);
+	char want[400];
+	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4491\",slot=\"7\",dir=\"%s\",", b);
+	CHECK(strstr(o.buf[0], want), "--prometheus has no %s", want);
+	dup = repeated_series(o.buf[0], &n);
+	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
+	out_free(&o);
+	close(fd);
+	close(fd2);
+	free(f.h);
+	free(g.h);
 	forge_clean(a);
 	forge_clean(b);
 }
@@ -1512,6 +1579,7 @@ int main(int argc, char **argv)
 		one_pair(argv[1]);
 		twice(argv[1]);
 		linked_dirs(argv[1]);
+		same_pid_two_dirs(argv[1]);
 		many_maps(argv[1]);
 		elsewhere(argv[1]);
 		ps_impostor(argv[1]);
