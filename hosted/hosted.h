@@ -113,6 +113,9 @@ int hosted_done(hosted_prog *p);
 /* The signal that ended it (after hosted_done or hosted_wait), 0 when it exited. */
 int hosted_signal(const hosted_prog *p);
 
+/* Whether the kernel wrote a core dump of it as that signal ended it (RLIMIT_CORE, core_pattern). */
+int hosted_core_dumped(const hosted_prog *p);
+
 /* Its process's PID, 0 before it has started. */
 int hosted_pid(const hosted_prog *p);
 

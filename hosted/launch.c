@@ -167,8 +167,9 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             continue;
         int killed = hosted_signal(progs[k]);
         if (killed)
-            fprintf(stderr, "%s: [%d] %s (pid %d) was killed by signal %d (%s)\n", me, k,
-                    hosted_path(progs[k]), hosted_pid(progs[k]), killed, strsignal(killed));
+            fprintf(stderr, "%s: [%d] %s (pid %d) was killed by signal %d (%s%s)\n", me, k,
+                    hosted_path(progs[k]), hosted_pid(progs[k]), killed, strsignal(killed),
+                    hosted_core_dumped(progs[k]) ? ", core dumped" : "");
         else if (!quiet)
             fprintf(stderr, "%s: [%d] %s exited with status %d\n", me, k, hosted_path(progs[k]), st);
         if (killed > 0 && killed < 64 && (atomic_load(&received) & (1ull << (killed - 1))) && !end_sig)

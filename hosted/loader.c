@@ -103,6 +103,7 @@ struct hosted_prog {
     pid_t pid;                /* its process */
     int status;               /* exit status, or 128 + the signal that ended it */
     int signal;               /* the signal that ended it; 0 when it exited */
+    int core_dumped;          /* and the kernel wrote a core dump of it */
     size_t stack_size;        /* of its main thread */
     pid_t launcher;
     /* Between hosted_start and the program's process (start_process). */
@@ -1381,6 +1382,7 @@ static int reap(hosted_prog *p, int flags) {
         p->status = 255;
     } else if (WIFSIGNALED(ws)) {
         p->signal = WTERMSIG(ws);
+        p->core_dumped = WCOREDUMP(ws) != 0;
         p->status = 128 + p->signal;
     } else {
         p->status = WEXITSTATUS(ws);
@@ -1401,6 +1403,7 @@ int hosted_wait(hosted_prog *p) {
 }
 
 int hosted_signal(const hosted_prog *p) { return atomic_load(&p->state) == ST_DONE ? p->signal : 0; }
+int hosted_core_dumped(const hosted_prog *p) { return atomic_load(&p->state) == ST_DONE && p->core_dumped; }
 int hosted_pid(const hosted_prog *p) { return p->pid; }
 
 int hosted_count(void) {

@@ -7,6 +7,8 @@
 #  3. rpal run of a program whose library's constructor faults (it runs in the launcher, while the
 #     program loads): the line says that the launcher itself faulted, not that a program's process
 #     ends, and rpal run ends by the signal.
+#  4. rpal run's line for the program killed by the signal says "core dumped" under ulimit -c
+#     unlimited, where the same program exec'd dumps core, and not under ulimit -c 0.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -69,6 +71,43 @@ if [ $rc = 139 ] && echo "$out" | grep -q 'signal 11 at pc .* in the launcher' &
 else
 	bad "a library constructor's fault: rc $rc, $out"
 fi
+
+# 4. "core dumped" where, and only where, the kernel wrote a core, as a shell says of an exec'd
+#    program: the same program run by a plain fork and exec under the same limit tells which.
+cat >"$tmp/coreprobe.c" <<'C'
+#include <stdio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    (void)argc;
+    int st;
+    pid_t c = fork();
+    if (c == 0) {
+        execv(argv[1], argv + 1);
+        _exit(127);
+    }
+    waitpid(c, &st, 0);
+    puts(WIFSIGNALED(st) && WCOREDUMP(st) ? "core" : "nocore");
+    return 0;
+}
+C
+"$CC" -o "$tmp/coreprobe" "$tmp/coreprobe.c" || { bad "cannot build"; exit 1; }
+mkdir -p "$tmp/cores"
+for limit in 0 unlimited; do
+	exec_says=$(cd "$tmp/cores" && ulimit -c $limit && "$tmp/coreprobe" "$tmp/segv")
+	out=$(cd "$tmp/cores" && ulimit -c $limit && timeout 30 "$RPAL" run "$tmp/segv" 2>&1)
+	rm -f "$tmp/cores"/core*
+	line=$(echo "$out" | grep 'was killed by signal 11')
+	if [ "$exec_says" = nocore ] && [ $limit != 0 ]; then
+		echo "skip: no core dump under ulimit -c unlimited here, exec'd either (core_pattern $(cat /proc/sys/kernel/core_pattern 2>/dev/null))"
+	elif [ "$exec_says" = core ] && echo "$line" | grep -q "signal 11 (.*, core dumped)$"; then
+		ok "ulimit -c $limit, a core exec'd too: $line"
+	elif [ "$exec_says" = nocore ] && [ -n "$line" ] && ! echo "$line" | grep -q "core dumped"; then
+		ok "ulimit -c $limit, no core exec'd either: $line"
+	else
+		bad "ulimit -c $limit: exec'd, $exec_says; rpal run says: $out"
+	fi
+done
 
 [ $fail = 0 ] && echo "PASS" || echo "FAILED"
 exit $fail
