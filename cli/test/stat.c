@@ -1074,7 +1074,7 @@ static void dir_order(const char *rpal)
  */
 static void unlisted(const char *rpal)
 {
-	char sub[300], path[400], want[80];
+	char sub[300], path[400], want[400];
 	struct out o;
 	char err[200];
 
@@ -1328,35 +1328,53 @@ static void twice(const char *rpal)
 	forge_clean(sub);
 }
 
+/* Two directories root reads as it reads every user's (/tmp/rpal-*), named
+ * for the case: 0 when the caller is not root, and the case is skipped. */
+static int root_dirs(const char *what, const char *tag, char *a, char *b, size_t len)
+{
+	printf("stat: %s\n", what);
+	if (geteuid() != 0) {
+		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
+		return 0;
+	}
+	snprintf(a, len, "/tmp/rpal-stat-%s-%d-a", tag, (int)getpid());
+	snprintf(b, len, "/tmp/rpal-stat-%s-%d-b", tag, (int)getpid());
+	mkdir(a, 0700);
+	mkdir(b, 0700);
+	return 1;
+}
+
+/* How many processes of pid rpal stat --json lists, of all it reads. */
+static int listed_times(const char *rpal, unsigned pid)
+{
+	struct out o;
+	int listed = 0;
+	struct jval *doc = stat_json(rpal, NULL, &o);
+	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
+
+	for (size_t i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
+		listed += num(ps->items[i], "pid") == pid;
+	json_free(doc);
+	out_free(&o);
+	return listed;
+}
+
 /* Root reads every /tmp/rpal-*, which anyone can make: one page linked
  * into two of them is read and listed once. */
 static void linked_dirs(const char *rpal)
 {
 	char a[300], b[300], from[400], to[400];
-	struct out o;
-	int listed = 0;
+	int listed;
 
-	printf("stat: a page linked into two directories root reads is listed once\n");
-	if (geteuid() != 0) {
-		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
+	if (!root_dirs("a page linked into two directories root reads is listed once", "links", a, b, sizeof(a)))
 		return;
-	}
-	snprintf(a, sizeof(a), "/tmp/rpal-stat-links-%d-a", (int)getpid());
-	snprintf(b, sizeof(b), "/tmp/rpal-stat-links-%d-b", (int)getpid());
-	mkdir(a, 0700);
-	mkdir(b, 0700);
 	struct forged_page f = forge(4490, 7, 1);
 	int fd = forge_write(a, "stat.7", &f);
 	snprintf(from, sizeof(from), "%s/stat.7", a);
 	snprintf(to, sizeof(to), "%s/stat.7", b);
 	CHECK(link(from, to) == 0, "link %s: %s", to, strerror(errno));
-	struct jval *doc = stat_json(rpal, NULL, &o);
-	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
-	for (size_t i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
-		listed += num(ps->items[i], "pid") == 4490;
+	listed = listed_times(rpal, 4490);
 	CHECK(listed == 1, "pid 4490 listed %d times, want once", listed);
-	json_free(doc);
-	out_free(&o);
 	close(fd);
 	free(f.h);
 	forge_clean(a);
@@ -1368,35 +1386,23 @@ static void linked_dirs(const char *rpal)
  * Both are listed, and --prometheus tells their series apart. */
 static void same_pid_two_dirs(const char *rpal)
 {
-	char a[300], b[300];
+	char a[300], b[300], want[400];
 	struct out o;
-	int listed = 0;
+	size_t n, dup;
+	int listed;
 
-	printf("stat: one pid and slot in two directories root reads: both listed, no series repeated\n");
-	if (geteuid() != 0) {
-		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
+	if (!root_dirs("one pid and slot in two directories root reads: both listed, no series repeated", "ns", a, b,
+		       sizeof(a)))
 		return;
-	}
-	snprintf(a, sizeof(a), "/tmp/rpal-stat-ns-%d-a", (int)getpid());
-	snprintf(b, sizeof(b), "/tmp/rpal-stat-ns-%d-b", (int)getpid());
-	mkdir(a, 0700);
-	mkdir(b, 0700);
 	struct forged_page f = forge(4491, 7, 2);
 	int fd = forge_write(a, "stat.7", &f);
 	struct forged_page g = forge(4491, 7, 2);
 	int fd2 = forge_write(b, "stat.7", &g);
-	struct jval *doc = stat_json(rpal, NULL, &o);
-	const struct jval *ps = doc ? json_get(doc, "processes") : NULL;
-	for (size_t i = 0; ps && ps->t == J_ARR && i < ps->n; i++)
-		listed += num(ps->items[i], "pid") == 4491;
+	listed = listed_times(rpal, 4491);
 	CHECK(listed == 2, "pid 4491 listed %d times, want twice", listed);
-	json_free(doc);
-	out_free(&o);
 
 	char *prom[] = { (char *)rpal, "stat", "--prometheus", NULL };
-	size_t n, dup;
 	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus: status %d", o.status);
-	char want[400];
 	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4491\",slot=\"7\",dir=\"%s\",", b);
 	CHECK(strstr(o.buf[0], want), "--prometheus has no %s", want);
 	dup = repeated_series(o.buf[0], &n);
