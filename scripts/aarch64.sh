@@ -13,6 +13,7 @@
 # are enough on an AArch64 CPU.
 set -euo pipefail
 mode=${1:-build}
+case $mode in build | test) ;; *) echo "usage: $0 build|test [DIR]" >&2; exit 2 ;; esac
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${2:-build-aarch64}
 case $dir in /*) ;; *) dir=$root/$dir ;; esac
@@ -84,5 +85,4 @@ test)
 				RPAL_SLOT_SIZE=0x10000000 RPAL_NR_SLOTS=256 timeout 600 "$qemu" "$dir/rpal-go.test" -test.short)
 	fi
 	;;
-*) echo "usage: $0 build|test [DIR]" >&2; exit 2 ;;
 esac
