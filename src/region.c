@@ -218,6 +218,40 @@ static int arena_create(void)
 	return 0;
 }
 
+/* The lines of a /proc file, or -1: for a failure's message only. */
+static long count_lines(const char *path)
+{
+	char buf[4096];
+	long lines = 0;
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while ((n = read(fd, buf, sizeof(buf))) > 0)
+		for (ssize_t i = 0; i < n; i++)
+			lines += buf[i] == '\n';
+	close(fd);
+	return n < 0 ? -1 : lines;
+}
+
+/* The number a /proc file holds, or -1. */
+static long read_long(const char *path)
+{
+	char buf[32];
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10);
+}
+
 int region_setup(void)
 {
 	size_t size = (size_t)rpal_g.cfg.slot_size * rpal_g.cfg.nr_slots;
@@ -238,13 +272,24 @@ int region_setup(void)
 		p = mmap((void *)(uintptr_t)rpal_g.cfg.region_base, size, PROT_NONE,
 			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
 		if (p == MAP_FAILED && errno == ENOMEM) {
-			/* Not another mapping in the way (EEXIST): RLIMIT_AS, or the kernel's map count. */
+			/* Not another mapping in the way (EEXIST): RLIMIT_AS, the
+			 * kernel's map count, or a region past the end of the
+			 * user address space (smaller on some AArch64 kernels). */
 			struct rlimit as;
+			long maps, max_maps;
 
 			if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
 				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": RLIMIT_AS (ulimit -v) is "
 						 "%llu KiB; raise it, or shrink the region (RPAL_NR_SLOTS, RPAL_SLOT_SIZE)",
 						 size, rpal_g.cfg.region_base, (unsigned long long)(as.rlim_cur / 1024));
+			maps = count_lines("/proc/self/maps");
+			max_maps = read_long("/proc/sys/vm/max_map_count");
+			if (maps >= 0 && max_maps > 0 && maps >= max_maps - 1)
+				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": the process has %ld "
+						 "mappings, the most vm.max_map_count allows", size, rpal_g.cfg.region_base, maps);
+			return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": the kernel refused it "
+					 "(ENOMEM): past its user address space? set RPAL_REGION_BASE lower, or shrink the "
+					 "region (RPAL_NR_SLOTS, RPAL_SLOT_SIZE)", size, rpal_g.cfg.region_base);
 		}
 		if (p == MAP_FAILED)
 			return rpal_fail(errno == EEXIST ? EEXIST : errno,

@@ -5,7 +5,8 @@
  * mapped read-only at the peer's slot (writing faults, mprotect cannot add
  * write), and a pointer-rich structure built by the peer is walked through
  * its raw pointers.  Also: config validation names the bad field, an
- * RLIMIT_AS too small for the region is named as the cause, a
+ * RLIMIT_AS too small for the region is named as the cause, and so is a
+ * map count at vm.max_map_count, a
  * world-writable runtime directory is refused, a forked child inherits no
  * mapping and no descriptor across exec and may init afresh, and a stale
  * socket left by a killed server is replaced.
@@ -88,6 +89,34 @@ static void config_checks(void)
 			_exit(0);
 		}
 		t_wait_ok(pid, "rpal_init under RLIMIT_AS");
+	}
+
+	printf("with the process's mappings at vm.max_map_count, the error names the map count\n");
+	if (!t_skip_emulated("max_map_count", "the emulator's own mappings share the count")) {
+		pid = fork();
+		if (pid == 0) {
+			/* Every other page of one reservation made readable:
+			 * a mapping each, until the kernel refuses more. */
+			size_t pages = 1 << 18;
+			char *area = mmap(NULL, pages * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+					  -1, 0);
+			size_t i;
+
+			t_check(area != MAP_FAILED, "mmap: %s", strerror(errno));
+			for (i = 0; i < pages; i += 2)
+				if (mprotect(area + i * 4096, 4096, PROT_READ))
+					break;
+			t_check(i < pages && errno == ENOMEM, "%zu mappings and no ENOMEM (%s)", i / 2, strerror(errno));
+			/* A split needs two; single pages take what is left. */
+			while (mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
+				;
+			e = rpal_init(NULL);
+			printf("  -> %s\n", rpal_strerror(e));
+			t_check(e == -ENOMEM && strstr(rpal_strerror(e), "max_map_count"), "at the map count: %d %s", e,
+				rpal_strerror(e));
+			_exit(0);
+		}
+		t_wait_ok(pid, "rpal_init at the map count");
 	}
 
 	printf("a world-writable runtime directory is refused\n");
