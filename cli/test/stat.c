@@ -1261,11 +1261,11 @@ static int line_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Of the samples in Prometheus text (cut up in place), how many repeat
- * the series (name and labels) of another; *n: how many samples. */
-static size_t repeated_series(char *text, size_t *n)
+/* Prometheus text (cut up in place) has samples, and none repeats the
+ * series (name and labels) of another. */
+static void no_repeated_series(char *text)
 {
-	size_t dup = 0, cap = 1;
+	size_t dup = 0, cap = 1, n = 0;
 	char *line, *save = NULL;
 
 	for (const char *t = text; *t; t++)
@@ -1273,19 +1273,18 @@ static size_t repeated_series(char *text, size_t *n)
 	char **lines = malloc(cap * sizeof(*lines));
 	if (!lines)
 		die("malloc", -ENOMEM);
-	*n = 0;
 	for (line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
 		if (line[0] != '#')
-			lines[(*n)++] = line;
-	qsort(lines, *n, sizeof(*lines), line_cmp);
-	for (size_t i = 1; i < *n; i++) {
+			lines[n++] = line;
+	qsort(lines, n, sizeof(*lines), line_cmp);
+	for (size_t i = 1; i < n; i++) {
 		char *a = lines[i - 1], *b = lines[i];
 		size_t la = strrchr(a, ' ') - a, lb = strrchr(b, ' ') - b;
 
 		dup += la == lb && !strncmp(a, b, la);
 	}
 	free(lines);
-	return dup;
+	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
 }
 
 /* A page that lists one connection id in two entries is skipped with a
@@ -1316,10 +1315,8 @@ static void twice(const char *rpal)
 	out_free(&o);
 
 	char *prom[] = { (char *)rpal, "stat", "--prometheus", "--dir", sub, NULL };
-	size_t n, dup;
 	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus --dir TWICE: status %d", o.status);
-	dup = repeated_series(o.buf[0], &n);
-	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
+	no_repeated_series(o.buf[0]);
 	out_free(&o);
 	close(fd);
 	close(fd2);
@@ -1388,7 +1385,6 @@ static void same_pid_two_dirs(const char *rpal)
 {
 	char a[300], b[300], want[400];
 	struct out o;
-	size_t n, dup;
 	int listed;
 
 	if (!root_dirs("one pid and slot in two directories root reads: both listed, no series repeated", "ns", a, b,
@@ -1405,8 +1401,7 @@ static void same_pid_two_dirs(const char *rpal)
 	CHECK(!runcmd(prom, &o) && o.status == 0, "rpal stat --prometheus: status %d", o.status);
 	snprintf(want, sizeof(want), "rpal_open_connections{pid=\"4491\",slot=\"7\",dir=\"%s\",", b);
 	CHECK(strstr(o.buf[0], want), "--prometheus has no %s", want);
-	dup = repeated_series(o.buf[0], &n);
-	CHECK(n > 0 && dup == 0, "--prometheus: %zu of %zu samples repeat a series", dup, n);
+	no_repeated_series(o.buf[0]);
 	out_free(&o);
 	close(fd);
 	close(fd2);
