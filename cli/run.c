@@ -43,7 +43,7 @@ void bt_relax(unsigned *spins)
 	 * the peer is probably on our CPU and only runs if we yield.
 	 */
 	if (++*spins < 256)
-		_mm_pause();
+		tsc_pause();
 	else
 		sched_yield();
 }
@@ -334,7 +334,7 @@ int rpc_serve(const struct transport *t, struct bt_ctx *c)
 			uint64_t t0 = tsc_now();
 
 			while (tsc_now() - t0 < work)
-				_mm_pause();
+				tsc_pause();
 		}
 		ret = echo(t, c, m);
 		if (ret < 0)

@@ -30,6 +30,7 @@
 #include <rpal.h>
 
 #include "snap.h"
+#include "tsc.h"
 
 #define PID_LIMIT 4194304u   /* the kernel's PID_MAX_LIMIT */
 
@@ -213,7 +214,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	tn.ns0 = h.clock_ns;
 	tn.tsc0 = h.clock_tsc;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
-	tn.tsc1 = __builtin_ia32_rdtsc();
+	tn.tsc1 = tsc_read();
 	tn.ns1 = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	p->pid = h.pid;
 	p->uid = h.uid;

@@ -1,9 +1,16 @@
 /* SPDX-License-Identifier: MIT */
-/* tsc.h - time stamp counter: read, calibrate against CLOCK_MONOTONIC. */
+/* tsc.h - the cycle counter: read, calibrate against CLOCK_MONOTONIC. */
 #ifndef RPAL_CLI_TSC_H
 #define RPAL_CLI_TSC_H
 
 #include <stdint.h>
+
+/*
+ * The counter is the one librpal counts its spin times in (src/arch.h): the
+ * TSC on x86-64, the generic timer's virtual count (CNTVCT_EL0) on AArch64,
+ * whose rate is fixed but often far below the CPU's clock (tens of MHz).
+ */
+#if defined(__x86_64__)
 #include <x86intrin.h>
 
 /*
@@ -18,10 +25,40 @@ static inline uint64_t tsc_now(void)
 	return __rdtscp(&aux);
 }
 
-/* True when CPUID 0x80000007 EDX bit 8 (invariant TSC) is set. */
+/* A plain read, for reads whose order alone matters. */
+static inline uint64_t tsc_read(void) { return __rdtsc(); }
+
+/* The spin-wait hint. */
+static inline void tsc_pause(void) { _mm_pause(); }
+#elif defined(__aarch64__)
+/* ISB first, as rdtscp waits: the read is not taken before earlier work. */
+static inline uint64_t tsc_now(void)
+{
+	uint64_t v;
+
+	__asm__ __volatile__("isb; mrs %0, cntvct_el0" : "=r"(v) : : "memory");
+	return v;
+}
+
+static inline uint64_t tsc_read(void)
+{
+	uint64_t v;
+
+	__asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+	return v;
+}
+
+static inline void tsc_pause(void) { __asm__ __volatile__("yield" ::: "memory"); }
+#else
+#error "rpal reads the TSC (x86-64) or CNTVCT_EL0 (AArch64)"
+#endif
+
+/* True when CPUID 0x80000007 EDX bit 8 (invariant TSC) is set; always on
+ * AArch64, whose generic timer runs at one fixed rate. */
 int tsc_invariant(void);
 
-/* True when CPUID 1 ECX bit 31 says we run under a hypervisor. */
+/* True when CPUID 1 ECX bit 31 says we run under a hypervisor.  AArch64 has
+ * no such bit: false there, so reports do not say either way. */
 int tsc_hypervisor(void);
 
 /*

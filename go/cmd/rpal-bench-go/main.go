@@ -392,7 +392,7 @@ func ready(o *options) error {
 
 func runRole(o *options, r *results) error {
 	if !haveTSC {
-		return errors.New("rpal-bench-go: stamps need the x86 TSC (amd64 only)")
+		return errors.New("rpal-bench-go: stamps need the TSC or CNTVCT_EL0 (amd64 or arm64)")
 	}
 	if isFramework(o.network) {
 		return runFramework(o, r)
