@@ -34,7 +34,9 @@
 #include <rpal.h>
 
 #include "bench.h"
+#if RPAL_CLI_HOSTED
 #include "hosted.h"
+#endif
 #include "stats.h"
 #include "tsc.h"
 
@@ -320,6 +322,7 @@ int cmd_doctor(int argc, char **argv)
 		     "doorbells refuse descriptors a peer pushes into them; without it they are drained");
 	}
 
+#if RPAL_CLI_HOSTED
 	ok = !!(getauxval(AT_HWCAP2) & HWCAP2_FSGSBASE);
 	line(ok, "FSGSBASE", ok ? "the kernel enables it" : "absent",
 	     "hosted mode: the user-mode switch sets the callee's TLS without a system call");
@@ -336,6 +339,10 @@ int cmd_doctor(int argc, char **argv)
 	snprintf(detail, sizeof(detail), "glibc %s: %d namespaces (DL_NNS)", gnu_get_libc_version(), HOSTED_NNS);
 	line(1, "linker namespaces", detail,
 	     "hosted mode: 15 programs per host in its life (rpal run and rpal host raise glibc.rtld.nns)");
+#else
+	line(-1, "hosted mode", "not in this build (-DRPAL_HOSTED=OFF)",
+	     "rpal run, rpal host and RPAL calls; x86-64 only");
+#endif
 
 	{
 		uint64_t call_ns, latency_ns;

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# install.sh BUILD_DIR SOURCE_DIR - the install carries what a hosted program needs: installs into
-# a temporary prefix, builds examples/echo_server.c and echo_client.c against it twice (pkg-config
-# with its hosted_* variables; CMake's find_package(rpal) with rpal_hosted_program()), and runs each
-# pair under the installed `rpal run`; then make install and make uninstall with DESTDIR and
-# PREFIX.  Prints what it checks; exits 0 pass, 1 fail.
+# install.sh BUILD_DIR SOURCE_DIR [hosted|connected-only] - the install carries what a hosted
+# program needs: installs into a temporary prefix, builds examples/echo_server.c and echo_client.c
+# against it twice (pkg-config with its hosted_* variables; CMake's find_package(rpal) with
+# rpal_hosted_program()), and runs each pair under the installed `rpal run` (connected-only: as two
+# processes, and the installed `rpal doctor`); then make install and make uninstall with DESTDIR
+# and PREFIX.  Prints what it checks; exits 0 pass, 1 fail.
 set -u
-BUILD=$1 SRC=$2
+BUILD=$1 SRC=$2 KIND=${3:-hosted}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 export RPAL_RUNTIME_DIR=$tmp/rt
@@ -49,16 +50,37 @@ cmake -S "$tmp/cm" -B "$tmp/cm/b" -DCMAKE_PREFIX_PATH="$tmp/usr" > "$tmp/cm.log"
 	{ cat "$tmp/cm.log"; bad "CMake build"; }
 
 # The server never exits: stop the process once the client has reported.
+# A connected-only install has no rpal run: there the pair runs as two
+# processes, and the hosted commands' pages are not installed.
 for dir in "$tmp/pc" "$tmp/cm/b"; do
 	log=$tmp/run.log
+	how=$( [ "$dir" = "$tmp/pc" ] && echo pkg-config || echo CMake )
+	if [ "$KIND" = connected-only ]; then
+		"$dir/echo_server" "inst-$$" > "$log" 2>&1 &
+		pid=$!
+		for _ in $(seq 100); do grep -q "echo_server: serving" "$log" && break; sleep 0.1; done
+		"$dir/echo_client" "inst-$$" >> "$log" 2>&1
+		rc=$?
+		kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+		[ $rc -eq 0 ] && grep -q "echo_client: 1000 messages echoed" "$log" &&
+			ok "built with $how flags: the pair runs as two processes" ||
+			{ sed 's/^/  | /' "$log"; bad "connected run of the $dir build"; }
+		continue
+	fi
 	"$tmp/usr/bin/rpal" run "$dir/echo_server" "inst-$$" ::: "$dir/echo_client" "inst-$$" > "$log" 2>&1 &
 	pid=$!
 	for _ in $(seq 300); do grep -q "echo_client exited" "$log" && break; sleep 0.1; done
 	kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 	grep -q "echo_client: 1000 messages echoed" "$log" && grep -q "echo_client exited with status 0" "$log" &&
-		ok "built with $( [ "$dir" = "$tmp/pc" ] && echo pkg-config || echo CMake ) flags: runs under the installed rpal run" ||
+		ok "built with $how flags: runs under the installed rpal run" ||
 		{ sed 's/^/  | /' "$log"; bad "hosted run of the $dir build"; }
 done
+if [ "$KIND" = connected-only ]; then
+	[ ! -e "$tmp/usr/share/man/man1/rpal-run.1" ] && [ ! -e "$tmp/usr/share/man/man1/rpal-host.1" ] &&
+		ok "no rpal-run(1) or rpal-host(1) without hosted mode" || bad "hosted commands' pages installed"
+	"$tmp/usr/bin/rpal" doctor > "$log" 2>&1 && ok "the installed rpal doctor: connected mode works" ||
+		{ sed 's/^/  | /' "$log"; bad "the installed rpal doctor"; }
+fi
 
 # make install-files / uninstall-files (what make install and uninstall run
 # after the build), with DESTDIR and PREFIX, and their own manifest.

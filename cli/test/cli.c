@@ -5,6 +5,7 @@
  * every option; every command's --help and -h succeed; bad values and
  * options fail with a message that names them.
  */
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include "runcmd.h"
@@ -41,6 +42,8 @@ int main(int argc, char **argv)
 		"--work", "--rounds", NULL,
 	};
 	char *r = argc > 1 ? argv[1] : "./rpal";
+	/* A connected-only build (-DRPAL_HOSTED=OFF) has no hosted commands. */
+	bool hosted = !(argc > 2 && !strcmp(argv[2], "connected-only"));
 	struct out o;
 
 	expect((char *[]){ r, NULL }, 2, 1, "usage: rpal");
@@ -56,21 +59,33 @@ int main(int argc, char **argv)
 	       "--concurrency x --size");
 	/* Every command: --help and -h succeed on stdout; a bad option fails
 	 * naming itself, under the command's full name. */
-	static const char *const cmds[] = { "host", "join", "ps", "doctor", "stat", "top" };
+	static const char *const cmds[] = { "doctor", "stat", "top", "host", "join", "ps" };
 	for (unsigned i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++) {
 		expect((char *[]){ r, (char *)cmds[i], "--help", NULL }, 0, 0, "usage: rpal");
 		expect((char *[]){ r, (char *)cmds[i], "-h", NULL }, 0, 0, "usage: rpal");
+		if (!hosted && i == 2)
+			break;
 	}
 	expect((char *[]){ r, "stat", "--bogus", NULL }, 2, 1, "rpal stat: unrecognized option '--bogus'");
 	expect((char *[]){ r, "top", "--bogus", NULL }, 2, 1, "rpal top: unrecognized option '--bogus'");
-	expect((char *[]){ r, "host", "--bogus", NULL }, 2, 1, "rpal host: unknown option --bogus");
-	expect((char *[]){ r, "ps", "h", "--bogus", NULL }, 2, 1, "rpal ps: unknown option --bogus");
 	expect((char *[]){ r, "doctor", "--bogus", NULL }, 2, 1, "(--bogus)");
-	expect((char *[]){ r, "join", "ah", NULL }, 2, 1, "usage: rpal join");
+	if (hosted) {
+		expect((char *[]){ r, "host", "--bogus", NULL }, 2, 1, "rpal host: unknown option --bogus");
+		expect((char *[]){ r, "ps", "h", "--bogus", NULL }, 2, 1, "rpal ps: unknown option --bogus");
+		expect((char *[]){ r, "join", "ah", NULL }, 2, 1, "usage: rpal join");
+		expect((char *[]){ r, "run", "/bin/true", ":::", NULL }, 2, 1, "empty program");
+	} else {
+		/* Each hosted command fails, saying why, whatever it is given. */
+		static const char *const off[] = { "run", "host", "join", "ps" };
+		for (unsigned i = 0; i < sizeof(off) / sizeof(off[0]); i++)
+			expect((char *[]){ r, (char *)off[i], "--help", NULL }, 1, 1,
+			       "built without hosted mode (-DRPAL_HOSTED=OFF");
+		expect((char *[]){ r, "bench", "--list", NULL }, 0, 0,
+		       "not available: this rpal was built without hosted mode");
+	}
 	expect((char *[]){ r, "stat", "--json", "--prometheus", NULL }, 2, 1, "exclude each other");
 	expect((char *[]){ r, "stat", "", NULL }, 2, 1, "an empty SERVICE");
 	expect((char *[]){ r, "top", "", NULL }, 2, 1, "an empty SERVICE");
-	expect((char *[]){ r, "run", "/bin/true", ":::", NULL }, 2, 1, "empty program");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "uds-epoll");
 	expect((char *[]){ r, "bench", "--list", NULL }, 0, 0, "rpal-hosted");
 

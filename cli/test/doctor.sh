@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# doctor.sh PATH/TO/rpal - `rpal doctor`: here connected mode works (exit 0,
-# every probe reported with ok or no and what it enables, the wake-up of an
+# doctor.sh PATH/TO/rpal [hosted|connected-only] - `rpal doctor`: here
+# connected mode works (exit 0, every probe reported with ok or no and what
+# it enables, hosted mode's only where it is built, the wake-up of an
 # idle CPU measured, or said to be unmeasurable on one CPU, no file of its
 # trial left behind); with rpal_init made to fail, it says why and exits 1.
 # The runtime directory line gives the directory's real mode, and is there
 # when rpal_init fails because of the directory.
 set -u
 RPAL=$1
+BUILD=${2:-hosted}
 fail=0
 # Its own runtime directory: nothing else's files to tell apart.
 export RPAL_RUNTIME_DIR=$(mktemp -d /tmp/rpal-doctor-test.XXXXXX)
@@ -18,9 +20,20 @@ left=$(ls "$RPAL_RUNTIME_DIR" | grep -v '^slots\.lock$' | grep -v '^stat\.')
 [ -z "$left" ] || { echo "FAIL: the trial left files in the runtime directory: $left"; fail=1; }
 [ $rc -eq 0 ] || { echo "FAIL: exit status $rc where connected mode works"; fail=1; }
 for what in "connected mode" "runtime directory" "futex_waitv" "pidfd_open" "SO_PASSRIGHTS" \
-	"FSGSBASE" "Syscall User Dispatch" "memory protection keys"; do
+	"memory protection keys"; do
 	echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
 done
+# Hosted mode's probes where it is built; where not, one line that says so.
+if [ "$BUILD" = connected-only ]; then
+	echo "$out" | grep -Eq "^-- +hosted mode +not in this build" ||
+		{ echo "FAIL: no line saying hosted mode is not in this build"; fail=1; }
+	echo "$out" | grep -Eq "FSGSBASE|Syscall User Dispatch" &&
+		{ echo "FAIL: hosted mode's probes in a build without it"; fail=1; }
+else
+	for what in "FSGSBASE" "Syscall User Dispatch" "pidfd_getfd"; do
+		echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
+	done
+fi
 # The wake-up is measured where two CPUs are allowed, and not on one.
 if [ "$(nproc)" -ge 2 ]; then
 	echo "$out" | grep -Eq "^-- +wake-up of an idle CPU +[0-9]+\.[0-9] us in FUTEX_WAKE, [0-9]+\.[0-9] us until the sleeper runs" ||

@@ -1509,6 +1509,15 @@ static void ps_impostor(const char *rpal)
 	pid_t pid;
 
 	printf("ps: what a socket that took a host's name answers cannot drive the terminal\n");
+	runcmd((char *[]){ (char *)rpal, "ps", "--help", NULL }, &o);
+	if (o.status == 1 && o.buf[1] && strstr(o.buf[1], "without hosted mode")) {
+		printf("ps:   SKIP these cases: this rpal has no hosted mode\n");
+		out_free(&o);
+		close(fake);
+		close(mute);
+		return;
+	}
+	out_free(&o);
 	pid = fork();
 	if (pid == 0) {
 		char req[16];
