@@ -81,7 +81,7 @@ test)
 		echo "aarch64: the Go package's tests (-short) under the emulator"
 		(cd "$root/go" && GOARCH=arm64 CGO_ENABLED=0 "$go" test -c -o "$dir/rpal-go.test" . &&
 			mkdir -p "$dir/rt-go" &&
-			RPAL_TEST_EMULATOR="$qemu" RPAL_RUNTIME_DIR="$dir/rt-go" RPAL_REGION_BASE=0x4000000000 \
+			RPAL_TEST_EMULATOR="$qemu" RPAL_RUNTIME_DIR="$dir/rt-go" RPAL_REGION_BASE=0x680000000000 \
 				RPAL_SLOT_SIZE=0x10000000 RPAL_NR_SLOTS=256 timeout 600 "$qemu" "$dir/rpal-go.test" -test.short)
 	fi
 	;;
