@@ -514,6 +514,12 @@ func TestStreamSendBufferReusesItsArray(t *testing.T) {
 	if got != int64(sent) {
 		t.Fatalf("read %d of %d bytes", got, sent)
 	}
+	// Under the race detector this run allocates 2 to 4 MiB, near the
+	// limit, from one run to the next: only a run without it can tell.
+	if raceEnabled {
+		t.Log("allocations not checked under the race detector")
+		return
+	}
 	if allocated > 4<<20 {
 		t.Errorf("%d KiB allocated for %d KiB written through the send buffer", allocated>>10, sent>>10)
 	}
