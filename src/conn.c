@@ -489,8 +489,12 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 				nfds, want), -EPROTO);
 	if (!ret && want == 3) {
 		ret = wake_page_check(fds[2], why, whylen);
-		if (!ret && !(page = wake_page_map(fds[2])))
-			ret = (snprintf(why, whylen, "cannot map the wake page"), -ENOMEM);
+		if (!ret && !(page = wake_page_map(fds[2]))) {
+			char note[96];
+
+			ret = -errno;
+			snprintf(why, whylen, "cannot map the wake page%s", map_count_note(-ret, note, sizeof(note)));
+		}
 		mapped = !ret;
 	}
 	if (!ret) {

@@ -123,7 +123,8 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 			   sizeof(why));
 	if (ret) {
 		send_refuse(sock, -ret, why);
-		ret = rpal_fail(-ret, "bad welcome from %s: %s", service, why);
+		/* Out of memory or mappings is ours to fix, not the server's fault. */
+		ret = rpal_fail(-ret, ret == -ENOMEM ? "cannot connect to %s: %s" : "bad welcome from %s: %s", service, why);
 		goto fail;
 	}
 	return sock;

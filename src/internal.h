@@ -324,6 +324,7 @@ uintptr_t slot_base(unsigned slot);
 int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer **out);
 void peer_put(struct rpal_peer *p);
 bool peer_pages_check(struct rpal_peer *p, uintptr_t addr, size_t len);
+const char *map_count_note(int err, char *buf, size_t len);
 
 /*
  * Has the peer written every page of [addr, addr + len) of its arena (a

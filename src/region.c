@@ -179,8 +179,10 @@ static int arena_create(void)
 	p = mmap((void *)base, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
 	if (p == MAP_FAILED) {
 		int e = errno;
+		char note[96];
+
 		close(fd);
-		return rpal_fail(e, "cannot map the arena at %#" PRIxPTR, base);
+		return rpal_fail(e, "cannot map the arena at %#" PRIxPTR "%s", base, map_count_note(e, note, sizeof(note)));
 	}
 	madvise(p, size, MADV_DONTFORK);
 	/* No shrink or grow: a peer's mapping can never SIGBUS.  Future-write:
@@ -252,6 +254,25 @@ static long read_long(const char *path)
 	return strtol(buf, NULL, 10);
 }
 
+/*
+ * Where a mapping failed with ENOMEM: if the process is at the kernel's map
+ * count, ": the process has N mappings, the most vm.max_map_count allows"
+ * into buf (the cause a user can act on), else "".  Returns buf.
+ */
+const char *map_count_note(int err, char *buf, size_t len)
+{
+	long maps, max_maps;
+
+	buf[0] = '\0';
+	if (err != ENOMEM)
+		return buf;
+	maps = count_lines("/proc/self/maps");
+	max_maps = read_long("/proc/sys/vm/max_map_count");
+	if (maps >= 0 && max_maps > 0 && maps >= max_maps - 1)
+		snprintf(buf, len, ": the process has %ld mappings, the most vm.max_map_count allows", maps);
+	return buf;
+}
+
 int region_setup(void)
 {
 	size_t size = (size_t)rpal_g.cfg.slot_size * rpal_g.cfg.nr_slots;
@@ -276,17 +297,15 @@ int region_setup(void)
 			 * kernel's map count, or a region past the end of the
 			 * user address space (smaller on some AArch64 kernels). */
 			struct rlimit as;
-			long maps, max_maps;
+			char note[96];
 
 			if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY)
 				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": RLIMIT_AS (ulimit -v) is "
 						 "%llu KiB; raise it, or shrink the region (RPAL_NR_SLOTS, RPAL_SLOT_SIZE)",
 						 size, rpal_g.cfg.region_base, (unsigned long long)(as.rlim_cur / 1024));
-			maps = count_lines("/proc/self/maps");
-			max_maps = read_long("/proc/sys/vm/max_map_count");
-			if (maps >= 0 && max_maps > 0 && maps >= max_maps - 1)
-				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": the process has %ld "
-						 "mappings, the most vm.max_map_count allows", size, rpal_g.cfg.region_base, maps);
+			if (*map_count_note(ENOMEM, note, sizeof(note)))
+				return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 "%s", size,
+						 rpal_g.cfg.region_base, note);
 			return rpal_fail(ENOMEM, "cannot reserve %zu bytes at %#" PRIx64 ": the kernel refused it "
 					 "(ENOMEM): past its user address space? set RPAL_REGION_BASE lower, or shrink the "
 					 "region (RPAL_NR_SLOTS, RPAL_SLOT_SIZE)", size, rpal_g.cfg.region_base);
@@ -412,12 +431,15 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		m = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
 		if (m == MAP_FAILED) {
 			int e = errno;
+			char note[96];
+
+			map_count_note(e, note, sizeof(note));
 			/* The kernel may have dropped our reservation there
 			 * already: put it back, or the slot is a hole that
 			 * any mapping of ours could land in. */
 			reserve_again_how(base, h->arena_size, MAP_FIXED_NOREPLACE);
 			mapped_lock(h->slot, F_UNLCK);
-			return rpal_fail(e, "cannot map peer arena of slot %u", h->slot);
+			return rpal_fail(e, "cannot map peer arena of slot %u%s", h->slot, note);
 		}
 		madvise(m, h->arena_size, MADV_DONTFORK);
 	}

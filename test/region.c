@@ -6,10 +6,11 @@
  * write), and a pointer-rich structure built by the peer is walked through
  * its raw pointers.  Also: config validation names the bad field, an
  * RLIMIT_AS too small for the region is named as the cause, and so is a
- * map count at vm.max_map_count, a
- * world-writable runtime directory is refused, a forked child inherits no
- * mapping and no descriptor across exec and may init afresh, and a stale
- * socket left by a killed server is replaced.
+ * map count at vm.max_map_count (at rpal_init, and at a client's connect,
+ * while the server goes on serving), a world-writable runtime directory is
+ * refused, a forked child inherits no mapping and no descriptor across exec
+ * and may init afresh, and a stale socket left by a killed server is
+ * replaced.
  */
 #include <fcntl.h>
 #include <setjmp.h>
@@ -23,6 +24,24 @@
 #ifndef F_SEAL_FUTURE_WRITE
 #define F_SEAL_FUTURE_WRITE 0x0010
 #endif
+
+/* Take every mapping the kernel allows this process (vm.max_map_count). */
+static void fill_map_count(void)
+{
+	/* Every other page of one reservation made readable: a mapping
+	 * each, until the kernel refuses more. */
+	size_t pages = 1 << 18, i;
+	char *area = mmap(NULL, pages * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+	t_check(area != MAP_FAILED, "mmap: %s", strerror(errno));
+	for (i = 0; i < pages; i += 2)
+		if (mprotect(area + i * 4096, 4096, PROT_READ))
+			break;
+	t_check(i < pages && errno == ENOMEM, "%zu mappings and no ENOMEM (%s)", i / 2, strerror(errno));
+	/* A split needs two; single pages take what is left. */
+	while (mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
+		;
+}
 
 struct node {
 	struct node *next;
@@ -95,21 +114,7 @@ static void config_checks(void)
 	if (!t_skip_emulated("max_map_count", "the emulator's own mappings share the count")) {
 		pid = fork();
 		if (pid == 0) {
-			/* Every other page of one reservation made readable:
-			 * a mapping each, until the kernel refuses more. */
-			size_t pages = 1 << 18;
-			char *area = mmap(NULL, pages * 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-					  -1, 0);
-			size_t i;
-
-			t_check(area != MAP_FAILED, "mmap: %s", strerror(errno));
-			for (i = 0; i < pages; i += 2)
-				if (mprotect(area + i * 4096, 4096, PROT_READ))
-					break;
-			t_check(i < pages && errno == ENOMEM, "%zu mappings and no ENOMEM (%s)", i / 2, strerror(errno));
-			/* A split needs two; single pages take what is left. */
-			while (mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) != MAP_FAILED)
-				;
+			fill_map_count();
 			e = rpal_init(NULL);
 			printf("  -> %s\n", rpal_strerror(e));
 			t_check(e == -ENOMEM && strstr(rpal_strerror(e), "max_map_count"), "at the map count: %d %s", e,
@@ -256,6 +261,43 @@ int main(int argc, char **argv)
 	t_wait_ok(pid, "peer");
 	t_ok(rpal_close(fd));
 	t_check(t_mapping_perms(page, perms) == 1 && !strcmp(perms, "---p"), "after close the peer slot maps as %s", perms);
+
+	printf("a client at vm.max_map_count: its connect fails naming the map count, the server goes on\n");
+	if (!t_skip_emulated("max_map_count", "the emulator's own mappings share the count")) {
+		pid = fork();
+		if (pid == 0) {
+			t_ok(rpal_init(NULL));
+			fill_map_count();
+			int e = rpal_connect("map", NULL, 0);
+			printf("  -> %s\n", rpal_strerror(e));
+			t_check(e == -ENOMEM && strstr(rpal_strerror(e), "max_map_count"), "connect at the map count: %d %s",
+				e, rpal_strerror(e));
+			_exit(0);
+		}
+		/* The server may finish its side first: then the connection
+		 * ends when the client gives up. */
+		fd = rpal_accept(lfd, 0);
+		if (fd >= 0) {
+			char b;
+			ssize_t n = rpal_recv(fd, &b, 1, 0);
+			t_check(n <= 0, "a message from a client that failed to connect");
+			t_ok(rpal_close(fd));
+		}
+		t_wait_ok(pid, "connect at the map count");
+		/* Still serving: a new client connects and is heard. */
+		pid = fork();
+		if (pid == 0) {
+			t_ok(rpal_init(NULL));
+			int c = t_ok(rpal_connect("map", NULL, 0));
+			t_ok(rpal_send(c, "ok", 2, 0));
+			_exit(0);
+		}
+		fd = t_ok(rpal_accept(lfd, 0));
+		char got[2];
+		t_check(t_ok(rpal_recv(fd, got, 2, 0)) == 2 && !memcmp(got, "ok", 2), "the next client was not heard");
+		t_wait_ok(pid, "a client after the one at the map count");
+		t_ok(rpal_close(fd));
+	}
 
 	printf("exec: no rpal descriptor crosses it\n");
 	pid = fork();
