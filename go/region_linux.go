@@ -3,11 +3,14 @@
 package rpal
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"unsafe"
@@ -27,6 +30,37 @@ func reserveAgain(a, n uint64) {
 	if err == nil {
 		madviseDontfork(ptr, n)
 	}
+}
+
+// reserveHole puts the reservation back over [a, a+n) where a failed
+// MAP_FIXED mapping may have left a hole, without replacing whatever
+// landed there meanwhile (the Go heap may grow into a hole).
+func reserveHole(a, n uint64) {
+	ptr, err := unix.MmapPtr(-1, 0, addrPtr(a), uintptr(n), unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED_NOREPLACE)
+	if err == nil {
+		madviseDontfork(ptr, n)
+	}
+}
+
+// mapCountNote is, for a mapping that failed with err, ": the process has
+// N mappings, the most vm.max_map_count allows" where that is the cause
+// (ENOMEM with the map count at its limit), else "".
+func mapCountNote(err error) string {
+	if err != unix.ENOMEM {
+		return ""
+	}
+	maps, err1 := os.ReadFile("/proc/self/maps")
+	limit, err2 := os.ReadFile("/proc/sys/vm/max_map_count")
+	if err1 != nil || err2 != nil {
+		return ""
+	}
+	n := bytes.Count(maps, []byte{'\n'})
+	max, err := strconv.Atoi(strings.TrimSpace(string(limit)))
+	if err != nil || n < max-1 {
+		return ""
+	}
+	return fmt.Sprintf(": the process has %d mappings, the most vm.max_map_count allows", n)
 }
 
 // rundirSetup creates (0700) or checks the runtime directory: owned by us
@@ -59,6 +93,15 @@ func (p *process) setup() error {
 	size := p.cfg.SlotSize * uint64(p.cfg.NrSlots)
 	r, err := unix.MmapPtr(-1, 0, addrPtr(p.cfg.RegionBase), uintptr(size), unix.PROT_NONE,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED_NOREPLACE)
+	if err == unix.ENOMEM {
+		// Not another mapping in the way: the map count, RLIMIT_AS, or
+		// a region past the end of the user address space.
+		if note := mapCountNote(err); note != "" {
+			return fmt.Errorf("cannot reserve %d bytes at %#x%s: %w", size, p.cfg.RegionBase, note, err)
+		}
+		return fmt.Errorf("cannot reserve %d bytes at %#x: the kernel refused it (RLIMIT_AS, ulimit -v? past the user "+
+			"address space? set RPAL_REGION_BASE lower, or shrink the region): %w", size, p.cfg.RegionBase, err)
+	}
 	if err != nil {
 		hint := "set RPAL_REGION_BASE, the same in every peer"
 		if err == unix.EEXIST && p.cfg.RegionBase < 1<<46 {
@@ -161,7 +204,7 @@ func (p *process) createArena() error {
 	m, err := unix.MmapPtr(fd, 0, addrPtr(base), uintptr(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED|unix.MAP_FIXED)
 	if err != nil {
 		unix.Close(fd)
-		return fmt.Errorf("cannot map the arena at %#x: %w", base, err)
+		return fmt.Errorf("cannot map the arena at %#x%s: %w", base, mapCountNote(err), err)
 	}
 	madviseDontfork(m, size)
 	// No shrink or grow: a peer's mapping can never SIGBUS.  Future-write:
@@ -240,8 +283,10 @@ func (p *process) mapPeer(memfd int, h *hello, pid int) (*peerMap, error) {
 		var err error
 		m, err = unix.MmapPtr(memfd, 0, addrPtr(base), uintptr(h.ArenaSize), unix.PROT_READ, unix.MAP_SHARED|unix.MAP_FIXED)
 		if err != nil {
+			note := mapCountNote(err)
+			reserveHole(base, h.ArenaSize)
 			_ = p.mappedLock(h.Slot, unix.F_UNLCK)
-			return nil, fmt.Errorf("cannot map peer arena of slot %d: %w", h.Slot, err)
+			return nil, fmt.Errorf("cannot map peer arena of slot %d%s: %w", h.Slot, note, err)
 		}
 		madviseDontfork(m, h.ArenaSize)
 	}
