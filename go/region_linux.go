@@ -24,20 +24,18 @@ func madviseDontfork(ptr unsafe.Pointer, n uint64) {
 }
 
 // reserveAgain puts the PROT_NONE reservation back over [a, a+n).
-func reserveAgain(a, n uint64) {
-	ptr, err := unix.MmapPtr(-1, 0, addrPtr(a), uintptr(n), unix.PROT_NONE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED)
-	if err == nil {
-		madviseDontfork(ptr, n)
-	}
-}
+func reserveAgain(a, n uint64) { reserveAt(a, n, unix.MAP_FIXED) }
 
 // reserveHole puts the reservation back over [a, a+n) where a failed
 // MAP_FIXED mapping may have left a hole, without replacing whatever
 // landed there meanwhile (the Go heap may grow into a hole).
-func reserveHole(a, n uint64) {
+func reserveHole(a, n uint64) { reserveAt(a, n, unix.MAP_FIXED_NOREPLACE) }
+
+// reserveAt maps [a, a+n) PROT_NONE with how (MAP_FIXED or
+// MAP_FIXED_NOREPLACE), kept out of forked children.
+func reserveAt(a, n uint64, how int) {
 	ptr, err := unix.MmapPtr(-1, 0, addrPtr(a), uintptr(n), unix.PROT_NONE,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|unix.MAP_FIXED_NOREPLACE)
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE|how)
 	if err == nil {
 		madviseDontfork(ptr, n)
 	}

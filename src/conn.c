@@ -139,7 +139,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	if (conn_sleeps_in_poll(c)) {
 		c->shut_kick = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 		if (c->shut_kick < 0) {
-			ret = -errno;
+			ret = errno ? -errno : -ENOMEM;
 			snprintf(why, whylen, "cannot create an eventfd: %s", strerror(errno));
 			goto fail;
 		}
@@ -492,7 +492,7 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 		if (!ret && !(page = wake_page_map(fds[2]))) {
 			char note[96];
 
-			ret = -errno;
+			ret = errno ? -errno : -ENOMEM;
 			snprintf(why, whylen, "cannot map the wake page%s", map_count_note(-ret, note, sizeof(note)));
 		}
 		mapped = !ret;
