@@ -6,8 +6,10 @@
  *  - SIGSYS (Syscall User Dispatch): a syscall made by the receiver while borrowed.  The frame on
  *    the receiver's stack captures it; the handler jumps back to the sender's call point, and the
  *    sender hands the receiver (and that frame) to the receiver's own thread, which makes the
- *    syscall (librpal call.c, hosted_lazy_resume).  A syscall made from the sender's own code
- *    is one of its signal handlers': made here, as the sender's (run_for_sender).
+ *    syscall (librpal call.c, hosted_lazy_resume).  A syscall that one of the sender's signal
+ *    handlers makes through the sender's libc does not trap: Syscall User Dispatch lets that libc
+ *    through on the sender's threads.  One made from the rest of the sender's code is made here,
+ *    as the sender's (run_for_sender).
  *  - SIGSEGV, SIGBUS, SIGFPE, SIGILL: a fault in the receiver while borrowed.  The receiving program
  *    is marked failed and the sender's call returns an error.  Outside calls the signal does what
  *    it would have done without us (the previous handler, or the default action).
@@ -92,10 +94,13 @@ static struct {
 } prog_code[RPAL_HOST_MAX_PROGS];
 
 void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p) {
-    (void)h;
     if (prog < 0 || prog >= RPAL_HOST_MAX_PROGS) return;
     atomic_store(&prog_code[prog].n, 0);
     atomic_store(&prog_code[prog].n, hosted_code_ranges(p, prog_code[prog].lo, prog_code[prog].hi, CODE_RANGES));
+    uintptr_t lo, hi;
+    int libc = hosted_libc_code(p, &lo, &hi);
+    h->progs[prog].sud_start = libc ? lo : 0;
+    h->progs[prog].sud_len = libc ? hi - lo : 0;
 }
 
 /* Is ip in the code of the sender's own program?  Then the system call that trapped there was made
@@ -137,7 +142,9 @@ static size_t fp_size(const void *fp) {
 
 /*
  * A system call of the sender's own signal handler, which the kernel ran on this thread in the
- * middle of a call (the sender's process handles its signals, on whichever of its threads).  It
+ * middle of a call (the sender's process handles its signals, on whichever of its threads), made
+ * outside the sender's libc (whose system calls do not trap), or anywhere in a sender whose libc
+ * has no range of its own (rpal_host_prog.sud_len 0).  It
  * is the sender's, made on the sender's thread: run it here, as the sender, and go back to the
  * handler with the call's system calls still blocked, so that those of the receiver, once the
  * handler has returned, are still handed to its own thread.  The handler's return (its
@@ -514,8 +521,10 @@ struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, u
     for (unsigned i = 0; i < sizeof fault_sigs / sizeof fault_sigs[0]; i++)
         sigaction(fault_sigs[i], &sa, &old_fault[i]);
     if (h->fsgsbase && sud_works() && sigaction(SIGSYS, NULL, &old_sys) == 0) {
-        /* Our own restorer, in the code Syscall User Dispatch always lets through: the handler
-         * returns during a call with the call's system calls blocked (run_for_sender). */
+        /* Our own restorer, in the code Syscall User Dispatch lets through where a program has
+         * no range of its own: the handler returns during a call with the call's system calls
+         * blocked (run_for_sender).  A program's process returns through its libc instead
+         * (loader.c, find_libc_sigreturn), which is that program's range. */
         struct {
             uintptr_t handler;
             unsigned long flags;

@@ -69,6 +69,10 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
  * namespace (not the dynamic linker or the vDSO, which all namespaces share), at most max of
  * them, in lo[] and hi[] (hi exclusive): the count. */
 int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max);
+/* The code range of the namespace's libc, in *lo and *hi (hi exclusive): 1, or 0 where its signal
+ * return was not found in it (a libc other than glibc's), and the program's threads then keep the
+ * launcher's range for Syscall User Dispatch. */
+int hosted_libc_code(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi);
 
 /* Start the program as a process of its own that shares this address space (its own PID,
  * descriptor table, signal dispositions, cwd, umask and rlimits, copied from ours when it starts;
@@ -195,7 +199,9 @@ int hosted_getfd_works(void);
 /* Register a program (in launch order); its index, or -1 when the block is full. */
 int hosted_host_add(struct rpal_host *h, const char *name);
 /* Program prog's code (hosted_code_ranges): a system call made from it during a call that one of
- * its threads makes into another program is its own (a signal handler's), not the receiver's. */
+ * its threads makes into another program is its own (a signal handler's), not the receiver's.
+ * Also sets the code that Syscall User Dispatch lets through on its threads: its libc's
+ * (hosted_libc_code), where found. */
 void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p);
 /* Give back the index that the last hosted_host_add returned, for a program that never started:
  * 0, or -1 when it is not the last one or its libraries' code already registered in it. */
@@ -244,12 +250,14 @@ uintptr_t hosted_get_fs(void);
  * (fs by wrfsbase) without saving anything: a signal handler leaves for the sender's call point.
  * hosted_lazy_resume: save the current context in save, then resume the context captured in the
  * signal frame whose ucontext is at uc, on this thread, by rt_sigreturn; a later switch to save
- * returns from the call.  hosted_lazy_resume lies in the code range that Syscall User Dispatch
- * always lets through (hosted_sud_allowed_start/end). */
+ * returns from the call; it runs on the receiver's own thread, outside any call of that thread.
+ * hosted_sud_allowed_start/end: the code that Syscall User Dispatch lets through on the threads of
+ * a program whose libc has no range of its own (hosted_libc_code). */
 void hosted_ctx_jump_wrfs(hosted_ctx *to) __attribute__((noreturn));
 void hosted_lazy_resume(hosted_ctx *save, void *uc);
 extern char hosted_sud_allowed_start[], hosted_sud_allowed_end[];
-/* The restorer of the launcher's SIGSYS handler, inside that range. */
+/* The restorer of the launcher's SIGSYS handler, inside that range; a program's process replaces
+ * it with its libc's signal return where found. */
 void hosted_sigsys_restorer(void);
 
 #ifdef __cplusplus

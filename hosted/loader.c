@@ -113,6 +113,9 @@ struct hosted_prog {
     int create_rc;
     struct ksigaction setxid; /* the namespace's libc's SIGSETXID action, or handler 0 */
     void *leader_stack;
+    /* The code of the namespace's libc, and in it "mov $15, %rax; syscall" (its signal return):
+     * 0 when not found (find_libc_sigreturn). */
+    uintptr_t libc_lo, libc_hi, libc_sigreturn;
 };
 
 /* Programs live as long as the process: their namespace keeps pointers into them (argv, environ,
@@ -975,6 +978,35 @@ static const char *lib_using_exe_tls(const struct link_map *exe, const char *nam
     return NULL;
 }
 
+/*
+ * The code of the namespace's libc (the range that holds its exit), and in it the instructions of
+ * its signal return (__restore_rt, which it does not export): the program's process returns from
+ * the launcher's SIGSYS handler through them, so that Syscall User Dispatch, which lets that libc
+ * through on the program's threads, lets the return through during a call (host.c).
+ */
+static void find_libc_sigreturn(hosted_prog *p) {
+    static const unsigned char sigreturn[] = { 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05 };
+    uintptr_t lo[64], hi[64], exit_at = (uintptr_t)p->ns_exit;
+    int n = hosted_code_ranges(p, lo, hi, 64);
+
+    p->libc_lo = p->libc_hi = p->libc_sigreturn = 0;
+    for (int k = 0; k < n; k++) {
+        if (exit_at < lo[k] || exit_at >= hi[k]) continue;
+        const unsigned char *at = memmem((const void *)lo[k], hi[k] - lo[k], sigreturn, sizeof sigreturn);
+        if (!at) return;
+        p->libc_lo = lo[k];
+        p->libc_hi = hi[k];
+        p->libc_sigreturn = (uintptr_t)at;
+        return;
+    }
+}
+
+int hosted_libc_code(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi) {
+    *lo = p->libc_lo;
+    *hi = p->libc_hi;
+    return p->libc_sigreturn != 0;
+}
+
 int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max) {
     uintptr_t shared[2] = { getauxval(AT_BASE), getauxval(AT_SYSINFO_EHDR) };
     const struct link_map *m = p->exe_map;
@@ -1110,6 +1142,7 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     /* glibc-private (GLIBC_PRIVATE since 2.34): without it a main that ends with pthread_exit()
      * leaves its process alive after its last thread. */
     p->ns_nthreads = dlsym(p->handle, "__nptl_nthreads");
+    find_libc_sigreturn(p);
     fix_copy_relocs(p);
     char ***env = dlsym(p->handle, "environ");
     if (env) *env = p->envp;
@@ -1232,6 +1265,15 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
     }
     if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
     if (!rc) reset_handlers(sp);
+    if (!rc && p->libc_sigreturn) {
+        /* The launcher's SIGSYS action returns through its own code, which Syscall User Dispatch
+         * lets through on no thread of ours: through our libc's instead (find_libc_sigreturn). */
+        struct ksigaction ka;
+        if (raw4(SYS_rt_sigaction, SIGSYS, NULL, &ka, 8) == 0 && ka.restorer == (uintptr_t)hosted_sigsys_restorer) {
+            ka.restorer = p->libc_sigreturn;
+            raw4(SYS_rt_sigaction, SIGSYS, &ka, NULL, 8);
+        }
+    }
     if (sp && !rc && sp->set_sigmask) raw4(SYS_rt_sigprocmask, SIG_SETMASK, &sp->sigmask, NULL, 8);
     if (!rc && p->setxid.handler) {
         uint64_t bit = 1ull << (GLIBC_SIGSETXID - 1);

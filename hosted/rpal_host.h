@@ -38,7 +38,7 @@
 #include <sys/syscall.h>
 
 #define RPAL_HOST_MAGIC     0x54534f484c415052ull  /* "RPALHOST" */
-#define RPAL_HOST_VERSION   7u
+#define RPAL_HOST_VERSION   8u
 #define RPAL_HOST_ENV       "RPAL_HOST"
 #define RPAL_HOST_MAX_PROGS 16
 #define RPAL_RCV_MAGIC      0x56434c41504c5052ull  /* "RPLPALCV" */
@@ -69,6 +69,10 @@ struct rpal_host_prog {
 	/* Its librpal's statistics page (struct rpal_stat_hdr), 0 without one:
 	 * callers copy its call counters there now and then. */
 	_Atomic uintptr_t stat;
+	/* The code Syscall User Dispatch lets through on its threads: its libc's, so
+	 * that its own signal handlers' system calls during a call run as usual; 0
+	 * len: the launcher's (struct rpal_host). */
+	uintptr_t sud_start, sud_len;
 	char name[64];                /* its path, or "..." and the path's end (hosted_host_add) */
 };
 
@@ -84,7 +88,7 @@ struct rpal_host {
 	uint32_t sud;                 /* Syscall User Dispatch works; SIGSYS handler installed */
 	uint32_t pku;                 /* PKRU exists (OSPKE): a call keeps the sender's */
 	uint32_t getfd;               /* pidfd_getfd works: a sender can kick another program's receiver */
-	uintptr_t sud_start, sud_len; /* code SUD always lets through (the launcher's) */
+	uintptr_t sud_start, sud_len; /* code SUD lets through where a program has none of its own */
 	/* The abstract Unix datagram socket (name without its leading NUL) where
 	 * the launcher hands a receiver's kick eventfd to a program that may not
 	 * take it itself; "" when it has none. */

@@ -134,8 +134,8 @@ hosted_ctx_jump_wrfs:
         RESTORE_FRAME
         .size   hosted_ctx_jump_wrfs, .-hosted_ctx_jump_wrfs
 
-/* The code range that Syscall User Dispatch always lets through on sender threads: the resume
- * through a signal frame (the host block publishes the range, src/call.c arms it). */
+/* The code range that Syscall User Dispatch lets through on the sender threads of a program whose
+ * libc has no range of its own (the host block publishes the ranges, src/call.c arms them). */
         .section .text.hosted_sud_allowed,"ax",@progbits
         .globl  hosted_sud_allowed_start
         .hidden hosted_sud_allowed_start

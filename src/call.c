@@ -484,8 +484,12 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 	s->owner_fs = fs;
 	s->selector = SUD_ALLOW;
 	s->magic = RPAL_SENDER_MAGIC;
-	if (host->sud && prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, host->sud_start,
-			       host->sud_len, &s->selector) == 0)
+	/* Our libc's system calls are never the receiver's: a signal handler
+	 * of ours that the kernel runs during a call makes them as usual. */
+	const struct rpal_host_prog *me = &host->progs[host_prog];
+	uintptr_t start = me->sud_len ? me->sud_start : host->sud_start;
+	uintptr_t len = me->sud_len ? me->sud_len : host->sud_len;
+	if (host->sud && prctl(PR_SET_SYSCALL_USER_DISPATCH, PR_SYS_DISPATCH_ON, start, len, &s->selector) == 0)
 		s->sud = 1;
 	rpal_wrgsbase((uintptr_t)s);
 	return s;

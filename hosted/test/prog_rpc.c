@@ -24,6 +24,8 @@
  *                                        runs on top of the server's code, must find our pid, write
  *                                        our pipe and see its own mask; the server's getpid() after
  *                                        it, the server's pid; SIGUSR1 not left blocked after
+ *   prog_rpc sigfill SERVICE N           the same with the handler's sa_mask full (sigfillset):
+ *                                        SIGSYS is blocked while it runs
  *   prog_rpc sigexit SERVICE             one such call whose handler calls _exit(42): we end
  *   prog_rpc sigfault SERVICE            one such call whose handler writes to address 3 or so:
  *                                        we die of SIGSEGV, the server is not blamed
@@ -760,7 +762,12 @@ static int signals(const char *service, long n, int exit) {
     }
     fcntl(sig_pipe[0], F_SETFL, O_NONBLOCK);
     uint64_t per_ms = tsc_per_ms();
-    signal(SIGUSR1, on_usr1);
+    /* sigfill: every signal blocked while the handler runs (sigfillset), SIGSYS among them. */
+    struct sigaction sa = { .sa_handler = on_usr1, .sa_flags = SA_RESTART };
+    if (exit == 3) sigfillset(&sa.sa_mask);
+    else sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
+    if (exit == 3) exit = 0;
     sig_exit = exit;
     timer_t tm;
     if (thread_timer(&tm, "signals") < 0) return 1;
@@ -992,8 +999,9 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "signals")) return signals(argv[2], atol(argv[3]), 0);
     if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
     if (argc >= 3 && !strcmp(argv[1], "sigfault")) return signals(argv[2], 1, 2);
+    if (argc >= 4 && !strcmp(argv[1], "sigfill")) return signals(argv[2], atol(argv[3]), 3);
     if (argc >= 4 && !strcmp(argv[1], "sigstorm")) return sigstorm(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigfill|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

@@ -7,6 +7,8 @@
 #     thread SIGUSR1 20 ms in: the handler's getpid() is the client's, its write(2) lands in the
 #     client's pipe, pthread_sigmask() in it sees SIGUSR1 blocked, SIGUSR1 is not left blocked
 #     after the call, and the server's getpid() after the handler is the server's.
+#  1b. prog_rpc sigfill: the same with the handler installed with a full sa_mask (sigfillset), so
+#     SIGSYS is blocked while it runs: its system calls through its libc are made as usual.
 #  2. prog_rpc sigexit: the handler calls _exit(42) in the call: the client ends with status 42,
 #     and the server's receiver it ran is lost with it (as after kill -9 of the client).
 #  3. prog_rpc sigvec: 8 calls that keep values in the server's vector and other registers while
@@ -27,17 +29,20 @@ RPAL=$1 PROG=$2
 svc=callsig-$$
 
 signals_ok() {
-	local what=$1 rc=$2 out=$3
+	local what=$1 rc=$2 out=$3 mask=${4:-}
 	echo "$out" | sed 's/^/  | /'
 	if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^signals: 5 calls, the handler ran inside [1-5] of them; 0 went wrong$"; then
-		ok "$what: the handler's getpid, write and signal mask were the client's, inside the call; the server's syscalls after it were the server's"
+		ok "$what: the handler's getpid, write and signal mask were the client's, inside the call$mask; the server's syscalls after it were the server's"
 	else
-		bad "$what: rc $rc"
+		bad "$what${mask:+ (}${mask# }${mask:+)}: rc $rc"
 	fi
 }
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-1" ::: "$PROG" signals "$svc-1" 5 2>&1)
 signals_ok "rpal run" $? "$out"
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-m" ::: "$PROG" sigfill "$svc-m" 5 2>&1)
+signals_ok "rpal run" $? "$out" " with every signal (SIGSYS too) blocked in the handler"
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-2" ::: "$PROG" sigexit "$svc-2" 2>&1)
 echo "$out" | sed 's/^/  | /'
@@ -85,6 +90,12 @@ out=$(timeout 60 "$RPAL" join "$svc" "$PROG" signals "$svc-h" 5 2>&1)
 rc=$?
 wait $jpid
 signals_ok "rpal host + rpal join" $rc "$out"
+"$RPAL" join "$svc" "$PROG" server "$svc-hm" >"$tmp/server-m.out" 2>&1 &
+jpid=$!
+out=$(timeout 60 "$RPAL" join "$svc" "$PROG" sigfill "$svc-hm" 5 2>&1)
+rc=$?
+wait $jpid
+signals_ok "rpal host + rpal join" $rc "$out" " with every signal (SIGSYS too) blocked in the handler"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
 exit $fail
