@@ -93,7 +93,7 @@ static struct {
     _Atomic int n;
 } prog_code[RPAL_HOST_MAX_PROGS];
 
-void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p) {
+void hosted_host_set_code(struct rpal_host *h, int prog, hosted_prog *p) {
     if (prog < 0 || prog >= RPAL_HOST_MAX_PROGS) return;
     atomic_store(&prog_code[prog].n, 0);
     atomic_store(&prog_code[prog].n, hosted_code_ranges(p, prog_code[prog].lo, prog_code[prog].hi, CODE_RANGES));
@@ -197,7 +197,8 @@ static void on_sigsys(int sig, siginfo_t *si, void *ucv) {
     ucontext_t *uc = ucv;
     /* A call being entered or left: the selector says BLOCK from just before the switch to the
      * receiver until just after the switch back, while the fs base is still, or again, the
-     * sender's own.  A signal handler of the sender that runs there traps too. */
+     * sender's own.  A system call that a signal handler of the sender makes there outside its
+     * libc traps too. */
     if (!s && e && e->owner_fs == fs && si->si_code == SYS_USER_DISPATCH &&
         senders_code(e, (uintptr_t)uc->uc_mcontext.gregs[REG_RIP] - 2)) {
         /* Not ours to chain: the old disposition's own system calls would trap again, without

@@ -69,10 +69,12 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
  * namespace (not the dynamic linker or the vDSO, which all namespaces share), at most max of
  * them, in lo[] and hi[] (hi exclusive): the count. */
 int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max);
-/* The code range of the namespace's libc, in *lo and *hi (hi exclusive): 1, or 0 where its signal
- * return was not found in it (a libc other than glibc's), and the program's threads then keep the
- * launcher's range for Syscall User Dispatch. */
-int hosted_libc_code(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi);
+/* The code range of the namespace's libc, in *lo and *hi (hi exclusive), for the launcher to
+ * publish as the one Syscall User Dispatch lets through on the program's threads: 1, and the
+ * program's process will return from the launcher's SIGSYS handler through that libc; or 0 where
+ * its signal return was not found (a libc other than glibc's), and the program's threads keep the
+ * launcher's range. */
+int hosted_libc_code(hosted_prog *p, uintptr_t *lo, uintptr_t *hi);
 
 /* Start the program as a process of its own that shares this address space (its own PID,
  * descriptor table, signal dispositions, cwd, umask and rlimits, copied from ours when it starts;
@@ -202,7 +204,7 @@ int hosted_host_add(struct rpal_host *h, const char *name);
  * its threads makes into another program is its own (a signal handler's), not the receiver's.
  * Also sets the code that Syscall User Dispatch lets through on its threads: its libc's
  * (hosted_libc_code), where found. */
-void hosted_host_set_code(struct rpal_host *h, int prog, const hosted_prog *p);
+void hosted_host_set_code(struct rpal_host *h, int prog, hosted_prog *p);
 /* Give back the index that the last hosted_host_add returned, for a program that never started:
  * 0, or -1 when it is not the last one or its libraries' code already registered in it. */
 int hosted_host_unadd(struct rpal_host *h, int prog);

@@ -114,8 +114,10 @@ struct hosted_prog {
     struct ksigaction setxid; /* the namespace's libc's SIGSETXID action, or handler 0 */
     void *leader_stack;
     /* The code of the namespace's libc, and in it "mov $15, %rax; syscall" (its signal return):
-     * 0 when not found (find_libc_sigreturn). */
+     * 0 when not found (find_libc_sigreturn).  The process returns through it only once the
+     * range is published for the program's threads (hosted_libc_code). */
     uintptr_t libc_lo, libc_hi, libc_sigreturn;
+    _Atomic int libc_published;
 };
 
 /* Programs live as long as the process: their namespace keeps pointers into them (argv, environ,
@@ -979,32 +981,47 @@ static const char *lib_using_exe_tls(const struct link_map *exe, const char *nam
 }
 
 /*
- * The code of the namespace's libc (the range that holds its exit), and in it the instructions of
- * its signal return (__restore_rt, which it does not export): the program's process returns from
- * the launcher's SIGSYS handler through them, so that Syscall User Dispatch, which lets that libc
- * through on the program's threads, lets the return through during a call (host.c).
+ * The code of the namespace's libc (libc.so.6: its one executable segment), and in it the
+ * instructions of its signal return (__restore_rt, which it does not export): the program's
+ * process returns from the launcher's SIGSYS handler through them, so that Syscall User Dispatch,
+ * which lets that libc through on the program's threads, lets the return through during a call
+ * (host.c).  Any match of the bytes is those two instructions, wherever it lies.
  */
 static void find_libc_sigreturn(hosted_prog *p) {
     static const unsigned char sigreturn[] = { 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05 };
-    uintptr_t lo[64], hi[64], exit_at = (uintptr_t)p->ns_exit;
-    int n = hosted_code_ranges(p, lo, hi, 64);
+    const struct link_map *m = p->exe_map;
 
     p->libc_lo = p->libc_hi = p->libc_sigreturn = 0;
-    for (int k = 0; k < n; k++) {
-        if (exit_at < lo[k] || exit_at >= hi[k]) continue;
-        const unsigned char *at = memmem((const void *)lo[k], hi[k] - lo[k], sigreturn, sizeof sigreturn);
+    while (m && m->l_prev) m = m->l_prev;
+    for (; m; m = m->l_next) {
+        const char *base = m->l_name ? strrchr(m->l_name, '/') : NULL;
+        base = base ? base + 1 : m->l_name;
+        if (!base || strcmp(base, "libc.so.6") != 0 || !m->l_addr) continue;
+        const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m->l_addr;
+        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) return;
+        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(m->l_addr + eh->e_phoff);
+        uintptr_t lo = 0, hi = 0;
+        for (int k = 0; k < eh->e_phnum; k++) {
+            if (ph[k].p_type != PT_LOAD || !(ph[k].p_flags & PF_X)) continue;
+            if (lo) return; /* two: no one range holds its code */
+            lo = m->l_addr + ph[k].p_vaddr;
+            hi = lo + ph[k].p_memsz;
+        }
+        const unsigned char *at = lo ? memmem((const void *)lo, hi - lo, sigreturn, sizeof sigreturn) : NULL;
         if (!at) return;
-        p->libc_lo = lo[k];
-        p->libc_hi = hi[k];
+        p->libc_lo = lo;
+        p->libc_hi = hi;
         p->libc_sigreturn = (uintptr_t)at;
         return;
     }
 }
 
-int hosted_libc_code(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi) {
+int hosted_libc_code(hosted_prog *p, uintptr_t *lo, uintptr_t *hi) {
     *lo = p->libc_lo;
     *hi = p->libc_hi;
-    return p->libc_sigreturn != 0;
+    if (!p->libc_sigreturn) return 0;
+    atomic_store(&p->libc_published, 1);
+    return 1;
 }
 
 int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max) {
@@ -1265,7 +1282,7 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
     }
     if (sp && !rc && sp->pid_out) atomic_store(sp->pid_out, (int)raw1(SYS_getpid, 0));
     if (!rc) reset_handlers(sp);
-    if (!rc && p->libc_sigreturn) {
+    if (!rc && atomic_load(&p->libc_published)) {
         /* The launcher's SIGSYS action returns through its own code, which Syscall User Dispatch
          * lets through on no thread of ours: through our libc's instead (find_libc_sigreturn). */
         struct ksigaction ka;

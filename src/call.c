@@ -497,8 +497,9 @@ static struct rpal_host_sender *sender_get(struct rpal_host_sender *s, uintptr_t
 
 /*
  * For a signal handler of librpal that is about to make system calls
- * (safety.c): inside an RPAL call Syscall User Dispatch would hand each of
- * them to the receiver's own thread, and leave this thread with the
+ * (safety.c): inside an RPAL call Syscall User Dispatch hands those it does
+ * not let through (all of them, where this program's libc is not its range,
+ * sender_get) to the receiver's own thread, and leaves this thread with the
  * handler's signal mask.  Let them through for the rest of the call, as the
  * launcher's handlers do.  Async-signal-safe: no TLS, no system call.
  */

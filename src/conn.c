@@ -172,7 +172,10 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	c->last_rung_rx = c->last_rung_tx = UINT64_MAX;
 	lock_init(&c->out_lock);
 	c->peer_pid = uc->pid;
-	c->local = host_active() && c->peer->local;
+	/* Calls only into another program: a receiver of our own would run
+	 * its system calls natively on the caller's thread, where our libc is
+	 * let through (call.c, sender_get), as its caller's. */
+	c->local = host_active() && c->peer->local && h->slot != rpal_g.slot;
 	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;

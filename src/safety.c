@@ -87,8 +87,9 @@ static void fault_handler(int sig, siginfo_t *si, void *ucv)
 	ucontext_t *uc = ucv;
 	int saved_errno = errno;
 
-	/* Before any system call: inside an RPAL call (hosted mode) each
-	 * would be handed to the receiver's own thread (local.h). */
+	/* Before any system call: inside an RPAL call (hosted mode) one that
+	 * Syscall User Dispatch does not let through would be handed to the
+	 * receiver's own thread (local.h). */
 	call_signal_allow_syscalls();
 	if (w && sig_fault_is_synchronous(sig, si)) {
 		w->signo = sig;

@@ -19,6 +19,9 @@
  *                                        of the server is refused now, then N GETTID round trips: each
  *                                        hands a syscall off to the server's thread, which sleeps
  *                                        until we kick it; one that takes 10 s ends us (status 3)
+ *   prog_rpc selfcall SERVICE N          a server thread and N GETTID round trips from another
+ *                                        thread of ours: the handler's gettid() is the server
+ *                                        thread's every time
  *   prog_rpc signals SERVICE N           N calls that each spin 100 ms on our thread while a timer
  *                                        sends this thread SIGUSR1: the handler, which the kernel
  *                                        runs on top of the server's code, must find our pid, write
@@ -707,6 +710,46 @@ static int dropper(const char *service, long n) {
     return 0;
 }
 
+/* ------------------------------------------------------------ selfcall */
+
+static const char *self_service;
+static void *self_server(void *arg) {
+    (void)arg;
+    return (void *)(intptr_t)server(self_service, 0);
+}
+
+/* A server thread and a client thread of one program: the client's messages never run the
+ * server's receiver on the client's thread, whose system calls would be the client thread's. */
+static int selfcall(const char *service, long n) {
+    pthread_t t;
+    struct req q = { .op = OP_GETTID };
+    struct rep r;
+    long on_client = 0;
+    self_service = service;
+    if (pthread_create(&t, NULL, self_server, NULL) != 0) return 1;
+    int fd = connect_retry(service);
+    if (fd < 0) {
+        fprintf(stderr, "selfcall: connect %s: %s\n", service, rpal_strerror(fd));
+        return 1;
+    }
+    pid_t me = (pid_t)syscall(SYS_gettid);
+    for (long i = 0; i < n; i++) {
+        q.seq = (uint32_t)i;
+        if (roundtrip(fd, &q, &r) || r.op != OP_GETTID || r.seq != q.seq) {
+            fprintf(stderr, "selfcall: round trip %ld failed\n", i);
+            return 1;
+        }
+        on_client += r.a == me || r.a != r.b;
+    }
+    q.op = OP_QUIT;
+    if (roundtrip(fd, &q, &r)) return 1;
+    rpal_close(fd);
+    void *rc;
+    pthread_join(t, &rc);
+    printf("selfcall: %ld round trips, gettid() in the handler was not the server thread's in %ld\n", n, on_client);
+    return on_client || rc;
+}
+
 /* ------------------------------------------------------------ signals */
 
 static int sig_pipe[2];
@@ -1000,8 +1043,9 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "sigexit")) return signals(argv[2], 1, 1);
     if (argc >= 3 && !strcmp(argv[1], "sigfault")) return signals(argv[2], 1, 2);
     if (argc >= 4 && !strcmp(argv[1], "sigfill")) return signals(argv[2], atol(argv[3]), 3);
+    if (argc >= 4 && !strcmp(argv[1], "selfcall")) return selfcall(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "sigstorm")) return sigstorm(argv[2], atol(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|signals|sigfill|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|selfcall|signals|sigfill|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
     return 2;
 }

@@ -20,7 +20,9 @@
 #     and the sender's thread has an alternate signal stack); a SIGSEGV sent with kill() passes on as
 #     if the launcher had installed no handler: it ends the process, or, where SIGSEGV was ignored
 #     when `rpal run` started, it is ignored and the launcher's handler stays;
-#  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted.
+#  3. the unchanged connected-mode examples (echo_server, echo_client) run hosted;
+#  4. a program whose client thread talks to its own server thread: the handler runs on the server
+#     thread every time (no call into a receiver of one's own program).
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 EX=$3
@@ -202,4 +204,13 @@ sed 's/^/  | /' "$log"
 grep -q "echo_client: 1000 messages echoed" "$log" && grep -q "echo_client exited with status 0" "$log" &&
 	ok "examples/echo_server + echo_client, unchanged, under rpal run" || bad "examples under rpal run"
 rm -f "$log"
+
+out=$(timeout 60 "$RPAL" run "$PROG" selfcall "$svc-4" 20000 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+if [ $rc -eq 0 ] && echo "$out" | grep -q "^selfcall: 20000 round trips, gettid() in the handler was not the server thread's in 0$"; then
+	ok "a program's client thread and its own server thread: every handler ran on the server thread"
+else
+	bad "selfcall: rc $rc"
+fi
 exit $fail
