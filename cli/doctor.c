@@ -12,6 +12,7 @@
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
+#include <dlfcn.h>
 #include <errno.h>
 #include <gnu/libc-version.h>
 #include <linux/futex.h>
@@ -335,6 +336,18 @@ int cmd_doctor(int argc, char **argv)
 	ok = hosted_getfd_works();
 	line(ok, "pidfd_getfd (Linux 5.6)", ok ? "a child's descriptor taken" : "refused (seccomp or LSM?)",
 	     "hosted mode: a sender wakes a receiver of another program; without it, no RPAL calls");
+
+	{
+		Dl_info libc;
+		uintptr_t lo, hi;
+
+		ok = dladdr((void *)write, &libc) && libc.dli_fbase &&
+		     hosted_find_sigreturn((uintptr_t)libc.dli_fbase, &lo, &hi);
+		line(ok, "libc's signal return", ok ? "found in its code" : "not found",
+		     "hosted mode: a program's signal handler run in an RPAL call makes its system calls "
+		     "through libc as usual; without it the launcher runs them, and a handler that "
+		     "blocks SIGSYS ends its program");
+	}
 
 	snprintf(detail, sizeof(detail), "glibc %s: %d namespaces (DL_NNS)", gnu_get_libc_version(), HOSTED_NNS);
 	line(1, "linker namespaces", detail,

@@ -69,6 +69,11 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
  * namespace (not the dynamic linker or the vDSO, which all namespaces share), at most max of
  * them, in lo[] and hi[] (hi exclusive): the count. */
 int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int max);
+/* In the object whose ELF header is mapped at base: its one executable segment in *lo and *hi (hi
+ * exclusive), and the address returned, of glibc's signal return in it ("mov $15, %rax; syscall",
+ * __restore_rt, which libc does not export; any match of those bytes is those instructions).
+ * 0, and *lo = *hi = 0, where it has none, or several executable segments. */
+uintptr_t hosted_find_sigreturn(uintptr_t base, uintptr_t *lo, uintptr_t *hi);
 /* The code range of the namespace's libc, in *lo and *hi (hi exclusive), for the launcher to
  * publish as the one Syscall User Dispatch lets through on the program's threads: 1, and the
  * program's process will return from the launcher's SIGSYS handler through that libc; or 0 where

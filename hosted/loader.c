@@ -980,15 +980,31 @@ static const char *lib_using_exe_tls(const struct link_map *exe, const char *nam
     return NULL;
 }
 
+uintptr_t hosted_find_sigreturn(uintptr_t base, uintptr_t *lo, uintptr_t *hi) {
+    static const unsigned char sigreturn[] = { 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05 };
+    const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)base;
+
+    *lo = *hi = 0;
+    if (!base || memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) return 0;
+    const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(base + eh->e_phoff);
+    for (int k = 0; k < eh->e_phnum; k++) {
+        if (ph[k].p_type != PT_LOAD || !(ph[k].p_flags & PF_X)) continue;
+        if (*lo) return *lo = *hi = 0; /* two: no one range holds its code */
+        *lo = base + ph[k].p_vaddr;
+        *hi = *lo + ph[k].p_memsz;
+    }
+    const unsigned char *at = *lo ? memmem((const void *)*lo, *hi - *lo, sigreturn, sizeof sigreturn) : NULL;
+    if (!at) *lo = *hi = 0;
+    return (uintptr_t)at;
+}
+
 /*
- * The code of the namespace's libc (libc.so.6: its one executable segment), and in it the
- * instructions of its signal return (__restore_rt, which it does not export): the program's
- * process returns from the launcher's SIGSYS handler through them, so that Syscall User Dispatch,
- * which lets that libc through on the program's threads, lets the return through during a call
- * (host.c).  Any match of the bytes is those two instructions, wherever it lies.
+ * The code of the namespace's libc (libc.so.6), and in it the instructions of its signal return:
+ * the program's process returns from the launcher's SIGSYS handler through them, so that Syscall
+ * User Dispatch, which lets that libc through on the program's threads, lets the return through
+ * during a call (host.c).
  */
 static void find_libc_sigreturn(hosted_prog *p) {
-    static const unsigned char sigreturn[] = { 0x48, 0xc7, 0xc0, 0x0f, 0, 0, 0, 0x0f, 0x05 };
     const struct link_map *m = p->exe_map;
 
     p->libc_lo = p->libc_hi = p->libc_sigreturn = 0;
@@ -996,23 +1012,10 @@ static void find_libc_sigreturn(hosted_prog *p) {
     for (; m; m = m->l_next) {
         const char *base = m->l_name ? strrchr(m->l_name, '/') : NULL;
         base = base ? base + 1 : m->l_name;
-        if (!base || strcmp(base, "libc.so.6") != 0 || !m->l_addr) continue;
-        const ElfW(Ehdr) *eh = (const ElfW(Ehdr) *)m->l_addr;
-        if (memcmp(eh->e_ident, ELFMAG, SELFMAG) != 0 || eh->e_phentsize != sizeof(ElfW(Phdr))) return;
-        const ElfW(Phdr) *ph = (const ElfW(Phdr) *)(m->l_addr + eh->e_phoff);
-        uintptr_t lo = 0, hi = 0;
-        for (int k = 0; k < eh->e_phnum; k++) {
-            if (ph[k].p_type != PT_LOAD || !(ph[k].p_flags & PF_X)) continue;
-            if (lo) return; /* two: no one range holds its code */
-            lo = m->l_addr + ph[k].p_vaddr;
-            hi = lo + ph[k].p_memsz;
+        if (base && !strcmp(base, "libc.so.6")) {
+            p->libc_sigreturn = hosted_find_sigreturn(m->l_addr, &p->libc_lo, &p->libc_hi);
+            return;
         }
-        const unsigned char *at = lo ? memmem((const void *)lo, hi - lo, sigreturn, sizeof sigreturn) : NULL;
-        if (!at) return;
-        p->libc_lo = lo;
-        p->libc_hi = hi;
-        p->libc_sigreturn = (uintptr_t)at;
-        return;
     }
 }
 

@@ -27,10 +27,10 @@ done
 if [ "$BUILD" = connected-only ]; then
 	echo "$out" | grep -Eq "^-- +hosted mode +not in this build" ||
 		{ echo "FAIL: no line saying hosted mode is not in this build"; fail=1; }
-	echo "$out" | grep -Eq "FSGSBASE|Syscall User Dispatch" &&
+	echo "$out" | grep -Eq "FSGSBASE|Syscall User Dispatch|libc's signal return" &&
 		{ echo "FAIL: hosted mode's probes in a build without it"; fail=1; }
 else
-	for what in "FSGSBASE" "Syscall User Dispatch" "pidfd_getfd"; do
+	for what in "FSGSBASE" "Syscall User Dispatch" "pidfd_getfd" "libc's signal return"; do
 		echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
 	done
 fi
