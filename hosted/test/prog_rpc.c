@@ -39,9 +39,10 @@
  *                                        must find them intact; every other call on an alternate
  *                                        signal stack, and every other pair with SIGUSR2's handler
  *                                        run on top of SIGUSR1's (exit 77 without AVX)
- *   prog_rpc sigstorm SERVICE N          N echo calls while a timer sends this thread SIGUSR1
+ *   prog_rpc sigstorm SERVICE N [fill]   N echo calls while a timer sends this thread SIGUSR1
  *                                        every 37 us, whose handler calls getpid(): we must live
- *                                        through all of them, and it must find our pid
+ *                                        through all of them, and it must find our pid; with
+ *                                        fill, every signal is blocked while the handler runs
  *
  * The server answers on the connection the request came on.  Probes: GETTID (the handler's
  * gettid() and the server main thread's tid), BLOCK (the handler blocks in read() on a pipe whose
@@ -1003,14 +1004,17 @@ static void on_storm(int sig) {
 /* n short echo calls while a timer sends this thread SIGUSR1 every 37 us, whose handler makes a
  * system call: some land where the call is entered or left, with the call's system calls already
  * or still blocked but our own fs base. */
-static int sigstorm(const char *service, long n) {
+static int sigstorm(const char *service, long n, int fill) {
     struct req q = { .op = OP_ECHO };
     struct rep r;
     int fd = connect_retry(service);
     if (fd < 0) return 1;
     storm_pid = getpid();
     q.sum = checksum(q.data, sizeof q.data);
-    signal(SIGUSR1, on_storm);
+    struct sigaction sa = { .sa_handler = on_storm, .sa_flags = SA_RESTART };
+    if (fill) sigfillset(&sa.sa_mask);
+    else sigemptyset(&sa.sa_mask);
+    sigaction(SIGUSR1, &sa, NULL);
     timer_t tm;
     struct itimerspec every = { .it_interval = { 0, 37000 }, .it_value = { 0, 37000 } }, off = { 0 };
     if (thread_timer(&tm, "sigstorm") < 0) return 1;
@@ -1044,8 +1048,9 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "sigfault")) return signals(argv[2], 1, 2);
     if (argc >= 4 && !strcmp(argv[1], "sigfill")) return signals(argv[2], atol(argv[3]), 3);
     if (argc >= 4 && !strcmp(argv[1], "selfcall")) return selfcall(argv[2], atol(argv[3]));
-    if (argc >= 4 && !strcmp(argv[1], "sigstorm")) return sigstorm(argv[2], atol(argv[3]));
+    if (argc >= 4 && !strcmp(argv[1], "sigstorm"))
+        return sigstorm(argv[2], atol(argv[3]), argc >= 5 && !strcmp(argv[4], "fill"));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));
-    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|selfcall|signals|sigfill|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N]\n");
+    fprintf(stderr, "usage: prog_rpc server|client|crasher|dropper|selfcall|signals|sigfill|sigexit|sigfault|sigvec|sigstorm SERVICE [THREADS N | overflow | spin | N [fill]]\n");
     return 2;
 }

@@ -17,7 +17,8 @@
 #     server's registers come back intact, errno is set, both handlers' system calls are ours.
 #  4. prog_rpc sigstorm: 300000 echo calls under a 37 us timer whose handler calls getpid(): some
 #     handlers run where the call is entered or left (the call's system calls blocked, the
-#     client's own fs base); the client must live through them.
+#     client's own fs base); the client must live through them.  Again with every signal blocked
+#     in the handler (sigfillset).
 #  5. prog_rpc sigfault: the handler writes to address 3 or so in the call: the client dies of
 #     SIGSEGV, reported as a fault in its own handler; the server is not said to have faulted.
 # Under rpal run and under rpal host + rpal join.  Prints what it checks; exits 0 pass, 1 fail,
@@ -71,6 +72,15 @@ if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, 
 	ok "rpal run: the client lived through a handler's system calls at every point of 300000 calls"
 else
 	bad "rpal run: sigstorm: rc $rc"
+fi
+
+out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-5" ::: "$PROG" sigstorm "$svc-5" 300000 fill 2>&1)
+rc=$?
+echo "$out" | sed 's/^/  | /'
+if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, the handler ran [1-9][0-9]* times, 0 of them with another pid$"; then
+	ok "rpal run: the same with every signal (SIGSYS too) blocked in the handler"
+else
+	bad "rpal run: sigstorm fill: rc $rc"
 fi
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-f" ::: "$PROG" sigfault "$svc-f" 2>&1)
