@@ -65,23 +65,20 @@ else
 	bad "rpal run: sigvec: rc $rc"
 fi
 
-out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-4" ::: "$PROG" sigstorm "$svc-4" 300000 2>&1)
-rc=$?
-echo "$out" | sed 's/^/  | /'
-if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, the handler ran [1-9][0-9]* times, 0 of them with another pid$"; then
-	ok "rpal run: the client lived through a handler's system calls at every point of 300000 calls"
-else
-	bad "rpal run: sigstorm: rc $rc"
-fi
-
-out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-5" ::: "$PROG" sigstorm "$svc-5" 300000 fill 2>&1)
-rc=$?
-echo "$out" | sed 's/^/  | /'
-if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, the handler ran [1-9][0-9]* times, 0 of them with another pid$"; then
-	ok "rpal run: the same with every signal (SIGSYS too) blocked in the handler"
-else
-	bad "rpal run: sigstorm fill: rc $rc"
-fi
+# storm SERVICE [fill] WHAT: 300000 calls under the timer, every handler's getpid() ours.
+storm() {
+	local out rc
+	out=$(timeout 60 "$RPAL" run "$PROG" server "$1" ::: "$PROG" sigstorm "$1" 300000 $2 2>&1)
+	rc=$?
+	echo "$out" | sed 's/^/  | /'
+	if [ "$rc" -eq 0 ] && echo "$out" | grep -q "^sigstorm: 300000 of 300000 calls, the handler ran [1-9][0-9]* times, 0 of them with another pid$"; then
+		ok "rpal run: $3"
+	else
+		bad "rpal run: sigstorm $2: rc $rc"
+	fi
+}
+storm "$svc-4" "" "the client lived through a handler's system calls at every point of 300000 calls"
+storm "$svc-5" fill "the same with every signal (SIGSYS too) blocked in the handler"
 
 out=$(timeout 60 "$RPAL" run "$PROG" server "$svc-f" ::: "$PROG" sigfault "$svc-f" 2>&1)
 echo "$out" | sed 's/^/  | /'
