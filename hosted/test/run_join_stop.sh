@@ -43,12 +43,15 @@ int main(int argc, char **argv) {
     char tmp[4096];
     snprintf(tmp, sizeof(tmp), "%s.tmp", argv[1]);
     for (int i = 1; i <= 100; i++) {
+        /* One look at the flag for both the file and the stop: a SIGTSTP caught between two
+         * looks would stop us with the file saying it was not. */
+        int caught = tstp;
         /* Renamed into place: a reader never finds the file empty. */
         FILE *f = fopen(tmp, "w");
-        fprintf(f, "%d %s\n", i, tstp ? "caught" : "-");
+        fprintf(f, "%d %s\n", i, caught ? "caught" : "-");
         fclose(f);
         rename(tmp, argv[1]);
-        if (tstp == 1) {
+        if (caught == 1) {
             tstp = 2;
             raise(SIGSTOP);
         }
