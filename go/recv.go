@@ -49,6 +49,9 @@ func (c *Conn) peek(out *slotCopy) (bool, error) {
 	copy(out.data[:], unsafe.Slice((*byte)(unsafe.Add(s, sData)), InlineMax))
 	loadFence()
 	if nonce := atomic.LoadUint64(c.u64(c.pb, bNonce)); nonce != c.pnonce {
+		if nonce == 0 {
+			return false, c.fail("connection block freed under us", nonce)
+		}
 		return false, c.fail("connection block reused under us", nonce)
 	}
 	switch out.flags {

@@ -275,6 +275,24 @@ bool host_active(void)
 	return host != NULL;
 }
 
+/* The program of our host whose process is pid and whose arena is at slot,
+ * or -1. */
+int host_prog_of(pid_t pid, unsigned slot)
+{
+	unsigned i = host ? host->nprogs : 0;
+
+	/* Newest first: an ended program keeps its entry, slot included, and
+	 * both its slot and (once reaped) its pid may be a later program's. */
+	if (i > RPAL_HOST_MAX_PROGS)
+		i = RPAL_HOST_MAX_PROGS;
+	while (i-- > 0) {
+		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) != pid)
+			continue;
+		return atomic_load(&host->progs[i].slot) == (int32_t)slot ? (int)i : -1;
+	}
+	return -1;
+}
+
 /*
  * A peer is another program of our host when its pid is a program's and
  * the slot its hello names is that program's.  A program that called
@@ -287,34 +305,17 @@ bool host_active(void)
  */
 bool pid_shares_our_memory(pid_t pid, unsigned slot)
 {
-	unsigned i;
-
 	if (pid == getpid())
 		return true;
-	for (i = 0; host && i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++) {
-		if (atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) != pid)
-			continue;
-		if (atomic_load(&host->progs[i].slot) != (int32_t)slot)
-			return false;
-		return syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0;
-	}
-	return false;
+	if (host_prog_of(pid, slot) < 0)
+		return false;
+	return syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0;
 }
 
 void host_slot_claimed(unsigned slot)
 {
 	if (host)
 		atomic_store(&host->progs[host_prog].slot, (int32_t)slot);
-}
-
-int host_prog_of_slot(unsigned slot)
-{
-	unsigned i;
-
-	for (i = 0; host && i < host->nprogs; i++)
-		if (atomic_load(&host->progs[i].slot) == (int32_t)slot)
-			return (int)i;
-	return -1;
 }
 
 bool host_prog_failed(int prog)

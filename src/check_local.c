@@ -13,7 +13,7 @@ bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot; return pid ==
 void host_forget_child(void) {}
 void host_slot_claimed(unsigned slot) { (void)slot; }
 void host_stat_attach(void) {}
-int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }
+int host_prog_of(pid_t pid, unsigned slot) { (void)pid; (void)slot; return -1; }
 bool host_prog_failed(int prog) { (void)prog; return false; }
 int call_begin(struct rpal_conn *c, bool may_call, struct call_step *k) { (void)c; (void)may_call; (void)k; return 0; }
 int call_end(struct call_step *k) { (void)k; return 1; }

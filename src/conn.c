@@ -176,7 +176,7 @@ static int conn_create(int sock, struct rpal_block *me, int bell, int ring, cons
 	 * its system calls natively on the caller's thread, where our libc is
 	 * let through (call.c, sender_get), as its caller's. */
 	c->local = host_active() && c->peer->local && h->slot != rpal_g.slot;
-	c->peer_prog = c->local ? host_prog_of_slot(h->slot) : -1;
+	c->peer_prog = c->local ? host_prog_of(uc->pid, h->slot) : -1;
 	c->peer_uid = uc->uid;
 	c->peer_gid = uc->gid;
 	spin_init(&c->rx_spin, rpal_g.cfg.spin_us, rpal_g.cfg.wait_policy);

@@ -37,7 +37,7 @@ bool pid_shares_our_memory(pid_t pid, unsigned slot); /* ourselves, or the progr
 void host_forget_child(void);                   /* a forked child is not */
 void host_slot_claimed(unsigned slot);
 void host_stat_attach(void);                    /* our statistics page takes our call counters */
-int host_prog_of_slot(unsigned slot);           /* the program owning slot, or -1 */
+int host_prog_of(pid_t pid, unsigned slot);    /* the program of process pid at slot, or -1 */
 bool host_prog_failed(int prog);
 
 /*
@@ -90,7 +90,7 @@ static inline bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot;
 static inline void host_forget_child(void) {}
 static inline void host_slot_claimed(unsigned slot) { (void)slot; }
 static inline void host_stat_attach(void) {}
-static inline int host_prog_of_slot(unsigned slot) { (void)slot; return -1; }
+static inline int host_prog_of(pid_t pid, unsigned slot) { (void)pid; (void)slot; return -1; }
 static inline bool host_prog_failed(int prog) { (void)prog; return false; }
 static inline int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (void)may_call; return 0; }
 static inline struct rpal_host_rcv *call_rcv_create(int top) { (void)top; return NULL; }

@@ -184,7 +184,8 @@ RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 	atomic_thread_fence(memory_order_acquire);
 	uint64_t nonce = __atomic_load_n(&c->pb->nonce, __ATOMIC_RELAXED);
 	if (unlikely(nonce != c->pnonce))
-		return violation(c, "connection block reused under us", nonce);
+		return violation(c, nonce ? "connection block reused under us" :
+				 "connection block freed under us", nonce);
 	if (out->flags == RPAL_SLOT_INLINE) {
 		if (out->len > sizeof(out->data))
 			return violation(c, "inline length too large", out->len);

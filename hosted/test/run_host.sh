@@ -5,7 +5,8 @@
 #     `rpal ps --json` shows the server with its own pid (Tgid in /proc), the host as parent, the
 #     host's memory map, and calls_in > 0 (the messages were RPAL calls), which `rpal stat` reads
 #     from the server's statistics page too; kill -9 of the server
-#     leaves the host up, its joiner exits 137, and a new server and client take its name and work.
+#     leaves the host up, its joiner exits 137, and a new server and client take its name and work,
+#     also where they land on the slots of the ended pair (RPAL_NR_SLOTS=2).
 #  2. A joined program gets the joiner's cwd, environment, umask, rlimits and ignored signals, and
 #     descriptors 0, 1, 2 only: not the host's, not another program's; its own SIGTERM handler runs
 #     when its joiner is sent SIGTERM, and when `rpal run` is; exit statuses (exit() deep in main,
@@ -91,6 +92,29 @@ out=$(timeout 30 "$RPAL" join h "$EX/echo_client" h 2>&1)
 rc=$?
 [ $rc -eq 0 ] && [ "$(calls_in h 2)" -gt 0 ] && ok "a new server took the name; a new client's messages were RPAL calls" ||
 	bad "new pair after kill: rc $rc, $out"
+
+# The same with two slots only: the new pair lands on the slots of the ended pair, whose
+# entries the host keeps (a killed server, an exited client); each side must take its peer
+# for the live program, not for the ended one at its slot.
+(
+	export RPAL_NR_SLOTS=2 RPAL_RUNTIME_DIR=$tmp/two-slots
+	mkdir -p "$RPAL_RUNTIME_DIR"
+	start_host h2 || exit 1
+	"$RPAL" join h2 "$EX/echo_server" h2 >/dev/null 2>&1 &
+	sleep 0.3
+	timeout 30 "$RPAL" join h2 "$EX/echo_client" h2 >/dev/null 2>&1 || { bad "two slots: first client"; exit 1; }
+	kill -9 "$(pid_of h2 0)"
+	"$RPAL" join h2 "$EX/echo_server" h2 >/dev/null 2>&1 &
+	sleep 0.3
+	out=$(timeout 30 "$RPAL" join h2 "$EX/echo_client" h2 2>&1)
+	rc=$?
+	[ $rc -eq 0 ] && [ "$(calls_in h2 2)" -gt 0 ] &&
+		ok "two slots: a new pair on the slots of a killed server and an exited client talks by RPAL calls" ||
+		bad "two slots: new pair after kill: rc $rc, $out"
+	kill -TERM $hpid
+	wait $hpid
+	exit $fail
+) || fail=1
 
 # ---- 2. what a joined program gets
 odd="$tmp/$(printf 'a\nb\tc')"
