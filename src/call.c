@@ -596,11 +596,17 @@ static int call_failed(struct call_step *k)
 		return rpal_fail(ECONNRESET, "the receiving program (%s) faulted with signal %d in an RPAL call; "
 				 "it is marked failed", prog->name, sig);
 	}
-	/* It made a syscall: its own thread resumes it from the frame. */
+	/* It made a syscall: its own thread resumes it from the frame, unless
+	 * its process ended meanwhile (no thread is left to run it). */
 	r->trapped = 0;
 	st = load_relaxed(&r->state);
-	while (!atomic_compare_exchange_weak(&r->state, &st, RCV_HANDOFF | (st & RCV_PENDING)))
-		;
+	do {
+		if ((st & RCV_MASK) == RCV_DEAD) {
+			conn_mark_dead(k->c, false);
+			return rpal_fail(ECONNRESET, "the receiving program (%s) ended during an RPAL call",
+					 prog->name);
+		}
+	} while (!atomic_compare_exchange_weak(&r->state, &st, RCV_HANDOFF | (st & RCV_PENDING)));
 	atomic_fetch_add_explicit(&prog->handoffs, 1, memory_order_relaxed);
 	kick(r);
 	return 1;

@@ -388,9 +388,11 @@ int conn_poll_peer(struct rpal_conn *c)
 		 * call we may be running in).  The watcher thread saw its
 		 * hang-up or death, or the launcher marked its program ended
 		 * or failed. */
-		if (!load_acquire(&c->local_gone) && !host_prog_failed(c->peer_prog))
+		bool ended = host_prog_failed(c->peer_prog);
+
+		if (!load_acquire(&c->local_gone) && !ended)
 			return 0;
-		conn_mark_dead(c, false);
+		conn_mark_dead(c, ended);
 		return 1;
 	}
 	gone = conn_hung_up(c);

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -113,6 +114,42 @@ static void unmap_peer_arena(unsigned slot, uintptr_t base, size_t size)
 {
 	reserve_again(base, size);
 	mapped_lock(slot, F_UNLCK);
+}
+
+/* Take the read lock on a peer slot's mapped byte.  A conflicting write
+ * lock is held for one mmap() at most (a claim's probe, peer_unmap()'s
+ * last mapper), so it is worth a few tries. */
+static int mapped_lock_read(unsigned slot)
+{
+	int i;
+
+	for (i = 0; i < 64; i++) {
+		if (mapped_lock(slot, F_RDLCK) == 0)
+			return 0;
+		if (errno != EAGAIN && errno != EACCES)
+			break;
+		sched_yield();
+	}
+	return -1;
+}
+
+/*
+ * We no longer read p's arena.  In a host the address space and its
+ * mappings are shared by every program: another program's arena is its
+ * owner's mapping, and an outside peer's is one mapping, which stays
+ * while any other holder of its mapped byte (another program of the host,
+ * or an outside process) may read it.  Only the last mapper we can tell
+ * of puts the reservation back, under the write lock, so that no program
+ * maps it anew meanwhile; one that finds other holders leaves it mapped
+ * until a newcomer's claim of the slot and its next mapper replace it.
+ */
+static void peer_unmap(unsigned slot, uintptr_t base, size_t size, bool local)
+{
+	if (local || (host_active() && mapped_lock(slot, F_WRLCK) < 0)) {
+		mapped_lock(slot, F_UNLCK);
+		return;
+	}
+	unmap_peer_arena(slot, base, size);
 }
 
 /*
@@ -343,6 +380,25 @@ int region_setup(void)
 	return ret;
 }
 
+/*
+ * In a host, what the shared address space holds at an outside peer's
+ * slot: 0 nothing readable (the reservation), 1 the arena the hello names
+ * (another program of the host maps it), -1 another arena, which may be
+ * mapped over only where nobody else holds the slot's mapped byte.  Read
+ * with process_vm_readv(), which fails instead of faulting on the
+ * reservation; where it cannot read at all, 0.
+ */
+static int hosted_slot_holds(uintptr_t base, const struct rpal_hello *h)
+{
+	struct rpal_arena_hdr ah;
+	struct iovec to = { &ah, sizeof(ah) }, from = { (void *)base, sizeof(ah) };
+
+	if (process_vm_readv(getpid(), &to, 1, &from, 1, 0) != (ssize_t)sizeof(ah))
+		return 0;
+	return ah.magic == RPAL_ARENA_MAGIC && ah.slot == h->slot && ah.arena_size == h->arena_size &&
+	       ah.base == base && ah.nonce == h->arena_nonce ? 1 : -1;
+}
+
 static int peer_pages_setup(struct rpal_peer *p, int memfd);
 static void peer_pages_teardown(struct rpal_peer *p);
 
@@ -356,8 +412,8 @@ void region_teardown(void)
 		struct rpal_peer *p = rpal_g.peers;
 		rpal_g.peers = p->next;
 		/* Hosted: the region outlives us; give back what we mapped. */
-		if (hosted && !p->local)
-			unmap_peer_arena(p->slot, p->base, p->size);
+		if (hosted)
+			peer_unmap(p->slot, p->base, p->size, p->local);
 		peer_pages_teardown(p);
 		free(p);
 	}
@@ -421,14 +477,25 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 				 "of departed pid %d", (int)pid, h->slot, (int)p->pid);
 	}
 
+	/* Held while we read the arena, so that no newcomer claims its slot
+	 * and maps over it, even where the owner's mapping is the one we read
+	 * (its process may end before we stop). */
+	if (mapped_lock_read(h->slot) < 0)
+		return rpal_fail(EADDRINUSE, "slot %u of peer pid %d is being claimed anew", h->slot, (int)pid);
 	local = pid_shares_our_memory(pid, h->slot);
 	if (local) {
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
-		if (mapped_lock(h->slot, F_RDLCK) < 0)
-			return rpal_fail(EADDRINUSE, "slot %u of peer pid %d is being claimed anew", h->slot, (int)pid);
-		m = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
+		int there = host_active() ? hosted_slot_holds(base, h) : 0;
+
+		if (there < 0 && mapped_lock(h->slot, F_WRLCK) < 0) {
+			mapped_lock(h->slot, F_UNLCK);
+			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where programs of this host "
+					 "read another arena", (int)pid, h->slot);
+		}
+		m = there > 0 ? (void *)base :
+			mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
 		if (m == MAP_FAILED) {
 			int e = errno;
 			char note[96];
@@ -441,19 +508,19 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 			mapped_lock(h->slot, F_UNLCK);
 			return rpal_fail(e, "cannot map peer arena of slot %u%s", h->slot, note);
 		}
+		if (there < 0)
+			mapped_lock(h->slot, F_RDLCK);  /* back from the write lock */
 		madvise(m, h->arena_size, MADV_DONTFORK);
 	}
 	ah = m;
 	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
 	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
-		if (!local)
-			unmap_peer_arena(h->slot, base, h->arena_size);
+		peer_unmap(h->slot, base, h->arena_size, local);
 		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	}
 	p = calloc(1, sizeof(*p));
 	if (!p) {
-		if (!local)
-			unmap_peer_arena(h->slot, base, h->arena_size);
+		peer_unmap(h->slot, base, h->arena_size, local);
 		return rpal_fail(ENOMEM, "out of memory");
 	}
 	p->slot = h->slot;
@@ -472,7 +539,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 			ret = mpk_peer_attach(p);
 		if (ret) {
 			peer_pages_teardown(p);
-			unmap_peer_arena(h->slot, base, h->arena_size);
+			peer_unmap(h->slot, base, h->arena_size, local);
 			free(p);
 			return ret;
 		}
@@ -496,8 +563,7 @@ void peer_put(struct rpal_peer *p)
 			break;
 		}
 	}
-	if (!p->local)
-		unmap_peer_arena(p->slot, p->base, p->size);
+	peer_unmap(p->slot, p->base, p->size, p->local);
 	mpk_peer_detach(p);
 	peer_pages_teardown(p);
 	free(p);

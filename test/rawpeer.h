@@ -23,7 +23,7 @@ enum raw_fault {
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
 	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB,
-	RAW_NO_FUTURE_WRITE, RAW_NR
+	RAW_NO_FUTURE_WRITE, RAW_SLOT_MOVED, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -39,6 +39,7 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"claims twice its arena, block past it",
 	"a hugetlb memfd as its arena",
 	"arena memfd without the future-write seal",
+	"claims another slot, its block moved there",
 };
 
 /* Publish one raw slot into the ring of our side of c, as a broken or
@@ -190,7 +191,8 @@ static bool send_all(int s, unsigned n, const void *const *msg, const size_t *le
 }
 
 /*
- * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT.
+ * Send a hello with one fault; server_slot is needed for RAW_OUR_SLOT and
+ * RAW_SLOT_MOVED (the slot claimed).
  * Returns the socket; the caller reads the answer.
  */
 static inline int raw_hello(const char *service, enum raw_fault f, unsigned server_slot)
@@ -275,6 +277,10 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 	case RAW_BAD_REGION: h.slot_size *= 2; break;
 	case RAW_BLOCK_OUTSIDE: h.block = h.region_base + h.slot * h.slot_size + h.arena_size - 64; break;
 	case RAW_OUR_SLOT: h.slot = server_slot; break;
+	case RAW_SLOT_MOVED:            /* passes the checks of the hello alone */
+		h.block += ((uint64_t)server_slot - h.slot) * h.slot_size;
+		h.slot = server_slot;
+		break;
 	case RAW_SIZE_MIX:              /* our own incarnation, a larger arena */
 		extra = memfd_create("twice", MFD_CLOEXEC | MFD_ALLOW_SEALING);
 		t_check(ftruncate(extra, (off_t)h.arena_size * 2) == 0, "ftruncate");

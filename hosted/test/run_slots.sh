@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# run_slots.sh RPAL PROG_SLOTS ECHO_SERVER RAW_SLOT - in a host, every program maps the one address space:
+# an arena stays in place for as long as a program reads it, whoever else comes or goes.
+#  1. Two slots.  A program sends another a zero-copy buffer and two messages, then is killed
+#     (kill -9); a newcomer's claim of a slot is refused (the dead program's slot is still read),
+#     the survivor's buffer and queued messages arrive whole; once it is done, a newcomer gets
+#     the slot.
+#  2. An echo server outside the host and three programs of the host talking to it: one closes
+#     its connection, one exits; the third's next echo (a buffer in the server's arena, read
+#     through the one mapping of it) arrives whole.
+#  3. A client outside the host whose hello names that echo server's slot, sent to a program of
+#     the host, is refused (EADDRINUSE): its arena is not mapped over the one a program reads,
+#     whose next echo arrives whole.
+# Prints what it checks; exits 0 pass, 1 fail, 77 skip.
+set -u
+RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
+. "$(dirname "$0")/hostlib.sh"
+. "$(dirname "$0")/calls_here.sh"
+
+# wait_line FILE TEXT: wait (up to 10 s) for TEXT in FILE.
+wait_line() { for _ in $(seq 1000); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
+
+# ---- 1. a killed program's arena while another still reads it
+(
+	export RPAL_NR_SLOTS=2 RPAL_RUNTIME_DIR=$tmp/rt1
+	mkdir -p "$RPAL_RUNTIME_DIR"
+	start_host s1
+	"$RPAL" join s1 "$PROG" source src >"$tmp/src.out" 2>&1 &
+	wait_line "$tmp/src.out" "source: listening" || { bad "source: $(cat "$tmp/src.out")"; exit 1; }
+	"$RPAL" join s1 "$PROG" hold src "$tmp/go1" >"$tmp/hold.out" 2>&1 &
+	hj=$!
+	wait_line "$tmp/hold.out" "hold: holding" && wait_line "$tmp/src.out" "source: sent" ||
+		{ bad "setup: $(cat "$tmp/src.out" "$tmp/hold.out")"; exit 1; }
+	kill -9 "$(sed -n 's/^source: listening, pid //p' "$tmp/src.out")"
+	out=$("$RPAL" join s1 "$PROG" claim new 2>&1)
+	rc=$?
+	[ $rc -eq 1 ] && echo "$out" | grep -q "slots .* are taken (1 of them still mapped" &&
+		ok "a newcomer is refused the killed program's slot while it is read: $out" ||
+		bad "the newcomer: rc $rc, $out"
+	touch "$tmp/go1"
+	wait $hj
+	rc=$?
+	sed 's/^/  | /' "$tmp/hold.out"
+	[ $rc -eq 0 ] && ok "the survivor's held buffer and queued messages arrived whole" ||
+		bad "the survivor: rc $rc"
+	out=$("$RPAL" join s1 "$PROG" claim new 2>&1)
+	[ $? -eq 0 ] && ok "once the survivor is done, a newcomer gets a slot: $out" || bad "the late newcomer: $out"
+	kill -TERM $hpid
+	wait $hpid
+	exit $fail
+) || fail=1
+
+# ---- 2. one mapping of an outside peer's arena, for three programs
+"$ECHO" echo-out >"$tmp/echo.out" 2>&1 &
+epid=$!
+start_host s2
+"$RPAL" join s2 "$PROG" echo echo-out "$tmp/go2" >"$tmp/d.out" 2>&1 &
+dj=$!
+"$RPAL" join s2 "$PROG" echo echo-out "$tmp/go2" close >"$tmp/c.out" 2>&1 &
+cj=$!
+wait_line "$tmp/d.out" "echo: ready" && wait_line "$tmp/c.out" "echo: closed" ||
+	bad "setup: $(cat "$tmp/d.out" "$tmp/c.out" "$tmp/echo.out")"
+out=$("$RPAL" join s2 "$(dirname "$ECHO")/echo_client" echo-out 2>&1) ||
+	bad "a third program that exits: $out"
+touch "$tmp/go2"
+wait $cj
+wait $dj
+rc=$?
+sed 's/^/  | /' "$tmp/d.out"
+[ $rc -eq 0 ] && grep -q "second echo whole" "$tmp/d.out" &&
+	ok "after another program closed and a third exited, the echo through the shared mapping is whole" ||
+	bad "the program that stayed: rc $rc"
+
+# ---- 3. a hello that names the slot of an outside peer that a program reads
+"$RPAL" join s2 "$PROG" echo echo-out "$tmp/go3" >"$tmp/d3.out" 2>&1 &
+dj=$!
+"$RPAL" join s2 "$ECHO" echo-in >"$tmp/in.out" 2>&1 &
+wait_line "$tmp/d3.out" "echo: ready" && wait_line "$tmp/in.out" "serving" ||
+	bad "setup: $(cat "$tmp/d3.out" "$tmp/in.out")"
+xslot=$("$RPAL" stat --json | grep "\"pid\": $epid," | grep -o '"slot": [0-9]*' | sed 's/.*: //')
+out=$("$RAW" echo-in "${xslot:-0}" 2>&1)
+echo "$out" | grep -q "^refused: 98 .*names slot $xslot, where programs of this host read another arena" &&
+	ok "a hello naming the slot of the outside server ($xslot) is refused: $out" ||
+	bad "a hello naming slot ${xslot:-none}: $out"
+touch "$tmp/go3"
+wait $dj
+rc=$?
+[ $rc -eq 0 ] && grep -q "second echo whole" "$tmp/d3.out" &&
+	ok "the program reading that server's arena goes on: its next echo is whole" ||
+	bad "the program reading the server's arena: rc $rc, $(cat "$tmp/d3.out")"
+kill -TERM $hpid
+wait $hpid
+exit $fail
