@@ -689,7 +689,9 @@ static int dropper(const char *service, long n) {
     fflush(stdout);
     if (got >= 0) close(got);
     if (pidfd >= 0) close(pidfd);
-    uint64_t h0 = rpal_hosted_stat(st, 4) > 0 ? st[0].handoffs : 0, c0 = st[0].calls;
+    /* The server's entry: the other one (under rpal host, either may have joined first). */
+    int nst = rpal_hosted_stat(st, 4), k = nst > 0 && st[0].self ? 1 : 0;
+    uint64_t h0 = nst > k ? st[k].handoffs : 0, c0 = nst > k ? st[k].calls : 0;
     signal(SIGALRM, stalled);
     long t0 = now_ms();
     for (long i = 0; i < n; i++) {
@@ -703,7 +705,7 @@ static int dropper(const char *service, long n) {
     alarm(0);
     rpal_hosted_stat(st, 4);
     printf("dropper: %ld round trips in %ld ms, %llu calls, %llu hand-offs, dumpable %d\n", n, now_ms() - t0,
-           (unsigned long long)(st[0].calls - c0), (unsigned long long)(st[0].handoffs - h0),
+           (unsigned long long)(st[k].calls - c0), (unsigned long long)(st[k].handoffs - h0),
            prctl(PR_GET_DUMPABLE));
     q.op = OP_QUIT;
     if (roundtrip(fd, &q, &r)) return 1;
