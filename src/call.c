@@ -312,6 +312,18 @@ bool pid_shares_our_memory(pid_t pid, unsigned slot)
 	return syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0;
 }
 
+bool host_slot_held(unsigned slot, pid_t except)
+{
+	unsigned i;
+
+	for (i = 0; host && i < host->nprogs && i < RPAL_HOST_MAX_PROGS; i++)
+		if (atomic_load(&host->progs[i].slot) == (int32_t)slot &&
+		    atomic_load_explicit(&host->progs[i].pid, memory_order_relaxed) != except &&
+		    !atomic_load_explicit(&host->progs[i].ended, memory_order_relaxed))
+			return true;
+	return false;
+}
+
 void host_slot_claimed(unsigned slot)
 {
 	if (host)

@@ -12,6 +12,7 @@ bool host_active(void) { return false; }
 bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot; return pid == getpid(); }
 void host_forget_child(void) {}
 void host_slot_claimed(unsigned slot) { (void)slot; }
+bool host_slot_held(unsigned slot, pid_t except) { (void)slot; (void)except; return false; }
 void host_stat_attach(void) {}
 int host_prog_of(pid_t pid, unsigned slot) { (void)pid; (void)slot; return -1; }
 bool host_prog_failed(int prog) { (void)prog; return false; }

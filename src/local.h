@@ -36,6 +36,8 @@ bool pid_shares_our_memory(pid_t pid, unsigned slot); /* ourselves, or the progr
 							 * holds slot */
 void host_forget_child(void);                   /* a forked child is not */
 void host_slot_claimed(unsigned slot);
+bool host_slot_held(unsigned slot, pid_t except); /* a running program other than pid has
+						   * its arena at slot */
 void host_stat_attach(void);                    /* our statistics page takes our call counters */
 int host_prog_of(pid_t pid, unsigned slot);    /* the program of process pid at slot, or -1 */
 bool host_prog_failed(int prog);
@@ -89,6 +91,7 @@ static inline bool host_active(void) { return false; }
 static inline bool pid_shares_our_memory(pid_t pid, unsigned slot) { (void)slot; return pid == getpid(); }
 static inline void host_forget_child(void) {}
 static inline void host_slot_claimed(unsigned slot) { (void)slot; }
+static inline bool host_slot_held(unsigned slot, pid_t except) { (void)slot; (void)except; return false; }
 static inline void host_stat_attach(void) {}
 static inline int host_prog_of(pid_t pid, unsigned slot) { (void)pid; (void)slot; return -1; }
 static inline bool host_prog_failed(int prog) { (void)prog; return false; }

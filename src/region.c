@@ -489,6 +489,13 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	} else {
 		int there = host_active() ? hosted_slot_holds(base, h) : 0;
 
+		/* A running program's arena is its own, in use, never read
+		 * through our lock alone. */
+		if (host_slot_held(h->slot, pid)) {
+			mapped_lock(h->slot, F_UNLCK);
+			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where a program of this host "
+					 "has its arena", (int)pid, h->slot);
+		}
 		if (there < 0 && mapped_lock(h->slot, F_WRLCK) < 0) {
 			mapped_lock(h->slot, F_UNLCK);
 			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where programs of this host "

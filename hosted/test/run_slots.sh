@@ -11,6 +11,8 @@
 #  3. A client outside the host whose hello names that echo server's slot, sent to a program of
 #     the host, is refused (EADDRINUSE): its arena is not mapped over the one a program reads,
 #     whose next echo arrives whole.
+#  4. Such a hello naming the slot of a running program of the host that nobody reads is refused
+#     too: that program's own arena is not mapped over; it then serves a new reader whole.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
@@ -88,6 +90,20 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "second echo whole" "$tmp/d3.out" &&
 	ok "the program reading that server's arena goes on: its next echo is whole" ||
 	bad "the program reading the server's arena: rc $rc, $(cat "$tmp/d3.out")"
+
+# ---- 4. a hello that names the slot of a running program of the host
+"$RPAL" join s2 "$PROG" source src4 >"$tmp/src4.out" 2>&1 &
+wait_line "$tmp/src4.out" "source: listening" || bad "source: $(cat "$tmp/src4.out")"
+spid=$(sed -n 's/^source: listening, pid //p' "$tmp/src4.out")
+sslot=$("$RPAL" stat --json | grep "\"pid\": $spid," | grep -o '"slot": [0-9]*' | sed 's/.*: //')
+out=$("$RAW" echo-in "${sslot:-0}" 2>&1)
+echo "$out" | grep -q "^refused: 98 .*names slot $sslot, where a program of this host has its arena" &&
+	ok "a hello naming the slot of a running program ($sslot) is refused: $out" ||
+	bad "a hello naming slot ${sslot:-none} of a program: $out"
+touch "$tmp/go4"
+out=$("$RPAL" join s2 "$PROG" hold src4 "$tmp/go4" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && ok "that program then serves a new reader whole" || bad "after the hello: rc $rc, $out"
 kill -TERM $hpid
 wait $hpid
 exit $fail
