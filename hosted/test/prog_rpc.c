@@ -19,6 +19,9 @@
  *                                        of the server is refused now, then N GETTID round trips: each
  *                                        hands a syscall off to the server's thread, which sleeps
  *                                        until we kick it; one that takes 10 s ends us (status 3)
+ *   prog_rpc calleekill SERVICE          one call whose handler spins 2 s on our thread, then calls
+ *                                        getpid(): the script kills the server meanwhile; prints
+ *                                        what the send, the receive and a second send return
  *   prog_rpc selfcall SERVICE N          a server thread and N GETTID round trips from another
  *                                        thread of ours: the handler's gettid() is the server
  *                                        thread's every time
@@ -795,6 +798,27 @@ static int thread_timer(timer_t *tm, const char *who) {
     return -1;
 }
 
+/* One call whose handler spins 2 s on our thread, then makes a system call: the script kills
+ * the server meanwhile.  Prints what the send and, after it, the receive return. */
+static int calleekill(const char *service) {
+    struct req q = { .op = OP_SPINPID };
+    struct rep r;
+    int fd = connect_retry(service);
+    pid_t server = other_program();
+    if (fd < 0 || !server) {
+        fprintf(stderr, "calleekill: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+        return 1;
+    }
+    q.sum = 2000 * tsc_per_ms();
+    printf("calleekill: calling, server pid %d\n", (int)server);
+    fflush(stdout);
+    ssize_t sent = rpal_send(fd, &q, sizeof q, 0);
+    printf("calleekill: send %zd\n", sent);
+    if (sent >= 0) printf("calleekill: recv %zd\n", rpal_recv(fd, &r, sizeof r, 0));
+    printf("calleekill: send %zd after it\n", rpal_send(fd, &q, sizeof q, RPAL_NONBLOCK));
+    return 0;
+}
+
 /* n calls that each spin 100 ms on our thread, with SIGUSR1 sent to this thread 20 ms in; with
  * exit, the handler calls _exit(42) at the first. */
 static int signals(const char *service, long n, int exit) {
@@ -1050,6 +1074,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "sigfault")) return signals(argv[2], 1, 2);
     if (argc >= 4 && !strcmp(argv[1], "sigfill")) return signals(argv[2], atol(argv[3]), 3);
     if (argc >= 4 && !strcmp(argv[1], "selfcall")) return selfcall(argv[2], atol(argv[3]));
+    if (argc >= 3 && !strcmp(argv[1], "calleekill")) return calleekill(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "sigstorm"))
         return sigstorm(argv[2], atol(argv[3]), argc >= 5 && !strcmp(argv[4], "fill"));
     if (argc >= 4 && !strcmp(argv[1], "sigvec")) return sigvec(argv[2], atol(argv[3]));

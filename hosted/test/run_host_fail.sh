@@ -6,6 +6,8 @@
 #  2. kill -9 of a crasher whose thread spins in the server's handler: the crasher's joiner says it
 #     "ended inside an RPAL call: the receiver it was running is lost", the server's joiner that "a
 #     caller was killed while its thread ran this program's receiver"; the host names both.
+#  3. kill -9 of the server while its handler spins on a caller's thread, before the handler's
+#     system call: the call fails with ECONNRESET (-104), and so does the next send.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2
@@ -70,6 +72,25 @@ grep -q "^rpal host f2: $PROG (pid ${kpid:-none}) ended inside an RPAL call" "$t
 	grep -q "^rpal host f2: $PROG (pid ${spid:-none}) failed: a caller was killed" "$tmp/f2.err" &&
 	ok "the host's stderr names both" || bad "the host's stderr: $(cat "$tmp/f2.err")"
 
+kill -TERM $hpid
+wait $hpid
+
+# ---- 3. kill -9 of the callee inside a call, before its system call
+start_host f3
+serve 3
+timeout 60 "$RPAL" join f3 "$PROG" calleekill "$svc-3" >"$tmp/ck.out" 2>&1 &
+cj=$!
+for _ in $(seq 1000); do grep -q "calling, server pid" "$tmp/ck.out" && break; sleep 0.01; done
+spid=$(sed -n 's/.*calling, server pid \([0-9]*\).*/\1/p' "$tmp/ck.out")
+sleep 0.5
+[ -n "$spid" ] && kill -9 "$spid"
+wait $cj
+crc=$?
+wait $sj
+sed 's/^/  | /' "$tmp/ck.out"
+[ $crc -eq 0 ] && grep -qx "calleekill: send -104" "$tmp/ck.out" && grep -qx "calleekill: send -104 after it" "$tmp/ck.out" &&
+	ok "a call whose server was killed before its handler's system call fails with ECONNRESET, and so does the next send" ||
+	bad "the caller of a killed server: rc $crc"
 kill -TERM $hpid
 wait $hpid
 exit $fail
