@@ -121,6 +121,7 @@ func runHelper(role string) int {
 		if err == io.EOF {
 			return 0
 		}
+		fmt.Fprintln(os.Stderr, "helper: after the hang-up:", err)
 		return 3
 	}
 	fmt.Fprintln(os.Stderr, "unknown helper", role)

@@ -98,7 +98,7 @@ func TestHostilePeer(t *testing.T) {
 			}
 			c.Close()
 			if err := cmd.Wait(); err != nil {
-				t.Fatalf("helper did not see the hang-up as end of stream: %v", err)
+				t.Fatalf("helper did not see the hang-up as end of stream: %v: %s", err, cmd.Stderr)
 			}
 		})
 	}

@@ -16,7 +16,7 @@
 #include <sys/resource.h>
 #include <sys/random.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -145,6 +145,8 @@ static int mapped_lock_read(unsigned slot)
  */
 static void peer_unmap(unsigned slot, uintptr_t base, size_t size, bool local)
 {
+	if (local && host_active() && slot == rpal_g.slot)
+		return;         /* our own: its byte stays held (slot_claim) */
 	if (local || (host_active() && mapped_lock(slot, F_WRLCK) < 0)) {
 		mapped_lock(slot, F_UNLCK);
 		return;
@@ -175,11 +177,19 @@ static int slot_claim(void)
 	for (i = 0; i < n; i++) {
 		unsigned slot = (unsigned)(getpid() + i) % n;
 
+		/* In a host, also skip a running program's slot: one with
+		 * another runtime directory locks another file. */
+		if (host_slot_held(slot, getpid()))
+			continue;
 		if (lock_byte(fd, F_WRLCK, slot) == 0) {
 			if (lock_byte(fd, F_WRLCK, RPAL_SLOT_MAPPED_LOCK + slot) == 0) {
-				lock_byte(fd, F_UNLCK, RPAL_SLOT_MAPPED_LOCK + slot);
+				/* In a host we read our arena through the mapping
+				 * that the other programs share: hold its mapped
+				 * byte too, so that none maps over it. */
+				lock_byte(fd, host_active() ? F_RDLCK : F_UNLCK, RPAL_SLOT_MAPPED_LOCK + slot);
 				rpal_g.slot_lockfd = fd;
 				rpal_g.slot = slot;
+				host_slot_claimed(slot);
 				return 0;
 			}
 			lock_byte(fd, F_UNLCK, slot);
@@ -374,7 +384,6 @@ int region_setup(void)
 		rpal_g.region = 0;
 		return ret;
 	}
-	host_slot_claimed(rpal_g.slot);
 	stat_setup();
 	host_stat_attach();
 	return ret;
@@ -382,21 +391,35 @@ int region_setup(void)
 
 /*
  * In a host, what the shared address space holds at an outside peer's
- * slot: 0 nothing readable (the reservation), 1 the arena the hello names
- * (another program of the host maps it), -1 another arena, which may be
- * mapped over only where nobody else holds the slot's mapped byte.  Read
- * with process_vm_readv(), which fails instead of faulting on the
- * reservation; where it cannot read at all, 0.
+ * slot: 0 the reservation, 1 a mapping of the hello's memfd that covers
+ * its arena (another program of the host maps it), -1 anything else
+ * (another arena, or what /proc/self/maps cannot tell), which may be
+ * mapped over only where nobody else holds the slot's mapped byte.  The
+ * header there is the peer's to write, so the file is what decides.
  */
-static int hosted_slot_holds(uintptr_t base, const struct rpal_hello *h)
+static int hosted_slot_holds(uintptr_t base, const struct rpal_hello *h, int memfd)
 {
-	struct rpal_arena_hdr ah;
-	struct iovec to = { &ah, sizeof(ah) }, from = { (void *)base, sizeof(ah) };
+	unsigned long lo, hi, ino, maj, mnr;
+	struct stat st;
+	char line[512], perms[8];
+	int ret = -1;
+	FILE *f;
 
-	if (process_vm_readv(getpid(), &to, 1, &from, 1, 0) != (ssize_t)sizeof(ah))
-		return 0;
-	return ah.magic == RPAL_ARENA_MAGIC && ah.slot == h->slot && ah.arena_size == h->arena_size &&
-	       ah.base == base && ah.nonce == h->arena_nonce ? 1 : -1;
+	if (fstat(memfd, &st) < 0 || !(f = fopen("/proc/self/maps", "re")))
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "%lx-%lx %7s %*x %lx:%lx %lu", &lo, &hi, perms, &maj, &mnr, &ino) != 6 ||
+		    base < lo || base >= hi)
+			continue;
+		if (ino == 0 && !strcmp(perms, "---p"))
+			ret = 0;
+		else if (lo == base && hi - lo >= h->arena_size && ino == st.st_ino &&
+			 maj == major(st.st_dev) && mnr == minor(st.st_dev))
+			ret = 1;
+		break;
+	}
+	fclose(f);
+	return ret;
 }
 
 static int peer_pages_setup(struct rpal_peer *p, int memfd);
@@ -487,7 +510,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
-		int there = host_active() ? hosted_slot_holds(base, h) : 0;
+		int there = host_active() ? hosted_slot_holds(base, h, memfd) : 0;
 
 		/* A running program's arena is its own, in use, never read
 		 * through our lock alone. */

@@ -3,7 +3,11 @@
  *
  *   raw_slot SERVICE SLOT   connect to SERVICE with a hello that claims slot SLOT, its block at
  *                           the same offset there (its own arena sent along), and print the answer: "refused: ERRNO REASON" or
- *                           "welcomed"; exits 0 once answered */
+ *                           "welcomed"; exits 0 once answered
+ *   raw_slot SERVICE grow OTHER
+ *                           connect to OTHER as usual (its program maps our arena), then write
+ *                           twice our arena's size into our arena's header and send SERVICE a
+ *                           hello of that size, with a memfd that long; print the answer */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,7 +20,15 @@ int main(int argc, char **argv) {
         return 2;
     }
     t_check(rpal_init(NULL) == 0, "rpal_init");
-    int s = raw_hello(argv[1], RAW_SLOT_MOVED, (unsigned)strtoul(argv[2], NULL, 10));
+    int s;
+    if (argc >= 4 && !strcmp(argv[2], "grow")) {
+        int fd = rpal_connect(argv[3], NULL, 0);
+        t_check(fd >= 0, "connect %s: %s", argv[3], rpal_strerror(fd));
+        ((struct rpal_arena_hdr *)rpal_g.arena)->arena_size *= 2;
+        s = raw_hello(argv[1], RAW_SIZE_MIX, 0);
+    } else {
+        s = raw_hello(argv[1], RAW_SLOT_MOVED, (unsigned)strtoul(argv[2], NULL, 10));
+    }
     int err = raw_answer(s, why, sizeof why);
     if (err > 0)
         printf("refused: %d %s\n", err, why);

@@ -13,6 +13,11 @@
 #     whose next echo arrives whole.
 #  4. Such a hello naming the slot of a running program of the host that nobody reads is refused
 #     too: that program's own arena is not mapped over; it then serves a new reader whole.
+#  5. A client outside the host that one program maps, which then writes twice its size into its
+#     arena's header and sends another program a hello of that size (a memfd that long): refused
+#     (its arena there is another file), and both programs serve on.
+#  6. Three slots, and two programs of one host with runtime directories of their own (so two
+#     slot lock files): each takes a slot the other programs do not hold, and all serve.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
@@ -104,6 +109,38 @@ touch "$tmp/go4"
 out=$("$RPAL" join s2 "$PROG" hold src4 "$tmp/go4" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ok "that program then serves a new reader whole" || bad "after the hello: rc $rc, $out"
+
+# ---- 5. an outside arena mapped by one program, its header grown, in a hello to another
+"$RPAL" join s2 "$ECHO" echo-in5 >"$tmp/in5.out" 2>&1 &
+wait_line "$tmp/in5.out" "serving" || bad "setup: $(cat "$tmp/in5.out")"
+out=$("$RAW" echo-in5 grow echo-in 2>&1)
+echo "$out" | grep -q "^refused: 98 " && ok "a hello whose arena grew after another program mapped it is refused: $out" ||
+	bad "a hello with a grown arena: $out"
+for s in echo-in5 echo-in; do
+	out=$(timeout 30 "$RPAL" join s2 "$(dirname "$ECHO")/echo_client" $s 2>&1) &&
+		ok "$s serves on: $out" || bad "$s after the grown hello: $out"
+done
 kill -TERM $hpid
 wait $hpid
+
+# ---- 6. one host, two runtime directories
+(
+	export RPAL_NR_SLOTS=3 RPAL_RUNTIME_DIR=$tmp/rt6a
+	mkdir -p "$RPAL_RUNTIME_DIR" "$tmp/rt6b"
+	start_host s6
+	ln -s "$RPAL_RUNTIME_DIR/host-s6.sock" "$tmp/rt6b/host-s6.sock"
+	"$RPAL" join s6 "$ECHO" in-a >"$tmp/a6.out" 2>&1 &
+	wait_line "$tmp/a6.out" "serving" || { bad "setup: $(cat "$tmp/a6.out")"; exit 1; }
+	RPAL_RUNTIME_DIR=$tmp/rt6b "$RPAL" join s6 "$ECHO" in-b >"$tmp/b6.out" 2>&1 &
+	wait_line "$tmp/b6.out" "serving" || { bad "setup: $(cat "$tmp/b6.out")"; exit 1; }
+	slots=$( (RPAL_RUNTIME_DIR=$tmp/rt6a "$RPAL" stat --json; RPAL_RUNTIME_DIR=$tmp/rt6b "$RPAL" stat --json) |
+		grep -o '"slot": [0-9]*' | sed 's/.*: //' | sort -u | wc -l)
+	a=$(timeout 30 "$RPAL" join s6 "$(dirname "$ECHO")/echo_client" in-a 2>&1) &&
+		b=$(RPAL_RUNTIME_DIR=$tmp/rt6b timeout 30 "$RPAL" join s6 "$(dirname "$ECHO")/echo_client" in-b 2>&1) &&
+		[ "$slots" = 2 ] && ok "programs with runtime directories of their own hold two slots, and both serve" ||
+		bad "two runtime directories: $slots slot(s); $a; ${b:-}"
+	kill -TERM $hpid
+	wait $hpid
+	exit $fail
+) || fail=1
 exit $fail
