@@ -21,6 +21,14 @@ serve() {
 	sj=$!
 	for _ in $(seq 1000); do grep -q "server: ready" "$tmp/srv$1.out" && break; sleep 0.01; done
 }
+# kill_after FILE TEXT SECONDS: once FILE shows TEXT followed by a pid, kill -9 that pid SECONDS
+# later; the pid in $killed.
+kill_after() {
+	for _ in $(seq 1000); do grep -q "$2" "$1" && break; sleep 0.01; done
+	killed=$(sed -n "s/.*$2[^0-9]*\([0-9]*\).*/\1/p" "$1")
+	sleep "$3"
+	[ -n "$killed" ] && kill -9 "$killed"
+}
 # named_pid FILE: the pid that the first "(pid N)" in FILE names.
 named_pid() { sed -n 's/.*(pid \([0-9]*\)).*/\1/p' "$1" | head -1; }
 
@@ -51,10 +59,8 @@ start_host f2
 serve 2
 timeout 60 "$RPAL" join f2 "$PROG" crasher "$svc-2" spin >"$tmp/cr2.out" 2>&1 &
 cj=$!
-for _ in $(seq 1000); do grep -q "spinning in a call" "$tmp/cr2.out" && break; sleep 0.01; done
-kpid=$(sed -n 's/.*spinning in a call, pid \([0-9]*\).*/\1/p' "$tmp/cr2.out")
-sleep 0.2
-[ -n "$kpid" ] && kill -9 "$kpid"
+kill_after "$tmp/cr2.out" "spinning in a call" 0.2
+kpid=$killed
 wait $cj
 crc=$?
 wait $sj
@@ -80,10 +86,7 @@ start_host f3
 serve 3
 timeout 60 "$RPAL" join f3 "$PROG" calleekill "$svc-3" >"$tmp/ck.out" 2>&1 &
 cj=$!
-for _ in $(seq 1000); do grep -q "calling, server pid" "$tmp/ck.out" && break; sleep 0.01; done
-spid=$(sed -n 's/.*calling, server pid \([0-9]*\).*/\1/p' "$tmp/ck.out")
-sleep 0.5
-[ -n "$spid" ] && kill -9 "$spid"
+kill_after "$tmp/ck.out" "calling, server pid" 0.5
 wait $cj
 crc=$?
 wait $sj

@@ -26,6 +26,16 @@ RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
 
 # wait_line FILE TEXT: wait (up to 10 s) for TEXT in FILE.
 wait_line() { for _ in $(seq 1000); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.01; done; return 1; }
+# slot_of PID: the slot of process PID (rpal stat).
+slot_of() { "$RPAL" stat --json | grep "\"pid\": $1," | grep -o '"slot": [0-9]*' | sed 's/.*: //'; }
+# hello_names SLOT WHERE WHOSE: raw_slot's hello naming SLOT to echo-in must be refused (EADDRINUSE)
+# with "names slot SLOT, where WHERE".
+hello_names() {
+	local out
+	out=$("$RAW" echo-in "${1:-0}" 2>&1)
+	echo "$out" | grep -q "^refused: 98 .*names slot $1, where $2" &&
+		ok "a hello naming the slot of $3 ($1) is refused: $out" || bad "a hello naming slot ${1:-none} of $3: $out"
+}
 
 # ---- 1. a killed program's arena while another still reads it
 (
@@ -84,11 +94,7 @@ dj=$!
 "$RPAL" join s2 "$ECHO" echo-in >"$tmp/in.out" 2>&1 &
 wait_line "$tmp/d3.out" "echo: ready" && wait_line "$tmp/in.out" "serving" ||
 	bad "setup: $(cat "$tmp/d3.out" "$tmp/in.out")"
-xslot=$("$RPAL" stat --json | grep "\"pid\": $epid," | grep -o '"slot": [0-9]*' | sed 's/.*: //')
-out=$("$RAW" echo-in "${xslot:-0}" 2>&1)
-echo "$out" | grep -q "^refused: 98 .*names slot $xslot, where programs of this host read another arena" &&
-	ok "a hello naming the slot of the outside server ($xslot) is refused: $out" ||
-	bad "a hello naming slot ${xslot:-none}: $out"
+hello_names "$(slot_of $epid)" "programs of this host read another arena" "the outside server"
 touch "$tmp/go3"
 wait $dj
 rc=$?
@@ -100,11 +106,7 @@ rc=$?
 "$RPAL" join s2 "$PROG" source src4 >"$tmp/src4.out" 2>&1 &
 wait_line "$tmp/src4.out" "source: listening" || bad "source: $(cat "$tmp/src4.out")"
 spid=$(sed -n 's/^source: listening, pid //p' "$tmp/src4.out")
-sslot=$("$RPAL" stat --json | grep "\"pid\": $spid," | grep -o '"slot": [0-9]*' | sed 's/.*: //')
-out=$("$RAW" echo-in "${sslot:-0}" 2>&1)
-echo "$out" | grep -q "^refused: 98 .*names slot $sslot, where a program of this host has its arena" &&
-	ok "a hello naming the slot of a running program ($sslot) is refused: $out" ||
-	bad "a hello naming slot ${sslot:-none} of a program: $out"
+hello_names "$(slot_of $spid)" "a program of this host has its arena" "a running program"
 touch "$tmp/go4"
 out=$("$RPAL" join s2 "$PROG" hold src4 "$tmp/go4" 2>&1)
 rc=$?
