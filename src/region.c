@@ -510,7 +510,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
-		int there = host_active() ? hosted_slot_holds(base, h, memfd) : 0;
+		int there;
 
 		/* A running program's arena is its own, in use, never read
 		 * through our lock alone. */
@@ -519,6 +519,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where a program of this host "
 					 "has its arena", (int)pid, h->slot);
 		}
+		there = host_active() ? hosted_slot_holds(base, h, memfd) : 0;
 		if (there < 0 && mapped_lock(h->slot, F_WRLCK) < 0) {
 			mapped_lock(h->slot, F_UNLCK);
 			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where programs of this host "
