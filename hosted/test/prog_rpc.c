@@ -641,6 +641,18 @@ static pid_t other_program(void) {
     return 0;
 }
 
+/* Connect to service and find the server's pid in *server; on failure say so as who and return
+ * -1. */
+static int connect_server(const char *who, const char *service, pid_t *server) {
+    int fd = connect_retry(service);
+    *server = other_program();
+    if (fd < 0 || !*server) {
+        fprintf(stderr, "%s: connect %s: %s, server pid %d\n", who, service, rpal_strerror(fd), (int)*server);
+        return -1;
+    }
+    return fd;
+}
+
 static void *idle_thread(void *arg) {
     for (;;) pause();
     return arg;
@@ -650,12 +662,9 @@ static int dropper(const char *service, long n) {
     struct rpal_prog_stat st[4];
     struct req q = { .op = OP_GETTID };
     struct rep r;
-    int fd = connect_retry(service);
-    pid_t server = other_program();
-    if (fd < 0 || !server) {
-        fprintf(stderr, "dropper: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
-        return 1;
-    }
+    pid_t server;
+    int fd = connect_server("dropper", service, &server);
+    if (fd < 0) return 1;
     /* libc's calls, which change the ids of every thread of ours (a signal to each). */
     pthread_t idle;
     pthread_create(&idle, NULL, idle_thread, NULL);
@@ -803,12 +812,9 @@ static int thread_timer(timer_t *tm, const char *who) {
 static int calleekill(const char *service) {
     struct req q = { .op = OP_SPINPID };
     struct rep r;
-    int fd = connect_retry(service);
-    pid_t server = other_program();
-    if (fd < 0 || !server) {
-        fprintf(stderr, "calleekill: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
-        return 1;
-    }
+    pid_t server;
+    int fd = connect_server("calleekill", service, &server);
+    if (fd < 0) return 1;
     q.sum = 2000 * tsc_per_ms();
     printf("calleekill: calling, server pid %d\n", (int)server);
     fflush(stdout);
@@ -824,10 +830,11 @@ static int calleekill(const char *service) {
 static int signals(const char *service, long n, int exit) {
     struct req q = { .op = OP_SPINPID };
     struct rep r;
-    int fd = connect_retry(service);
-    pid_t server = other_program(), me = getpid();
-    if (fd < 0 || !server || pipe(sig_pipe) < 0) {
-        fprintf(stderr, "signals: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+    pid_t server, me = getpid();
+    int fd = connect_server("signals", service, &server);
+    if (fd < 0) return 1;
+    if (pipe(sig_pipe) < 0) {
+        perror("signals: pipe");
         return 1;
     }
     fcntl(sig_pipe[0], F_SETFL, O_NONBLOCK);
@@ -962,12 +969,13 @@ static int sigvec(const char *service, long n) {
         printf("sigvec: no AVX\n");
         return 77;
     }
-    int fd = connect_retry(service);
-    pid_t server = other_program();
+    pid_t server;
+    int fd = connect_server("sigvec", service, &server);
+    if (fd < 0) return 1;
     sv_pid = getpid();
     stack_t ss = { .ss_sp = sv_alt = malloc(SV_ALT_SIZE), .ss_size = SV_ALT_SIZE };
-    if (fd < 0 || !server || !sv_alt || sigaltstack(&ss, NULL) < 0) {
-        fprintf(stderr, "sigvec: connect %s: %s, server pid %d\n", service, rpal_strerror(fd), (int)server);
+    if (!sv_alt || sigaltstack(&ss, NULL) < 0) {
+        perror("sigvec: alternate signal stack");
         return 1;
     }
     uint64_t per_ms = tsc_per_ms();
