@@ -109,6 +109,34 @@ static int mapped_lock(unsigned slot, short type)
 	return lock_byte(rpal_g.slot_lockfd, type, RPAL_SLOT_MAPPED_LOCK + slot);
 }
 
+/*
+ * In a host, the right to decide what is mapped at a peer's slot of the
+ * address space the host's programs share, and to map it: two programs that
+ * both found the reservation there would otherwise both map, the second
+ * over the first's arena.  It is held for one read of /proc/self/maps and
+ * one mmap(), so a holder that keeps it for a second is not one of ours:
+ * the wait is bounded.  0, or -1 with errno (EBUSY: still held).
+ */
+static int map_guard_take(unsigned slot)
+{
+	int i;
+
+	for (i = 0; i < 1000; i++) {
+		if (lock_byte(rpal_g.slot_lockfd, F_WRLCK, RPAL_SLOT_MAP_GUARD + slot) == 0)
+			return 0;
+		if (errno != EAGAIN && errno != EACCES)
+			return -1;
+		usleep(1000);
+	}
+	errno = EBUSY;
+	return -1;
+}
+
+static void map_guard_give(unsigned slot)
+{
+	lock_byte(rpal_g.slot_lockfd, F_UNLCK, RPAL_SLOT_MAP_GUARD + slot);
+}
+
 /* Put the reservation back over a peer's arena, then let its slot go. */
 static void unmap_peer_arena(unsigned slot, uintptr_t base, size_t size)
 {
@@ -142,16 +170,31 @@ static int mapped_lock_read(unsigned slot)
  * of puts the reservation back, under the write lock, so that no program
  * maps it anew meanwhile; one that finds other holders leaves it mapped
  * until a newcomer's claim of the slot and its next mapper replace it.
+ * The slot's map guard makes programs that stop at once take turns, so
+ * the last of them finds the others gone.  peer_map() may hold the guard
+ * already: an OFD lock taken again by its holder is the same lock.
  */
 static void peer_unmap(unsigned slot, uintptr_t base, size_t size, bool local)
 {
+	bool guarded;
+
 	if (local && host_active() && slot == rpal_g.slot)
 		return;         /* our own: its byte stays held (slot_claim) */
-	if (local || (host_active() && mapped_lock(slot, F_WRLCK) < 0)) {
+	if (local) {
 		mapped_lock(slot, F_UNLCK);
 		return;
 	}
-	unmap_peer_arena(slot, base, size);
+	if (!host_active()) {
+		unmap_peer_arena(slot, base, size);
+		return;
+	}
+	guarded = map_guard_take(slot) == 0;
+	if (guarded && mapped_lock(slot, F_WRLCK) == 0)
+		unmap_peer_arena(slot, base, size);
+	else
+		mapped_lock(slot, F_UNLCK);
+	if (guarded)
+		map_guard_give(slot);
 }
 
 /*
@@ -422,6 +465,46 @@ static int hosted_slot_holds(uintptr_t base, const struct rpal_hello *h, int mem
 	return ret;
 }
 
+/*
+ * Map the arena of a peer that is not a program of this host at its slot,
+ * or, in a host, find the mapping of it that another program made.  The
+ * caller holds the slot's mapped byte (read) and, in a host, its guard.
+ * 0 and *out, or <0 after rpal_fail().
+ */
+static int outside_map(uintptr_t base, const struct rpal_hello *h, int memfd, pid_t pid, bool hosted, void **out)
+{
+	int there;
+
+	/* A running program's arena is its own, in use, never read through
+	 * our lock alone. */
+	if (host_slot_held(h->slot, pid))
+		return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where a program of this host "
+				 "has its arena", (int)pid, h->slot);
+	there = hosted ? hosted_slot_holds(base, h, memfd) : 0;
+	if (there > 0) {
+		*out = (void *)base;
+		return 0;
+	}
+	if (there < 0 && mapped_lock(h->slot, F_WRLCK) < 0)
+		return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where programs of this host "
+				 "read another arena", (int)pid, h->slot);
+	*out = mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
+	if (*out == MAP_FAILED) {
+		int e = errno;
+		char note[96];
+
+		map_count_note(e, note, sizeof(note));
+		/* The kernel may have dropped our reservation there already:
+		 * put it back, or the slot is a hole that any mapping of ours
+		 * could land in. */
+		reserve_again_how(base, h->arena_size, MAP_FIXED_NOREPLACE);
+		return rpal_fail(e, "cannot map peer arena of slot %u%s", h->slot, note);
+	}
+	if (there < 0)
+		mapped_lock(h->slot, F_RDLCK);  /* back from the write lock */
+	return 0;
+}
+
 static int peer_pages_setup(struct rpal_peer *p, int memfd);
 static void peer_pages_teardown(struct rpal_peer *p);
 
@@ -472,7 +555,7 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	struct rpal_peer *p, **pp;
 	uintptr_t base = slot_base(h->slot);
 	const struct rpal_arena_hdr *ah;
-	bool local;
+	bool local, guarded = false;
 	void *m;
 
 	for (pp = &rpal_g.peers; (p = *pp); pp = &p->next) {
@@ -510,45 +593,38 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 		/* Same address space (hosted mode): the owner's mapping is the one. */
 		m = (void *)base;
 	} else {
-		int there;
+		int ret;
 
-		/* A running program's arena is its own, in use, never read
-		 * through our lock alone. */
-		if (host_slot_held(h->slot, pid)) {
-			mapped_lock(h->slot, F_UNLCK);
-			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where a program of this host "
-					 "has its arena", (int)pid, h->slot);
-		}
-		there = host_active() ? hosted_slot_holds(base, h, memfd) : 0;
-		if (there < 0 && mapped_lock(h->slot, F_WRLCK) < 0) {
-			mapped_lock(h->slot, F_UNLCK);
-			return rpal_fail(EADDRINUSE, "peer pid %d names slot %u, where programs of this host "
-					 "read another arena", (int)pid, h->slot);
-		}
-		m = there > 0 ? (void *)base :
-			mmap((void *)base, h->arena_size, PROT_READ, MAP_SHARED | MAP_FIXED, memfd, 0);
-		if (m == MAP_FAILED) {
+		guarded = host_active();
+		if (guarded && map_guard_take(h->slot) < 0) {
 			int e = errno;
-			char note[96];
 
-			map_count_note(e, note, sizeof(note));
-			/* The kernel may have dropped our reservation there
-			 * already: put it back, or the slot is a hole that
-			 * any mapping of ours could land in. */
-			reserve_again_how(base, h->arena_size, MAP_FIXED_NOREPLACE);
 			mapped_lock(h->slot, F_UNLCK);
-			return rpal_fail(e, "cannot map peer arena of slot %u%s", h->slot, note);
+			if (e == EBUSY)
+				return rpal_fail(EADDRINUSE, "slot %u of peer pid %d: another program of this host "
+						 "has been mapping it for a second", h->slot, (int)pid);
+			return rpal_fail(e, "cannot lock the map guard of slot %u: %s", h->slot, strerror(e));
 		}
-		if (there < 0)
-			mapped_lock(h->slot, F_RDLCK);  /* back from the write lock */
+		ret = outside_map(base, h, memfd, pid, guarded, &m);
+		if (ret) {
+			if (guarded)
+				map_guard_give(h->slot);
+			mapped_lock(h->slot, F_UNLCK);
+			return ret;
+		}
 		madvise(m, h->arena_size, MADV_DONTFORK);
 	}
+	/* Checked under the guard: a program that waits for it then finds
+	 * the reservation again, not an arena about to be unmapped. */
 	ah = m;
-	if (ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
-	    ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size) {
-		peer_unmap(h->slot, base, h->arena_size, local);
+	bool bad = ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
+	      ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size;
+	if (bad) {
+		peer_unmap(h->slot, base, h->arena_size, local);    /* lets the guard go after */
 		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	}
+	if (guarded)
+		map_guard_give(h->slot);
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		peer_unmap(h->slot, base, h->arena_size, local);

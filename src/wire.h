@@ -28,8 +28,12 @@
 #define RPAL_PAGE           4096u
 /* slots.lock: byte i is slot i's owner (write lock); byte
  * RPAL_SLOT_MAPPED_LOCK + i is read-locked by every process that maps slot
- * i's arena, and a claimer of slot i must be able to write-lock it too. */
+ * i's arena, and a claimer of slot i must be able to write-lock it too.
+ * Byte RPAL_SLOT_MAP_GUARD + i is write-locked by a program of a host while
+ * it decides what to map at slot i of the address space they share, and
+ * maps it. */
 #define RPAL_SLOT_MAPPED_LOCK 4096u
+#define RPAL_SLOT_MAP_GUARD   8192u
 
 /* Offset 0 of every arena.  Written once at creation. */
 struct rpal_arena_hdr {

@@ -11,10 +11,12 @@
  *                                       arrive whole; exit 0 when all held, 1 otherwise
  *   prog_slots claim SERVICE            rpal_listen(SERVICE): claim a slot; print "claim: slot N"
  *                                       and exit 0, or the error and exit 1
- *   prog_slots echo SERVICE GO [close]  connect to an echo server and check one 4000-byte echo;
+ *   prog_slots echo SERVICE GO [close|closeat]
+ *                                       connect to an echo server and check one 4000-byte echo;
  *                                       print "echo: ready"; with close, rpal_close() and print
  *                                       "echo: closed"; once the file GO exists, check another
- *                                       echo (or, with close, just exit 0)
+ *                                       echo (with close, just exit 0; with closeat, rpal_close()
+ *                                       and print "echo: closed")
  * Prints what it does; exits 0 when what it checked held. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,7 +128,8 @@ static int echo_once(int fd, char c) {
     return differ(in, BIG, c) ? -1 : 0;
 }
 
-static int echo(const char *service, const char *go, int close_early) {
+static int echo(const char *service, const char *go, const char *how) {
+    int close_early = !strcmp(how, "close"), close_at_go = !strcmp(how, "closeat");
     int fd = connect_to(service);
     if (fd < 0 || echo_once(fd, 'x')) {
         fprintf(stderr, "echo: first echo failed\n");
@@ -140,6 +143,11 @@ static int echo(const char *service, const char *go, int close_early) {
     fflush(stdout);
     wait_for(go);
     if (close_early) return 0;
+    if (close_at_go) {
+        rpal_close(fd);
+        printf("echo: closed\n");
+        return 0;
+    }
     if (echo_once(fd, 'y')) {
         printf("echo: second echo failed\n");
         return 1;
@@ -152,7 +160,7 @@ int main(int argc, char **argv) {
     if (argc >= 3 && !strcmp(argv[1], "source")) return source(argv[2]);
     if (argc >= 4 && !strcmp(argv[1], "hold")) return hold(argv[2], argv[3]);
     if (argc >= 3 && !strcmp(argv[1], "claim")) return claim(argv[2]);
-    if (argc >= 4 && !strcmp(argv[1], "echo")) return echo(argv[2], argv[3], argc > 4 && !strcmp(argv[4], "close"));
+    if (argc >= 4 && !strcmp(argv[1], "echo")) return echo(argv[2], argv[3], argc > 4 ? argv[4] : "");
     fprintf(stderr, "usage: prog_slots source|hold|claim|echo SERVICE ...\n");
     return 2;
 }

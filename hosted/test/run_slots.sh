@@ -18,6 +18,13 @@
 #     (its arena there is another file), and both programs serve on.
 #  6. Three slots, and two programs of one host with runtime directories of their own (so two
 #     slot lock files): each takes a slot the other programs do not hold, and all serve.
+#  7. Two programs of a host that map at one slot at once: one connects to an echo server outside
+#     the host while a client outside sends the other a hello naming that server's slot.  Both
+#     wait while the slot's map guard is held; once it is let go, the hostile hello is refused and
+#     the first program's echoes arrive whole.
+#  8. Two programs of a host that read an outside echo server's arena and close their connections
+#     at once: while the slot's map guard is held the arena stays mapped; once it is let go, the
+#     last of them puts the reservation back there.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
@@ -145,4 +152,67 @@ wait $hpid
 	wait $hpid
 	exit $fail
 ) || fail=1
+
+# ---- 7. two programs of a host mapping at one slot at once
+"$ECHO" echo-out7 >"$tmp/echo7.out" 2>&1 &
+e7pid=$!
+start_host s7
+"$RPAL" join s7 "$ECHO" echo-in7 >"$tmp/in7.out" 2>&1 &
+wait_line "$tmp/echo7.out" "serving" && wait_line "$tmp/in7.out" "serving" ||
+	bad "setup: $(cat "$tmp/echo7.out" "$tmp/in7.out")"
+xslot=$(slot_of $e7pid)
+"$RAW" guard "$xslot" "$tmp/go7" >"$tmp/guard7.out" 2>&1 &
+wait_line "$tmp/guard7.out" "guard: held" || bad "the guard: $(cat "$tmp/guard7.out")"
+"$RPAL" join s7 "$PROG" echo echo-out7 "$tmp/go7b" >"$tmp/a7.out" 2>&1 &
+aj=$!
+"$RAW" echo-in7 "$xslot" >"$tmp/r7.out" 2>&1 &
+rj=$!
+sleep 0.5
+grep -q "echo: ready" "$tmp/a7.out" || [ -s "$tmp/r7.out" ] &&
+	bad "a program mapped slot $xslot while its map guard was held: $(cat "$tmp/a7.out" "$tmp/r7.out")" ||
+	ok "both programs wait while the map guard of slot $xslot is held"
+touch "$tmp/go7"
+wait $rj
+out=$(cat "$tmp/r7.out")
+echo "$out" | grep -Eq "^refused: (98|71) " && ok "the hostile hello naming that slot is refused: $out" ||
+	bad "the hostile hello: $out"
+wait_line "$tmp/a7.out" "echo: ready" || bad "the program connecting to the server: $(cat "$tmp/a7.out")"
+touch "$tmp/go7b"
+wait $aj
+rc=$?
+[ $rc -eq 0 ] && grep -q "second echo whole" "$tmp/a7.out" &&
+	ok "the program that mapped the server's arena echoes whole" || bad "that program: rc $rc, $(cat "$tmp/a7.out")"
+
+# ---- 8. two programs of a host that stop reading an outside arena at once
+# at_slot PID: what process PID (the host, so its programs too) has at the echo server's slot.
+at_slot() {
+	local range perms path b=$((16#$base8))
+	while read -r range perms _ _ _ path; do
+		((b >= 16#${range%-*} && b < 16#${range#*-})) && { echo "$perms $path"; return; }
+	done <"/proc/$1/maps"
+}
+"$ECHO" echo-out8 >"$tmp/echo8.out" 2>&1 &
+e8pid=$!
+wait_line "$tmp/echo8.out" "serving" || bad "setup: $(cat "$tmp/echo8.out")"
+base8=$(awk '/memfd:rpal-arena/ && $2 ~ /^rw/ { sub(/-.*/, "", $1); print $1; exit }' "/proc/$e8pid/maps")
+for k in 1 2; do
+	"$RPAL" join s7 "$PROG" echo echo-out8 "$tmp/go8" closeat >"$tmp/c8$k.out" 2>&1 &
+	eval "c8$k=\$!"
+	wait_line "$tmp/c8$k.out" "echo: ready" || bad "reader $k: $(cat "$tmp/c8$k.out")"
+done
+"$RAW" guard "$(slot_of $e8pid)" "$tmp/go8g" >"$tmp/guard8.out" 2>&1 &
+wait_line "$tmp/guard8.out" "guard: held" || bad "the guard: $(cat "$tmp/guard8.out")"
+touch "$tmp/go8"
+sleep 0.25      # they look for go8 every 10 ms, and wait for the guard for up to a second
+out=$(at_slot $hpid)
+case $out in "r--s /memfd:rpal-arena"*) ok "while the map guard is held, the closed readers leave the arena mapped";;
+	*) bad "while the map guard was held, the host had at $base8: ${out:-nothing}";; esac
+touch "$tmp/go8g"
+wait $c81 && wait $c82 && grep -q "echo: closed" "$tmp/c81.out" && grep -q "echo: closed" "$tmp/c82.out" ||
+	bad "the readers: $(cat "$tmp/c81.out" "$tmp/c82.out")"
+out=$(at_slot $hpid)
+[ "$out" = "---p " ] && ok "the last reader to stop put the reservation back at $base8" ||
+	bad "after both readers stopped, the host had at $base8: ${out:-nothing}"
+kill -TERM $hpid
+wait $hpid
 exit $fail
