@@ -113,9 +113,10 @@ static int mapped_lock(unsigned slot, short type)
  * In a host, the right to decide what is mapped at a peer's slot of the
  * address space the host's programs share, and to map it: two programs that
  * both found the reservation there would otherwise both map, the second
- * over the first's arena.  It is held for one read of /proc/self/maps and
- * one mmap(), so a holder that keeps it for a second is not one of ours:
- * the wait is bounded.  0, or -1 with errno (EBUSY: still held).
+ * over the first's arena.  It is held for one read of /proc/self/maps, one
+ * mmap() and a look at the arena's header (or for one unmap), so a holder
+ * that keeps it for a second is not one of ours: the wait is bounded.  0,
+ * or -1 with errno (EBUSY: still held).
  */
 static int map_guard_take(unsigned slot)
 {
@@ -172,7 +173,8 @@ static int mapped_lock_read(unsigned slot)
  * until a newcomer's claim of the slot and its next mapper replace it.
  * The slot's map guard makes programs that stop at once take turns, so
  * the last of them finds the others gone.  peer_map() may hold the guard
- * already: an OFD lock taken again by its holder is the same lock.
+ * already: an OFD lock taken again by its holder is the same lock, which
+ * one release ends.
  */
 static void peer_unmap(unsigned slot, uintptr_t base, size_t size, bool local)
 {
@@ -619,12 +621,12 @@ int peer_map(int memfd, const struct rpal_hello *h, pid_t pid, struct rpal_peer 
 	ah = m;
 	bool bad = ah->magic != RPAL_ARENA_MAGIC || ah->slot != h->slot || ah->arena_size != h->arena_size ||
 	      ah->base != base || ah->nonce != h->arena_nonce || ah->heap_off >= h->arena_size;
-	if (bad) {
-		peer_unmap(h->slot, base, h->arena_size, local);    /* lets the guard go after */
-		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
-	}
+	if (bad)
+		peer_unmap(h->slot, base, h->arena_size, local);
 	if (guarded)
-		map_guard_give(h->slot);
+		map_guard_give(h->slot);        /* peer_unmap() took it again: one lock, one release */
+	if (bad)
+		return rpal_fail(EPROTO, "peer arena header does not match its hello (slot %u)", h->slot);
 	p = calloc(1, sizeof(*p));
 	if (!p) {
 		peer_unmap(h->slot, base, h->arena_size, local);
