@@ -137,6 +137,7 @@ static struct hprog progs[HOSTED_NNS];
 static int nprogs;
 static bool hold_ended = true;  /* false once a stopping host stops waiting for its joiners */
 static const char *host_name;
+static char host_rundir[PATH_MAX];      /* where the programs' slots.lock is */
 
 /* The linker namespaces this host has used: every program it loaded, including one that loaded
  * but then failed to start (a namespace is never unloaded). */
@@ -405,6 +406,25 @@ out:
 	}
 }
 
+/* How often the host looks for outside peers' arenas that nobody reads. */
+#define UNREAD_SWEEP_MS 10000
+
+/*
+ * A program killed while it read an outside peer's arena could not unmap it,
+ * nor could one whose last look found processes outside the host reading it
+ * too: once no process reads it and its owner has gone, the host does, when
+ * a program ends (now) and every UNREAD_SWEEP_MS while programs have run.
+ */
+static void unmap_unread(struct rpal_host *h, bool now)
+{
+	static uint64_t next;
+
+	if (!now && (!nprogs || mono_ns() < next))
+		return;
+	hosted_host_unmap_unread(h, host_rundir);
+	next = mono_ns() + UNREAD_SWEEP_MS * 1000000ull;
+}
+
 /*
  * Tell the joiners of the programs whose process ended.  Such a process is
  * left a zombie (waitid WNOWAIT) until its joiner hangs up: until then the
@@ -414,6 +434,8 @@ out:
  */
 static void reap(struct rpal_host *h)
 {
+	bool ended = false;
+
 	for (int i = 0; i < nprogs; i++) {
 		struct hprog *hp = &progs[i];
 		siginfo_t si = { 0 };
@@ -440,7 +462,10 @@ static void reap(struct rpal_host *h)
 		hp->held = hp->client >= 0 && hold_ended;
 		if (!hp->held)
 			hosted_wait(hp->p);
+		ended = true;
 	}
+	if (ended)
+		unmap_unread(h, true);
 }
 
 /* Reap an ended program whose joiner has gone (or is no longer waited for). */
@@ -561,6 +586,7 @@ int cmd_host(int argc, char **argv)
 	if (host_socket_path(host_name, a.sun_path, sizeof(a.sun_path)) < 0)
 		return 2;
 	rpal_runtime_dir(NULL, dir, sizeof(dir));
+	snprintf(host_rundir, sizeof(host_rundir), "%s", dir);
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		fprintf(stderr, "rpal host: cannot create %s: %s\n", dir, strerror(errno));
 		return 2;
@@ -611,7 +637,7 @@ int cmd_host(int argc, char **argv)
 			}
 		if (stopping)
 			pfd[1].fd = -1;
-		poll(pfd, (nfds_t)npfd, stopping ? 100 : -1);
+		poll(pfd, (nfds_t)npfd, stopping ? 100 : nprogs ? UNREAD_SWEEP_MS : -1);
 		for (int k = 2; k < npfd; k++)
 			if (pfd[k].revents)
 				joiner_said(&progs[who[k - 2]]);
@@ -629,6 +655,7 @@ int cmd_host(int argc, char **argv)
 			}
 		}
 		reap(h);
+		unmap_unread(h, false);
 		if (!stopping && (pfd[1].revents & POLLIN)) {
 			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 

@@ -21,10 +21,13 @@
 #include "hosted.h"
 #include "rpal_host.h"
 #include "sigchain.h"   /* src/: librpal's, shared */
+#include "wire.h"       /* src/: the bytes of slots.lock */
 
 #include <cpuid.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
@@ -610,6 +613,80 @@ static uint32_t rcv_kill(struct rpal_host_rcv *r) {
     while ((st & RCV_MASK) != RCV_DEAD && !atomic_compare_exchange_weak(&r->state, &st, RCV_DEAD))
         ;
     return st;
+}
+
+/* One byte of slots.lock, without waiting: 0 taken, -1 if not. */
+static int lock_byte(int fd, short type, off_t byte) {
+    struct flock fl = { .l_type = type, .l_whence = SEEK_SET, .l_start = byte, .l_len = 1 };
+    return fcntl(fd, F_OFD_SETLK, &fl);
+}
+
+/* A peer's arena as /proc/self/maps shows it: read-only and shared, of an rpal-arena memfd. */
+static int peer_arena_line(const char *line, unsigned long *lo, unsigned long *hi) {
+    char perms[8], path[256] = "";
+    return sscanf(line, "%lx-%lx %7s %*x %*x:%*x %*u %255s", lo, hi, perms, path) == 4 && !strcmp(perms, "r--s") &&
+           strstr(path, "rpal-arena") != NULL;
+}
+
+/* The length of the peer's arena mapped at base, else 0. */
+static size_t peer_arena_at(uintptr_t base) {
+    char line[512];
+    unsigned long lo, hi;
+    size_t len = 0;
+    FILE *f = fopen("/proc/self/maps", "re");
+    if (!f) return 0;
+    while (fgets(line, sizeof line, f))
+        if (peer_arena_line(line, &lo, &hi) && lo == base) {
+            len = hi - lo;
+            break;
+        }
+    fclose(f);
+    return len;
+}
+
+/* Put the reservation back over a peer's arena at base, if nobody may read it: its slot whole for
+ * a moment, no owner (it has gone, and nobody claims the slot meanwhile), no program deciding what
+ * to map there (the map guard), no reader (the mapped byte).  What is there is looked at again
+ * under those locks.  1 if unmapped. */
+static int unmap_if_unread(int fd, uint32_t slot, uintptr_t base) {
+    int done = 0;
+    size_t len;
+    if (lock_byte(fd, F_WRLCK, slot) < 0) return 0;
+    if (lock_byte(fd, F_WRLCK, RPAL_SLOT_MAP_GUARD + slot) == 0) {
+        if (lock_byte(fd, F_WRLCK, RPAL_SLOT_MAPPED_LOCK + slot) == 0 && (len = peer_arena_at(base))) {
+            void *p = mmap((void *)base, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+            if (p != MAP_FAILED) {
+                madvise(p, len, MADV_DONTFORK);
+                done = 1;
+            }
+        }
+        lock_byte(fd, F_UNLCK, RPAL_SLOT_MAPPED_LOCK + slot);
+        lock_byte(fd, F_UNLCK, RPAL_SLOT_MAP_GUARD + slot);
+    }
+    lock_byte(fd, F_UNLCK, slot);
+    return done;
+}
+
+int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir) {
+    char path[PATH_MAX], line[512];
+    unsigned long lo, hi;
+    int fd, n = 0;
+    FILE *f;
+    if (snprintf(path, sizeof path, "%s/slots.lock", rundir) >= (int)sizeof path) return 0;
+    fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0;
+    f = fopen("/proc/self/maps", "re");
+    /* The kernel goes on from the last address it showed: what unmap_if_unread() changes
+     * behind us does not derail this pass. */
+    while (f && fgets(line, sizeof line, f)) {
+        if (!peer_arena_line(line, &lo, &hi) || lo < h->region_base || (lo - h->region_base) % h->slot_size)
+            continue;
+        uint64_t slot = (lo - h->region_base) / h->slot_size;
+        if (slot < h->nr_slots) n += unmap_if_unread(fd, (uint32_t)slot, lo);
+    }
+    if (f) fclose(f);
+    close(fd);
+    return n;
 }
 
 int hosted_host_ended(struct rpal_host *h, int prog) {

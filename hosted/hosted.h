@@ -199,6 +199,10 @@ int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid
  * librpal's configuration says) and installs the SIGSYS and fault handlers.  NULL with a message. */
 struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, uint32_t nr_slots,
                                      char *err, size_t errlen);
+/* After a program ended: unmap the arenas of peers outside the host that it was the last to read
+ * and whose owner has gone (slots.lock in rundir says so: no owner, no reader, no program mapping
+ * there), which it did not live to unmap.  The number unmapped. */
+int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir);
 /* 1 if one process may take a descriptor of another with pidfd_getfd (Linux 5.6; a seccomp policy
  * or a security module may refuse it): how a sender kicks a receiver in another program.  Tried on
  * a child process. */

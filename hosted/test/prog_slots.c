@@ -13,7 +13,7 @@
  *                                       and exit 0, or the error and exit 1
  *   prog_slots echo SERVICE GO [close|closeat]
  *                                       connect to an echo server and check one 4000-byte echo;
- *                                       print "echo: ready"; with close, rpal_close() and print
+ *                                       print "echo: ready, pid N"; with close, rpal_close() and print
  *                                       "echo: closed"; once the file GO exists, check another
  *                                       echo (with close, just exit 0; with closeat, rpal_close()
  *                                       and print "echo: closed")
@@ -135,7 +135,7 @@ static int echo(const char *service, const char *go, const char *how) {
         fprintf(stderr, "echo: first echo failed\n");
         return 1;
     }
-    printf("echo: ready\n");
+    printf("echo: ready, pid %d\n", (int)getpid());
     if (close_early) {
         rpal_close(fd);
         printf("echo: closed\n");

@@ -25,6 +25,9 @@
 #  8. Two programs of a host that read an outside echo server's arena and close their connections
 #     at once: while the slot's map guard is held the arena stays mapped; once it is let go, the
 #     last of them puts the reservation back there.
+#  9. A program that reads an outside echo server's arena, killed (kill -9) after that server was:
+#     the arena stays mapped while the program lives, and the host puts the reservation back once
+#     the program has ended.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
@@ -184,9 +187,9 @@ rc=$?
 	ok "the program that mapped the server's arena echoes whole" || bad "that program: rc $rc, $(cat "$tmp/a7.out")"
 
 # ---- 8. two programs of a host that stop reading an outside arena at once
-# at_slot PID: what process PID (the host, so its programs too) has at the echo server's slot.
+# at_slot PID BASE: what process PID (the host, so its programs too) has at address BASE (hex).
 at_slot() {
-	local range perms path b=$((16#$base8))
+	local range perms path b=$((16#$2))
 	while read -r range perms _ _ _ path; do
 		((b >= 16#${range%-*} && b < 16#${range#*-})) && { echo "$perms $path"; return; }
 	done <"/proc/$1/maps"
@@ -194,7 +197,9 @@ at_slot() {
 "$ECHO" echo-out8 >"$tmp/echo8.out" 2>&1 &
 e8pid=$!
 wait_line "$tmp/echo8.out" "serving" || bad "setup: $(cat "$tmp/echo8.out")"
-base8=$(awk '/memfd:rpal-arena/ && $2 ~ /^rw/ { sub(/-.*/, "", $1); print $1; exit }' "/proc/$e8pid/maps")
+# arena_of PID: where process PID has its arena.
+arena_of() { awk '/memfd:rpal-arena/ && $2 ~ /^rw/ { sub(/-.*/, "", $1); print $1; exit }' "/proc/$1/maps"; }
+base8=$(arena_of $e8pid)
 for k in 1 2; do
 	"$RPAL" join s7 "$PROG" echo echo-out8 "$tmp/go8" closeat >"$tmp/c8$k.out" 2>&1 &
 	eval "c8$k=\$!"
@@ -204,15 +209,32 @@ done
 wait_line "$tmp/guard8.out" "guard: held" || bad "the guard: $(cat "$tmp/guard8.out")"
 touch "$tmp/go8"
 sleep 0.15      # they look for go8 every 10 ms, and wait for the guard for about a second
-out=$(at_slot $hpid)
+out=$(at_slot $hpid $base8)
 case $out in "r--s /memfd:rpal-arena"*) ok "while the map guard is held, the closed readers leave the arena mapped";;
 	*) bad "while the map guard was held, the host had at $base8: ${out:-nothing}";; esac
 touch "$tmp/go8g"
 wait $c81 && wait $c82 && grep -q "echo: closed" "$tmp/c81.out" && grep -q "echo: closed" "$tmp/c82.out" ||
 	bad "the readers: $(cat "$tmp/c81.out" "$tmp/c82.out")"
-out=$(at_slot $hpid)
+out=$(at_slot $hpid $base8)
 [ "$out" = "---p " ] && ok "the last reader to stop put the reservation back at $base8" ||
 	bad "after both readers stopped, the host had at $base8: ${out:-nothing}"
+
+# ---- 9. a killed program was the last to read an outside arena, whose owner had gone
+"$ECHO" echo-out9 >"$tmp/echo9.out" 2>&1 &
+e9pid=$!
+wait_line "$tmp/echo9.out" "serving" || bad "setup: $(cat "$tmp/echo9.out")"
+base9=$(arena_of $e9pid)
+"$RPAL" join s7 "$PROG" echo echo-out9 "$tmp/go9" >"$tmp/a9.out" 2>&1 &
+wait_line "$tmp/a9.out" "echo: ready" || bad "the reader: $(cat "$tmp/a9.out")"
+kill -9 $e9pid
+wait $e9pid 2>/dev/null
+out=$(at_slot $hpid $base9)
+case $out in "r--s /memfd:rpal-arena"*) ok "while a program reads it, the killed server's arena stays mapped";;
+	*) bad "while a program read it, the host had at $base9: ${out:-nothing}";; esac
+kill -9 "$(sed -n 's/^echo: ready, pid //p' "$tmp/a9.out")"
+for _ in $(seq 500); do out=$(at_slot $hpid $base9); [ "$out" = "---p " ] && break; sleep 0.01; done
+[ "$out" = "---p " ] && ok "once the killed reader has ended, the host put the reservation back at $base9" ||
+	bad "after its last reader was killed, the host had at $base9: ${out:-nothing}"
 kill -TERM $hpid
 wait $hpid
 exit $fail
