@@ -406,25 +406,6 @@ out:
 	}
 }
 
-/* How often the host looks for outside peers' arenas that nobody reads. */
-#define UNREAD_SWEEP_MS 10000
-
-/*
- * A program killed while it read an outside peer's arena could not unmap it,
- * nor could one whose last look found processes outside the host reading it
- * too: once no process reads it and its owner has gone, the host does, when
- * a program ends (now) and every UNREAD_SWEEP_MS while programs have run.
- */
-static void unmap_unread(struct rpal_host *h, bool now)
-{
-	static uint64_t next;
-
-	if (!now && (!nprogs || mono_ns() < next))
-		return;
-	hosted_host_unmap_unread(h, host_rundir);
-	next = mono_ns() + UNREAD_SWEEP_MS * 1000000ull;
-}
-
 /*
  * Tell the joiners of the programs whose process ended.  Such a process is
  * left a zombie (waitid WNOWAIT) until its joiner hangs up: until then the
@@ -464,8 +445,9 @@ static void reap(struct rpal_host *h)
 			hosted_wait(hp->p);
 		ended = true;
 	}
+	/* A program killed while it read an outside peer's arena could not unmap it. */
 	if (ended)
-		unmap_unread(h, true);
+		hosted_host_unmap_unread(h, host_rundir, 1);
 }
 
 /* Reap an ended program whose joiner has gone (or is no longer waited for). */
@@ -637,7 +619,7 @@ int cmd_host(int argc, char **argv)
 			}
 		if (stopping)
 			pfd[1].fd = -1;
-		poll(pfd, (nfds_t)npfd, stopping ? 100 : nprogs ? UNREAD_SWEEP_MS : -1);
+		poll(pfd, (nfds_t)npfd, stopping ? 100 : nprogs ? HOSTED_UNREAD_SWEEP_MS : -1);
 		for (int k = 2; k < npfd; k++)
 			if (pfd[k].revents)
 				joiner_said(&progs[who[k - 2]]);
@@ -655,7 +637,8 @@ int cmd_host(int argc, char **argv)
 			}
 		}
 		reap(h);
-		unmap_unread(h, false);
+		if (nprogs)
+			hosted_host_unmap_unread(h, host_rundir, 0);
 		if (!stopping && (pfd[1].revents & POLLIN)) {
 			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 

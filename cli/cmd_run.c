@@ -5,6 +5,7 @@
  * linker namespace and its own process, with a host block (hosted/host.c) through which their copies
  * of librpal upgrade local connections to the RPAL call.
  */
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -60,7 +61,7 @@ int cmd_run(int argc, char **argv)
 	struct rpal_config cfg;
 	struct rpal_host *h;
 	int quiet = 0, stat = 0, i = 1, ret;
-	char err[512];
+	char err[512], dir[PATH_MAX];
 
 	hosted_reexec_with_tunables(argc, argv - 1);
 	for (; i < argc && argv[i][0] == '-'; i++) {
@@ -87,7 +88,8 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "rpal run: %s\n", err);
 		return 2;
 	}
-	ret = hosted_launch("rpal run", argc - i, argv + i, h, quiet);
+	rpal_runtime_dir(&cfg, dir, sizeof(dir));
+	ret = hosted_launch("rpal run", argc - i, argv + i, h, dir, quiet);
 	if (stat)
 		print_stat(h);
 	/* Every program has run its exit handlers; end without running the

@@ -667,11 +667,17 @@ static int unmap_if_unread(int fd, uint32_t slot, uintptr_t base) {
     return done;
 }
 
-int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir) {
+int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir, int now) {
+    static uint64_t next;
     char path[PATH_MAX], line[512];
     unsigned long lo, hi;
     int fd, n = 0;
     FILE *f;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    uint64_t t = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if (!now && t < next) return 0;
+    next = t + HOSTED_UNREAD_SWEEP_MS * 1000000ull;
     if (snprintf(path, sizeof path, "%s/slots.lock", rundir) >= (int)sizeof path) return 0;
     fd = open(path, O_RDWR | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) return 0;

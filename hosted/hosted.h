@@ -186,7 +186,7 @@ const char *hosted_find_in_path(const char *prog, char *buf, size_t len);
  * Returns 0 if all exited 0, 1 if one did not, 2 on a usage or load error, and -S where a program
  * was killed by a signal S that also reached us (Ctrl-C at the terminal, a kill passed on): the
  * caller then ends by S itself, as a shell expects of a job that the signal ended. */
-int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet);
+int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, const char *rundir, int quiet);
 
 /* How an RPAL call took part in a program's end, in the sentences rpal run, rpal host and rpal join
  * print on f, each line after prefix: lost, it ended while one of its threads ran another
@@ -199,10 +199,13 @@ int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid
  * librpal's configuration says) and installs the SIGSYS and fault handlers.  NULL with a message. */
 struct rpal_host *hosted_host_create(uint64_t region_base, uint64_t slot_size, uint32_t nr_slots,
                                      char *err, size_t errlen);
-/* After a program ended: unmap the arenas of peers outside the host that it was the last to read
- * and whose owner has gone (slots.lock in rundir says so: no owner, no reader, no program mapping
- * there), which it did not live to unmap.  The number unmapped. */
-int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir);
+/* How often hosted_host_unmap_unread() looks when not asked to look now. */
+#define HOSTED_UNREAD_SWEEP_MS 10000
+/* Unmap the arenas of peers outside the host that a killed program was the last to read, or whose
+ * last reader found processes outside reading too, once their owner has gone (slots.lock in rundir
+ * says so: no owner, no reader, no program mapping there).  Looks now (after a program ended), or
+ * when HOSTED_UNREAD_SWEEP_MS have passed since the last look.  The number unmapped. */
+int hosted_host_unmap_unread(struct rpal_host *h, const char *rundir, int now);
 /* 1 if one process may take a descriptor of another with pidfd_getfd (Linux 5.6; a seccomp policy
  * or a security module may refuse it): how a sender kicks a receiver in another program.  Tried on
  * a child process. */

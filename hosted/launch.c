@@ -81,7 +81,7 @@ int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid
     return n;
 }
 
-int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, int quiet) {
+int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, const char *rundir, int quiet) {
     static hosted_prog *progs[HOSTED_NNS];
     int nprog = 0, i = 0;
     char err[HOSTED_ERR_MAX];
@@ -149,6 +149,7 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         if (k == nprog) {
             struct timespec ts = { 0, 5 * 1000 * 1000 };
             nanosleep(&ts, NULL);
+            hosted_host_unmap_unread(host, rundir, 0);
             continue;
         }
         reported[k] = 1;
@@ -156,6 +157,8 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
         atomic_store(&running_pids[k], 0);
         int st = hosted_wait(progs[k]);
         int lost = hosted_host_ended(host, k);
+        /* A program killed while it read an outside peer's arena could not unmap it. */
+        hosted_host_unmap_unread(host, rundir, 1);
         int sig = atomic_load(&host->progs[k].failed);
         if (st != 0) failed = 1;
         char prefix[64];

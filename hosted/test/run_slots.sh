@@ -28,6 +28,7 @@
 #  9. A program that reads an outside echo server's arena, killed (kill -9) after that server was:
 #     the arena stays mapped while the program lives, and the host puts the reservation back once
 #     the program has ended.
+# 10. The same under `rpal run`.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2 ECHO=$3 RAW=$4
@@ -220,21 +221,36 @@ out=$(at_slot $hpid $base8)
 	bad "after both readers stopped, the host had at $base8: ${out:-nothing}"
 
 # ---- 9. a killed program was the last to read an outside arena, whose owner had gone
-"$ECHO" echo-out9 >"$tmp/echo9.out" 2>&1 &
-e9pid=$!
-wait_line "$tmp/echo9.out" "serving" || bad "setup: $(cat "$tmp/echo9.out")"
-base9=$(arena_of $e9pid)
-"$RPAL" join s7 "$PROG" echo echo-out9 "$tmp/go9" >"$tmp/a9.out" 2>&1 &
-wait_line "$tmp/a9.out" "echo: ready" || bad "the reader: $(cat "$tmp/a9.out")"
-kill -9 $e9pid
-wait $e9pid 2>/dev/null
-out=$(at_slot $hpid $base9)
-case $out in "r--s /memfd:rpal-arena"*) ok "while a program reads it, the killed server's arena stays mapped";;
-	*) bad "while a program read it, the host had at $base9: ${out:-nothing}";; esac
-kill -9 "$(sed -n 's/^echo: ready, pid //p' "$tmp/a9.out")"
-for _ in $(seq 500); do out=$(at_slot $hpid $base9); [ "$out" = "---p " ] && break; sleep 0.01; done
-[ "$out" = "---p " ] && ok "once the killed reader has ended, the host put the reservation back at $base9" ||
-	bad "after its last reader was killed, the host had at $base9: ${out:-nothing}"
+# last_reader_killed N WHAT SPACE CMD...: an outside echo server echo-outN, read by the program that
+# CMD starts (its output in $tmp/readerN.out); the server is killed, then that program; WHAT (the
+# host, rpal run) with address space SPACE (a pid) must then put the reservation back there.
+last_reader_killed() {
+	local n=$1 what=$2 space=$3 epid base out
+	shift 3
+	"$ECHO" echo-out$n >"$tmp/echo$n.out" 2>&1 &
+	epid=$!
+	wait_line "$tmp/echo$n.out" "serving" || bad "setup: $(cat "$tmp/echo$n.out")"
+	base=$(arena_of $epid)
+	"$@" "$PROG" echo echo-out$n "$tmp/go$n" >"$tmp/reader$n.out" 2>&1 &
+	wait_line "$tmp/reader$n.out" "echo: ready" || bad "the reader: $(cat "$tmp/reader$n.out")"
+	[ -n "$space" ] || space=$!
+	reader_space=$space
+	kill -9 $epid
+	wait $epid 2>/dev/null
+	out=$(at_slot $space $base)
+	case $out in "r--s /memfd:rpal-arena"*) ok "$what: while a program reads it, the killed server's arena stays mapped";;
+		*) bad "$what: while a program read it, its address space had at $base: ${out:-nothing}";; esac
+	kill -9 "$(sed -n 's/^echo: ready, pid //p' "$tmp/reader$n.out")"
+	for _ in $(seq 500); do out=$(at_slot $space $base); [ "$out" = "---p " ] && break; sleep 0.01; done
+	[ "$out" = "---p " ] && ok "$what: once the killed reader has ended, the reservation is back at $base" ||
+		bad "$what: after its last reader was killed, its address space had at $base: ${out:-nothing}"
+}
+last_reader_killed 9 "rpal host" $hpid "$RPAL" join s7
 kill -TERM $hpid
 wait $hpid
+
+# ---- 10. the same under rpal run (its other program keeps it running)
+last_reader_killed 10 "rpal run" "" "$RPAL" run -q "$ECHO" in10 :::
+kill -TERM $reader_space
+wait $reader_space
 exit $fail
