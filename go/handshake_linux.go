@@ -161,15 +161,16 @@ func closeAside(fd int) {
 }
 
 // closeOrDefer closes a descriptor that is no Unix socket.  Sockets
-// (linger off), memory files and pipes close at once; any other file may
-// be served by the peer (see closeAside).  Each look reaches no file
-// system.  Honest peers pass only sockets and memfds.
+// (linger off) and memory files close at once; any other file may make its
+// close wait on the peer (see closeAside): a FUSE file it serves, or a
+// pipe, whose close (and any fcntl of it) takes the pipe's mutex, which
+// the peer holds for as long as a splice from an idle socket into the pipe
+// waits.  Each look reaches no file system and takes no lock the peer can
+// hold.  Honest peers pass only sockets and memfds.
 func closeOrDefer(fd int) {
 	if _, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE); err == nil {
 		unix.Close(fd)
 	} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0); err == nil {
-		unix.Close(fd)
-	} else if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETPIPE_SZ, 0); err == nil {
 		unix.Close(fd)
 	} else {
 		closeAside(fd)

@@ -255,6 +255,70 @@ func rawClientSetup(t *testing.T) (*process, string, *Listener, string, *side) {
 	return p, name, l, path, s
 }
 
+// lockedPipe returns the read end of a pipe whose mutex a splice holds:
+// one from an idle socket into the pipe waits for data with the mutex
+// held, and every close or fcntl of the pipe waits for it.  release ends
+// the splice and closes the rest.
+func lockedPipe(t *testing.T) (fd int, release func()) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		unix.Splice(sp[0], nil, p[1], nil, 4096, 0)
+		close(done)
+	}()
+	time.Sleep(100 * time.Millisecond) // the splice is waiting by then
+	return p[0], func() {
+		unix.Write(sp[1], []byte{1})
+		<-done
+		unix.Close(p[1])
+		unix.Close(sp[0])
+		unix.Close(sp[1])
+	}
+}
+
+// A hello whose arena is a pipe that the peer keeps locked is refused at
+// once, and the listener then closes: neither the look at it nor its close
+// waits on the pipe's mutex in a goroutine of ours that matters.
+func TestLockedPipeArena(t *testing.T) {
+	p, name, l, path, s := rawClientSetup(t)
+	fd, release := lockedPipe(t)
+	defer release()
+	nc, err := net.Dial("unixpacket", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	uc := nc.(*net.UnixConn)
+	h := p.helloFor(hsHello, s, name)
+	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fd, s.ringEnd), nil); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd) // the listener holds the only descriptor of that end now
+	r, ok := readRefusal(t, uc)
+	if !ok || r.Errno != int32(syscall.EPROTO) {
+		t.Fatalf("want REFUSE/EPROTO for a pipe as the arena, got %+v", r)
+	}
+	t.Logf("refused: %s", r.Reason)
+	closed := make(chan struct{})
+	go func() {
+		l.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Listener.Close still waits 2 s after the refusal")
+	}
+}
+
 // A peer already connected (so its arena is mapped here) that sends a
 // second hello saying its arena is twice as large, its block past the
 // mapping, is refused with EPROTO; its first connection works on.

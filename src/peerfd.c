@@ -149,18 +149,20 @@ static void close_aside(int fd)
 }
 
 /*
- * Close a descriptor that is no Unix socket.  Sockets (linger off), memory
- * files and pipes close at once; any other file may be served by the peer
- * (see close_aside()).  Each look reaches no file system.  Honest peers
- * pass only sockets and memfds.
+ * Close a descriptor that is no Unix socket.  Sockets (linger off) and
+ * memory files close at once; any other file may make its close wait on
+ * the peer (see close_aside()): a FUSE file it serves, or a pipe, whose
+ * close (and any fcntl() of it) takes the pipe's mutex, which the peer
+ * holds for as long as a splice() from an idle socket into the pipe waits.
+ * Each look reaches no file system and takes no lock the peer can hold.
+ * Honest peers pass only sockets and memfds.
  */
 static void close_or_defer(int fd)
 {
 	int type;
 	socklen_t len = sizeof(type);
 
-	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 || fcntl(fd, F_GET_SEALS) >= 0 ||
-	    fcntl(fd, F_GETPIPE_SZ) >= 0)
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 || fcntl(fd, F_GET_SEALS) >= 0)
 		close(fd);
 	else
 		close_aside(fd);

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -23,7 +24,7 @@ enum raw_fault {
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
 	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB,
-	RAW_NO_FUTURE_WRITE, RAW_SLOT_MOVED, RAW_NR
+	RAW_NO_FUTURE_WRITE, RAW_SLOT_MOVED, RAW_LOCKED_PIPE, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -40,7 +41,18 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"a hugetlb memfd as its arena",
 	"arena memfd without the future-write seal",
 	"claims another slot, its block moved there",
+	"a pipe whose mutex a splice holds, as its arena",
 };
+
+/* Splice from an idle socket into a pipe: the call waits for data holding
+ * the pipe's mutex, which every close and fcntl() of the pipe needs. */
+static void *raw_splice_main(void *arg)
+{
+	const int *fd = arg;    /* the socket, the pipe's write end */
+
+	(void)!splice(fd[0], NULL, fd[1], NULL, 4096, 0);
+	return NULL;
+}
 
 /* Publish one raw slot into the ring of our side of c, as a broken or
  * hostile producer would: no checks, whatever our state says. */
@@ -289,6 +301,20 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		h.block = h.region_base + h.slot * h.slot_size + h.arena_size + RPAL_PAGE;
 		h.arena_size *= 2;
 		break;
+	case RAW_LOCKED_PIPE: {         /* held until this process ends: the pipe is never closed here */
+		static int held[2];
+		int p[2], sp[2];
+		pthread_t t;
+
+		t_check(pipe2(p, O_CLOEXEC) == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) == 0,
+			"pipe");
+		held[0] = sp[0];
+		held[1] = p[1];
+		t_check(pthread_create(&t, NULL, raw_splice_main, held) == 0, "pthread_create");
+		usleep(100000);         /* the splice is waiting by then */
+		fds[0] = p[0];
+		break;
+	}
 	case RAW_BAD_BLOCK_NONCE: h.block_nonce ^= 2; break;
 	case RAW_THREE_FDS:             /* a HELLO carries two */
 		extra = memfd_create("third", MFD_CLOEXEC);
