@@ -42,13 +42,26 @@ func sendRefuse(uc *net.UnixConn, errno syscall.Errno, why string) {
 	_, _, _ = uc.WriteMsgUnix(r.marshal(), nil, nil)
 }
 
-// closeFds closes descriptors a peer sent us (closePeerFd).
+// closeFds closes descriptors a peer passed us without blocking on them.
+// The peer may still hold any of them, and every read of a Unix socket
+// first takes the socket's read lock, which a read of the peer's own that
+// stalls in the middle of its copy (into memory that a FUSE file system it
+// serves, or a userfaultfd of its own, never fills) keeps for as long as
+// it likes, MSG_DONTWAIT or not: so those sockets are emptied by the
+// closer goroutine (see closePeerFd), never on ours.
 func closeFds(fds []int) {
+	var socks []int
 	for _, fd := range fds {
-		if fd >= 0 {
-			closePeerFd(fd)
+		if fd < 0 {
+			continue
+		}
+		if preparePeerFd(fd) {
+			socks = append(socks, fd)
+		} else {
+			closeOrDefer(fd)
 		}
 	}
+	deferClose(socks, false)
 }
 
 // scmMaxFd is the most descriptors one message can carry (the kernel's
@@ -83,7 +96,8 @@ func rightsOf(oob []byte) []int {
 	return fds
 }
 
-// closePeerFd closes a descriptor a peer sent us without blocking on it.
+// closePeerFd closes, without blocking on it, a socket of ours whose other
+// end a peer holds (nothing the peer does holds our end's read lock).
 // Releasing a socket with unsent data and SO_LINGER set waits for the
 // linger time, on whichever thread drops the last reference, and a Unix
 // socket releases the descriptors queued in it, Unix sockets among them,
@@ -592,19 +606,19 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	peerBell := fds[1]
 	if err := checkMapped(&h, pm); err != nil {
 		p.putPeer(pm)
-		closePeerFd(peerBell)
+		closeFds([]int{peerBell})
 		return nil, err
 	}
 	pb := unsafe.Add(pm.base, uintptr(h.Block-pm.addr))
 	if err := checkBlock(pb, &h); err != nil {
 		p.putPeer(pm)
-		closePeerFd(peerBell)
+		closeFds([]int{peerBell})
 		return nil, err
 	}
 	pidfd, err := unix.PidfdOpen(int(cred.Pid), unix.PIDFD_NONBLOCK)
 	if err != nil {
 		p.putPeer(pm)
-		closePeerFd(peerBell)
+		closeFds([]int{peerBell})
 		return nil, refused(syscall.EPROTO, "cannot open a pidfd for peer pid %d: %v", cred.Pid, err)
 	}
 	unix.CloseOnExec(pidfd)
@@ -640,7 +654,7 @@ func (p *process) accept(uc *net.UnixConn, msg []byte, fds []int, typ uint16, cr
 	dup, err := unix.FcntlInt(uintptr(s.bell), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		p.putPeer(pm)
-		closePeerFd(peerBell)
+		closeFds([]int{peerBell})
 		c.pidfd.Close()
 		return nil, refused(syscall.EMFILE, "cannot duplicate the doorbell: %v", err)
 	}

@@ -319,6 +319,94 @@ func TestLockedPipeArena(t *testing.T) {
 	}
 }
 
+// stalledRead starts a read of fd into memory that a userfaultfd of ours
+// never fills: it takes fd's read lock, finds what is queued and stalls in
+// its copy with the lock held, until release.  Skips the test where
+// userfaultfd is not allowed (it needs CAP_SYS_PTRACE, or
+// vm.unprivileged_userfaultfd).
+func stalledRead(t *testing.T, fd int) (release func()) {
+	t.Helper()
+	const (
+		uffdAPI          = 0xaa
+		uffdioAPI        = 0xc018aa3f // _IOWR(0xaa, 0x3f, struct uffdio_api)
+		uffdioRegister   = 0xc020aa00 // _IOWR(0xaa, 0x00, struct uffdio_register)
+		uffdRegMissing   = 1
+		uffdRegionLength = 4096
+	)
+	uffd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
+	if errno != 0 {
+		t.Skipf("SKIP: userfaultfd: %v", errno)
+	}
+	api := struct{ api, features, ioctls uint64 }{api: uffdAPI}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioAPI, uintptr(unsafe.Pointer(&api))); errno != 0 {
+		unix.Close(int(uffd))
+		t.Skipf("SKIP: UFFDIO_API: %v", errno)
+	}
+	buf, err := unix.Mmap(-1, 0, uffdRegionLength, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := struct{ start, len, mode, ioctls uint64 }{uint64(uintptr(unsafe.Pointer(&buf[0]))), uffdRegionLength, uffdRegMissing, 0}
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uffd, uffdioRegister, uintptr(unsafe.Pointer(&reg))); errno != 0 {
+		t.Fatalf("UFFDIO_REGISTER: %v", errno)
+	}
+	done := make(chan struct{})
+	go func() {
+		unix.Read(fd, buf[:64])
+		close(done)
+	}()
+	time.Sleep(100 * time.Millisecond) // stalled by then
+	return func() {
+		unix.Close(int(uffd)) // the stalled copy fails, and the read lets go
+		<-done
+		unix.Munmap(buf)
+	}
+}
+
+// A hello whose doorbell is refused (a byte queued in it) while the client
+// holds the doorbell's read lock with a read of its own that stalls in the
+// middle of its copy: the refusal comes at once and Listener.Close returns;
+// the closer goroutine empties the doorbell once the read lets go.
+func TestStalledDoorbell(t *testing.T) {
+	p, name, l, path, s := rawClientSetup(t)
+	bell, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(bell[0])
+	defer unix.Close(bell[1])
+	if _, err := unix.Write(bell[0], []byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	release := stalledRead(t, bell[1])
+	defer release()
+	nc, err := net.Dial("unixpacket", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	uc := nc.(*net.UnixConn)
+	h := p.helloFor(hsHello, s, name)
+	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(p.memfd, bell[1]), nil); err != nil {
+		t.Fatal(err)
+	}
+	r, ok := readRefusal(t, uc)
+	if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, "queued") {
+		t.Fatalf("want REFUSE/EPROTO for the queued doorbell, got %+v", r)
+	}
+	t.Logf("refused: %s", r.Reason)
+	closed := make(chan struct{})
+	go func() {
+		l.Close()
+		close(closed)
+	}()
+	select {
+	case <-closed:
+	case <-time.After(2 * time.Second):
+		t.Fatal("Listener.Close still waits 2 s after the refusal")
+	}
+}
+
 // A peer already connected (so its arena is mapped here) that sends a
 // second hello saying its arena is twice as large, its block past the
 // mapping, is refused with EPROTO; its first connection works on.

@@ -480,7 +480,7 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 {
 	struct rpal_hello h;
 	bool mapped = false;    /* the page is the WELCOME's, mapped here */
-	int ret, i, want = 2;
+	int ret, want = 2;
 
 	ret = hello_check(buf, (size_t)len, type, &h, why, whylen);
 	if (!ret && h.pid != (uint32_t)uc->pid)
@@ -533,8 +533,7 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 	}
 	if (mapped)
 		munmap(page, RPAL_WAKE_PAGE_SIZE);
-	for (i = 0; i < nfds; i++)
-		peer_fd_close(fds[i]);
+	peer_fds_drop(fds, nfds);
 	return ret;
 }
 

@@ -114,8 +114,7 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 		goto fail;
 	}
 	if (refuse_parse(buf, (size_t)n, &ret, why, sizeof(why)) == 0) {
-		while (nfds)
-			peer_fd_close(fds[--nfds]);
+		peer_fds_drop(fds, nfds);
 		ret = rpal_fail(ret, "%s refused us: %s", service, why);
 		goto fail;
 	}

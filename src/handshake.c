@@ -201,7 +201,7 @@ int hs_sendmsg(int sock, const void *msg, size_t len, const int *fds, int nfds)
  * with more descriptors than that fails with -E2BIG, one that was
  * truncated with -EPROTO, an empty one (the peer hung up) with
  * -ECONNRESET; every descriptor that came with those is closed
- * (peer_fd_close): a peer cannot make us leak or block on them.  Returns
+ * (peer_fds_drop): a peer cannot make us leak or block on them.  Returns
  * the byte count.
  */
 int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
@@ -216,8 +216,7 @@ int hs_recvmsg(int sock, void *buf, size_t cap, int *fds, int maxfds, int *nfds)
 		/* An empty datagram is a hang-up, whatever came with it. */
 		int err = n == 0 ? -ECONNRESET : nall > maxfds ? -E2BIG : -EPROTO;
 
-		while (nall)
-			peer_fd_close(all[--nall]);
+		peer_fds_drop(all, nall);
 		return err;
 	}
 	memcpy(fds, all, (size_t)nall * sizeof(int));

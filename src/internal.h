@@ -496,10 +496,13 @@ int doorbell_check(int fd, char *why, size_t whylen);
  * it can carry: they land in fds, their count in *nfds.  The byte count or
  * -errno; *flags are the message's. */
 ssize_t peer_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds, int *flags);
+/* Close, without blocking: what the peer passed us (its Unix sockets are
+ * emptied by librpal's closer thread), or a socket of ours (emptied here). */
+void peer_fds_drop(const int *fds, int n);
 void peer_fd_close(int fd);
 bool peer_fd_take_queued(int sock);
 /* read(2) of a socket a peer writes to, non-blocking: the descriptors that
- * come with the bytes are closed without blocking (peer_fd_close). */
+ * come with the bytes are closed without blocking (peer_fds_drop). */
 ssize_t peer_recv(int fd, void *buf, size_t len);
 /* Our doorbell ends refuse passed descriptors (SO_PASSRIGHTS, Linux 6.16). */
 extern _Atomic bool bells_refuse_fds;

@@ -211,16 +211,14 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 	}
 	ret = cred_check(sock, &l->policy, &uc, why, sizeof(why));
 	if (ret) {
-		while (nfds)
-			peer_fd_close(fds[--nfds]);
+		peer_fds_drop(fds, nfds);
 		send_refuse(sock, -ret, why);
 		pending_drop(l, i);
 		return rpal_fail(-ret, "refused a client: %s", why);
 	}
 	ret = side_create(&me, &bell, &ring);
 	if (ret) {
-		while (nfds)
-			peer_fd_close(fds[--nfds]);
+		peer_fds_drop(fds, nfds);
 		send_refuse(sock, -ret, "server cannot create a connection");
 		pending_drop(l, i);
 		return ret;

@@ -9,13 +9,15 @@
  * sockets holding more, as deep as the kernel lets them nest (dozens of
  * levels).  So every socket's linger is switched off, and a Unix socket is
  * shut for reading (nothing more can be queued in it) and emptied before
- * it is closed.  The caller's thread empties the descriptor it closes; a
- * Unix socket found inside goes to the closer thread, which empties it the
- * same way, the innermost first.  However deep a peer nests them, the
- * caller's thread takes out at most one message that holds Unix sockets,
- * and its stack nothing; honest peers never nest, so the closer thread
- * only runs for a hostile one.  A listening Unix socket is shut (no new
- * connections) and what waits in its backlog is taken out the same way.
+ * it is closed.  The caller's thread empties a socket of its own (whose
+ * other end the peer holds); a Unix socket the peer passed, or one found
+ * inside, goes to the closer thread, which empties it the same way, the
+ * innermost first.  However deep a peer nests them, the caller's thread
+ * takes out at most one message that holds Unix sockets, and its stack
+ * nothing; honest peers never nest, and pass sockets that are kept, so the
+ * closer thread only runs for a hostile one.  A listening Unix socket is
+ * shut (no new connections) and what waits in its backlog is taken out
+ * the same way.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -407,6 +409,24 @@ static void closer_atfork(void)
 
 /* ---------------------------------------------------------------- close */
 
+/*
+ * Descriptors the peer passed us.  It may still hold any of them, and every
+ * read of a Unix socket first takes the socket's read lock, which a read of
+ * the peer's own that stalls in the middle of its copy (into memory that a
+ * FUSE file system it serves, or a userfaultfd of its own, never fills)
+ * keeps for as long as it likes, MSG_DONTWAIT or not: so those sockets are
+ * emptied by the closer thread, never on ours.
+ */
+void peer_fds_drop(const int *fds, int n)
+{
+	int nested[SCM_MAX_FDS], nn = 0;
+
+	sort_out(fds, n, nested, &nn);
+	peer_fd_defer(nested, nn);
+}
+
+/* A socket of ours, whose other end the peer holds: nothing the peer does
+ * holds its read lock, so it is emptied here. */
 void peer_fd_close(int fd)
 {
 	int nested[SCM_MAX_FDS], nn = 0;
@@ -424,7 +444,6 @@ ssize_t peer_recv(int fd, void *buf, size_t len)
 	int fds[SCM_MAX_FDS], nfds, flags;
 	ssize_t n = peer_recv_fds(fd, buf, len, fds, &nfds, &flags);
 
-	while (nfds)
-		peer_fd_close(fds[--nfds]);
+	peer_fds_drop(fds, nfds);
 	return n < 0 ? (errno = (int)-n, -1) : n;
 }

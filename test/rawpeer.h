@@ -12,6 +12,9 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -24,7 +27,7 @@ enum raw_fault {
 	RAW_UNSEALED, RAW_WRONG_SIZE, RAW_PIPE_BELL, RAW_NAMED_BELL, RAW_QUEUED_BELL, RAW_BAD_PID, RAW_BAD_REGION,
 	RAW_BLOCK_OUTSIDE, RAW_OUR_SLOT, RAW_BAD_BLOCK_NONCE, RAW_THREE_FDS, RAW_TCP_BELL, RAW_LINGER_IN_BELL,
 	RAW_LISTENER_THIRD, RAW_NESTED_THIRD, RAW_NESTED_IN_BELL, RAW_SECOND_MESSAGE, RAW_AFTER_EMPTY, RAW_SIZE_MIX, RAW_HUGETLB,
-	RAW_NO_FUTURE_WRITE, RAW_SLOT_MOVED, RAW_LOCKED_PIPE, RAW_NR
+	RAW_NO_FUTURE_WRITE, RAW_SLOT_MOVED, RAW_LOCKED_PIPE, RAW_STALLED_BELL, RAW_NR
 };
 
 static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
@@ -42,7 +45,37 @@ static const char *const raw_fault_name[RAW_NR] __attribute__((unused)) = {
 	"arena memfd without the future-write seal",
 	"claims another slot, its block moved there",
 	"a pipe whose mutex a splice holds, as its arena",
+	"doorbell a read of the client's holds, stalled mid-copy",
 };
+
+/* A read of fd into memory that a userfaultfd of ours never fills: it
+ * takes fd's read lock, finds what is queued and stalls in its copy with
+ * the lock held, until this process ends.  False where userfaultfd is not
+ * allowed (it needs CAP_SYS_PTRACE, or vm.unprivileged_userfaultfd). */
+static void *raw_stall_main(void *arg)
+{
+	(void)!recv(*(int *)arg, *((char **)arg + 1), 64, 0);
+	return NULL;
+}
+
+static inline bool raw_stall_read(int fd)
+{
+	static struct { int fd; char *buf; } held;
+	struct uffdio_api api = { .api = UFFD_API };
+	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	pthread_t t;
+
+	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0)
+		return false;
+	held.fd = fd;
+	held.buf = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct uffdio_register r = { .range = { (uintptr_t)held.buf, 4096 }, .mode = UFFDIO_REGISTER_MODE_MISSING };
+	if (held.buf == MAP_FAILED || ioctl(uffd, UFFDIO_REGISTER, &r) < 0)
+		return false;
+	t_check(pthread_create(&t, NULL, raw_stall_main, &held) == 0, "pthread_create");
+	usleep(100000);         /* stalled by then */
+	return true;
+}
 
 /* Splice from an idle socket into a pipe: the call waits for data holding
  * the pipe's mutex, which every close and fcntl() of the pipe needs. */
@@ -280,6 +313,11 @@ static inline int raw_hello(const char *service, enum raw_fault f, unsigned serv
 		break;
 	case RAW_QUEUED_BELL:           /* could hide descriptors we would release */
 		t_check(write(sv[0], "x", 1) == 1, "write");
+		break;
+	case RAW_STALLED_BELL:          /* refused (a byte queued), and every read of it waits on us */
+		t_check(write(sv[0], "x", 1) == 1, "write");
+		if (!raw_stall_read(sv[1]))
+			printf("  (userfaultfd not allowed here: the doorbell's read lock is not held)\n");
 		break;
 	case RAW_NAMED_BELL:            /* could be a third party's socket */
 		extra = named_socket_client(&listener);
