@@ -55,13 +55,30 @@ func closeFds(fds []int) {
 		if fd < 0 {
 			continue
 		}
-		if preparePeerFd(fd) {
-			socks = append(socks, fd)
-		} else {
+		switch {
+		case !preparePeerFd(fd):
 			closeOrDefer(fd)
+		case streamEmpty(fd):
+			unix.Close(fd) // as an honest peer's doorbell is
+		default:
+			socks = append(socks, fd)
 		}
 	}
 	deferClose(socks, false)
+}
+
+// streamEmpty says whether the Unix socket fd, which preparePeerFd shut for
+// reading, is a stream with nothing queued: then nothing ever will be (a
+// send that comes later fails), and its close releases nothing.  The look
+// takes no lock a peer can hold.  A stream carries descriptors only with
+// bytes; a seqpacket or datagram socket can queue them alone.
+func streamEmpty(fd int) bool {
+	typ, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_TYPE)
+	if err != nil || typ != unix.SOCK_STREAM {
+		return false
+	}
+	n, err := unix.IoctlGetInt(fd, unix.SIOCINQ)
+	return err == nil && n == 0
 }
 
 // scmMaxFd is the most descriptors one message can carry (the kernel's

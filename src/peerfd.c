@@ -27,6 +27,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -93,6 +94,22 @@ static bool peer_fd_prepare(int fd)
 	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0 || type != SOCK_SEQPACKET)
 		shutdown(fd, SHUT_RD);
 	return true;
+}
+
+/*
+ * Is the Unix socket fd, which peer_fd_prepare() shut for reading, a stream
+ * with nothing queued?  Then nothing ever will be (a send that comes later
+ * fails), and its close releases nothing.  The look takes no lock a peer
+ * can hold.  A stream carries descriptors only with bytes; a seqpacket or
+ * datagram socket can queue them alone.
+ */
+static bool stream_empty(int fd)
+{
+	int type = 0, queued = -1;
+	socklen_t len = sizeof(type);
+
+	return getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) == 0 && type == SOCK_STREAM &&
+	       ioctl(fd, FIONREAD, &queued) == 0 && queued == 0;
 }
 
 /* Is the connected socket fd shut for reading: its peer closed or shut
@@ -419,10 +436,17 @@ static void closer_atfork(void)
  */
 void peer_fds_drop(const int *fds, int n)
 {
-	int nested[SCM_MAX_FDS], nn = 0;
+	int socks[SCM_MAX_FDS], ns = 0;
 
-	sort_out(fds, n, nested, &nn);
-	peer_fd_defer(nested, nn);
+	for (int i = 0; i < n; i++) {
+		if (!peer_fd_prepare(fds[i]))
+			close_or_defer(fds[i]);
+		else if (stream_empty(fds[i]))
+			close(fds[i]);  /* as an honest peer's doorbell is */
+		else
+			socks[ns++] = fds[i];
+	}
+	peer_fd_defer(socks, ns);
 }
 
 /* A socket of ours, whose other end the peer holds: nothing the peer does

@@ -58,12 +58,22 @@ static void *raw_stall_main(void *arg)
 	return NULL;
 }
 
+static int raw_stall_uffd = -1;
+static pthread_t raw_stall_thread;
+
+/* At exit: the stalled copy fails, and the read ends (a leak checker that
+ * stops every thread could not stop that one). */
+static void raw_stall_end(void)
+{
+	close(raw_stall_uffd);
+	pthread_join(raw_stall_thread, NULL);
+}
+
 static inline bool raw_stall_read(int fd)
 {
 	static struct { int fd; char *buf; } held;
 	struct uffdio_api api = { .api = UFFD_API };
 	int uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
-	pthread_t t;
 
 	if (uffd < 0 || ioctl(uffd, UFFDIO_API, &api) < 0)
 		return false;
@@ -72,7 +82,9 @@ static inline bool raw_stall_read(int fd)
 	struct uffdio_register r = { .range = { (uintptr_t)held.buf, 4096 }, .mode = UFFDIO_REGISTER_MODE_MISSING };
 	if (held.buf == MAP_FAILED || ioctl(uffd, UFFDIO_REGISTER, &r) < 0)
 		return false;
-	t_check(pthread_create(&t, NULL, raw_stall_main, &held) == 0, "pthread_create");
+	t_check(pthread_create(&raw_stall_thread, NULL, raw_stall_main, &held) == 0, "pthread_create");
+	raw_stall_uffd = uffd;
+	atexit(raw_stall_end);
 	usleep(100000);         /* stalled by then */
 	return true;
 }
