@@ -284,27 +284,29 @@ func lockedPipe(t *testing.T) (fd int, release func()) {
 	}
 }
 
-// A hello whose arena is a pipe that the peer keeps locked is refused at
-// once, and the listener then closes: neither the look at it nor its close
-// waits on the pipe's mutex in a goroutine of ours that matters.
-func TestLockedPipeArena(t *testing.T) {
-	p, name, l, path, s := rawClientSetup(t)
-	fd, release := lockedPipe(t)
-	defer release()
+// refusedThenClosed sends the hello h with the descriptors fds to the
+// listener l at path, closing ours of those in give (the listener then
+// holds the only one, or ours is the last, whose close may wait: in a
+// goroutine), and checks that it is refused at once (EPROTO, the reason
+// saying want), and that l then closes within 2 s: neither waits on what
+// the peer does with the descriptors.
+func refusedThenClosed(t *testing.T, l *Listener, path string, h *hello, fds, give []int, want string) {
+	t.Helper()
 	nc, err := net.Dial("unixpacket", path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	uc := nc.(*net.UnixConn)
-	h := p.helloFor(hsHello, s, name)
-	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fd, s.ringEnd), nil); err != nil {
+	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(fds...), nil); err != nil {
 		t.Fatal(err)
 	}
-	unix.Close(fd) // the listener holds the only descriptor of that end now
+	for _, fd := range give {
+		go unix.Close(fd)
+	}
 	r, ok := readRefusal(t, uc)
-	if !ok || r.Errno != int32(syscall.EPROTO) {
-		t.Fatalf("want REFUSE/EPROTO for a pipe as the arena, got %+v", r)
+	if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, want) {
+		t.Fatalf("want REFUSE/EPROTO saying %q, got %+v", want, r)
 	}
 	t.Logf("refused: %s", r.Reason)
 	closed := make(chan struct{})
@@ -317,6 +319,17 @@ func TestLockedPipeArena(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Listener.Close still waits 2 s after the refusal")
 	}
+}
+
+// A hello whose arena is a pipe that the peer keeps locked is refused at
+// once, and the listener then closes: the pipe is closed in a goroutine of
+// its own.
+func TestLockedPipeArena(t *testing.T) {
+	p, name, l, path, s := rawClientSetup(t)
+	fd, release := lockedPipe(t)
+	defer release()
+	h := p.helloFor(hsHello, s, name)
+	refusedThenClosed(t, l, path, &h, []int{fd, s.ringEnd}, []int{fd}, "not a memfd")
 }
 
 // stalledRead starts a read of fd into memory that a userfaultfd of ours
@@ -380,31 +393,8 @@ func TestStalledDoorbell(t *testing.T) {
 	}
 	release := stalledRead(t, bell[1])
 	defer release()
-	nc, err := net.Dial("unixpacket", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	uc := nc.(*net.UnixConn)
 	h := p.helloFor(hsHello, s, name)
-	if _, _, err := uc.WriteMsgUnix(h.marshal(), unix.UnixRights(p.memfd, bell[1]), nil); err != nil {
-		t.Fatal(err)
-	}
-	r, ok := readRefusal(t, uc)
-	if !ok || r.Errno != int32(syscall.EPROTO) || !strings.Contains(r.Reason, "queued") {
-		t.Fatalf("want REFUSE/EPROTO for the queued doorbell, got %+v", r)
-	}
-	t.Logf("refused: %s", r.Reason)
-	closed := make(chan struct{})
-	go func() {
-		l.Close()
-		close(closed)
-	}()
-	select {
-	case <-closed:
-	case <-time.After(2 * time.Second):
-		t.Fatal("Listener.Close still waits 2 s after the refusal")
-	}
+	refusedThenClosed(t, l, path, &h, []int{p.memfd, bell[1]}, nil, "queued")
 }
 
 // A peer already connected (so its arena is mapped here) that sends a
