@@ -48,6 +48,13 @@ hello_names() {
 		ok "a hello naming the slot of $3 ($1) is refused: $out" || bad "a hello naming slot ${1:-none} of $3: $out"
 }
 
+# outside_echo N: an echo server outside any host serving echo-outN, its pid in $echo_pid.
+outside_echo() {
+	"$ECHO" echo-out$1 >"$tmp/echo$1.out" 2>&1 &
+	echo_pid=$!
+	wait_line "$tmp/echo$1.out" "serving" || bad "the echo server echo-out$1: $(cat "$tmp/echo$1.out")"
+}
+
 # ---- 1. a killed program's arena while another still reads it
 (
 	export RPAL_NR_SLOTS=2 RPAL_RUNTIME_DIR=$tmp/rt1
@@ -158,13 +165,11 @@ wait $hpid
 ) || fail=1
 
 # ---- 7. two programs of a host mapping at one slot at once
-"$ECHO" echo-out7 >"$tmp/echo7.out" 2>&1 &
-e7pid=$!
+outside_echo 7
+xslot=$(slot_of $echo_pid)
 start_host s7
 "$RPAL" join s7 "$ECHO" echo-in7 >"$tmp/in7.out" 2>&1 &
-wait_line "$tmp/echo7.out" "serving" && wait_line "$tmp/in7.out" "serving" ||
-	bad "setup: $(cat "$tmp/echo7.out" "$tmp/in7.out")"
-xslot=$(slot_of $e7pid)
+wait_line "$tmp/in7.out" "serving" || bad "setup: $(cat "$tmp/in7.out")"
 "$RAW" guard "$xslot" "$tmp/go7" >"$tmp/guard7.out" 2>&1 &
 wait_line "$tmp/guard7.out" "guard: held" || bad "the guard: $(cat "$tmp/guard7.out")"
 "$RPAL" join s7 "$PROG" echo echo-out7 "$tmp/go7b" >"$tmp/a7.out" 2>&1 &
@@ -195,9 +200,8 @@ at_slot() {
 		((b >= 16#${range%-*} && b < 16#${range#*-})) && { echo "$perms $path"; return; }
 	done <"/proc/$1/maps"
 }
-"$ECHO" echo-out8 >"$tmp/echo8.out" 2>&1 &
-e8pid=$!
-wait_line "$tmp/echo8.out" "serving" || bad "setup: $(cat "$tmp/echo8.out")"
+outside_echo 8
+e8pid=$echo_pid
 # arena_of PID: where process PID has its arena.
 arena_of() { awk '/memfd:rpal-arena/ && $2 ~ /^rw/ { sub(/-.*/, "", $1); print $1; exit }' "/proc/$1/maps"; }
 base8=$(arena_of $e8pid)
@@ -227,9 +231,8 @@ out=$(at_slot $hpid $base8)
 last_reader_killed() {
 	local n=$1 what=$2 space=$3 epid base out
 	shift 3
-	"$ECHO" echo-out$n >"$tmp/echo$n.out" 2>&1 &
-	epid=$!
-	wait_line "$tmp/echo$n.out" "serving" || bad "setup: $(cat "$tmp/echo$n.out")"
+	outside_echo $n
+	epid=$echo_pid
 	base=$(arena_of $epid)
 	"$@" "$PROG" echo echo-out$n "$tmp/go$n" >"$tmp/reader$n.out" 2>&1 &
 	wait_line "$tmp/reader$n.out" "echo: ready" || bad "the reader: $(cat "$tmp/reader$n.out")"
