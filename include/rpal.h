@@ -106,7 +106,8 @@ struct rpal_policy {
 	unsigned nr_gids;
 };
 
-/* Flags for rpal_accept(), rpal_connect(), rpal_send*() and rpal_recv*(). */
+/* Flags for rpal_accept(), rpal_send*() and rpal_recv*() (RPAL_MORE: sends
+ * only); a bit a call does not take fails it with -EINVAL. */
 #define RPAL_NONBLOCK 0x1   /* fail with -EAGAIN instead of waiting */
 #define RPAL_MORE     0x2   /* send: more follows; defer the wake-up check */
 

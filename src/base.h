@@ -8,6 +8,7 @@
 #ifndef RPAL_BASE_H
 #define RPAL_BASE_H
 
+#include <errno.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -136,6 +137,16 @@ static inline uint64_t now_ns(void)
 /* Record a detail for rpal_strerror(-err) on this thread; returns -err.
  * Cold: the compiler moves the paths that fail out of the hot text. */
 int rpal_fail(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3), cold));
+
+/* 0, or EINVAL with a detail when flags has bits outside allowed: an
+ * unknown bit may be a flag of a later version, which must not be taken
+ * for something it is not. */
+static inline int flags_check(const char *fn, int flags, int allowed)
+{
+	if (__builtin_expect(!(flags & ~allowed), 1))
+		return 0;
+	return rpal_fail(EINVAL, "%s: unknown flags %#x", fn, (unsigned)(flags & ~allowed));
+}
 
 /* ------------------------------------------------------------- config */
 int rpal_config_check(const struct rpal_config *cfg);

@@ -68,6 +68,8 @@ RPAL_EXPORT void rpal_config_default(struct rpal_config *cfg)
 {
 	const char *dir;
 
+	if (!cfg)
+		return;
 	memset(cfg, 0, sizeof(*cfg));
 	env_error[0] = 0;
 	cfg->region_base = RPAL_DEFAULT_REGION_BASE;
@@ -159,6 +161,8 @@ RPAL_EXPORT int rpal_runtime_dir(const struct rpal_config *cfg, char *out, size_
 	struct rpal_config def;
 	int n;
 
+	if (!out || !len)
+		return rpal_fail(EINVAL, "rpal_runtime_dir: %s", out ? "len is 0" : "out is NULL");
 	if (!cfg) {
 		rpal_config_default(&def);
 		cfg = &def;

@@ -707,6 +707,8 @@ RPAL_EXPORT int rpal_conn_info(int fd, struct rpal_conn_info *info)
 	c = conn_get(fd, &err);
 	if (!c)
 		return err;
+	if (!info)
+		return rpal_fail(EINVAL, "rpal_conn_info: info is NULL");
 	MPK_REENTER(c, rpal_conn_info(fd, info));
 	acks_drain(c);
 	conn_poll_peer(c);

@@ -58,6 +58,9 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 
 	if (flags)
 		return rpal_fail(EINVAL, "rpal_connect: flags %#x not supported (pass 0)", (unsigned)flags);
+	ret = policy_check(policy);
+	if (ret)
+		return ret;
 	ret = rpal_ensure_init();
 	if (ret)
 		return ret;
@@ -74,7 +77,11 @@ RPAL_EXPORT int rpal_connect(const char *service, const struct rpal_policy *poli
 			usleep(1000);
 			continue;
 		}
-		ret = rpal_fail(errno == EAGAIN ? ETIMEDOUT : errno, "cannot connect to service %s", service);
+		bool abstract = !sa.sun_path[0];
+
+		ret = rpal_fail(errno == EAGAIN ? ETIMEDOUT : errno, "cannot connect to service %s at %s%.*s", service,
+				abstract ? "@" : "", (int)(salen - offsetof(struct sockaddr_un, sun_path) - abstract),
+				sa.sun_path + abstract);
 		goto fail;
 	}
 	ret = cred_check(sock, policy, &uc, why, sizeof(why));

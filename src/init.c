@@ -245,7 +245,9 @@ RPAL_EXPORT int rpal_stats(struct rpal_stats *st)
 	struct rpal_peer *p;
 
 	if (!rpal_g.inited)
-		return -ENOTCONN;
+		return rpal_fail(ENOTCONN, "rpal_stats: rpal_init() has not been called");
+	if (!st)
+		return rpal_fail(EINVAL, "rpal_stats: st is NULL");
 	linger_sweep(false);
 	memset(st, 0, sizeof(*st));
 	pthread_mutex_lock(&rpal_g.lock);

@@ -347,6 +347,8 @@ RPAL_EXPORT int rpal_accept(int lfd, int flags)
 
 	if (!l)
 		return rpal_fail(EBADF, "descriptor %d is not an rpal listener", lfd);
+	if (flags_check("rpal_accept", flags, RPAL_NONBLOCK))
+		return -EINVAL;
 	for (;;) {
 		uint64_t next = UINT64_MAX, now;
 		struct epoll_event evs[8];

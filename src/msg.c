@@ -156,6 +156,8 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_send(int fd, const void *buf, size_t len, int 
 	MPK_REENTER(c, rpal_send(fd, buf, len, flags));
 	if (!buf && len)
 		return rpal_fail(EINVAL, "rpal_send: buf is NULL");
+	if ((err = flags_check("rpal_send", flags, RPAL_NONBLOCK | RPAL_MORE)))
+		return err;
 	ret = send_one(c, buf, len, flags);
 	if (ret >= 0) {
 		int e = sent(c, flags);
@@ -177,12 +179,16 @@ RPAL_EXPORT RPAL_WARM int rpal_send_batch(int fd, const struct iovec *msgs, unsi
 	MPK_REENTER(c, rpal_send_batch(fd, msgs, n, flags));
 	if (!msgs && n)
 		return rpal_fail(EINVAL, "rpal_send_batch: msgs is NULL");
+	if ((err = flags_check("rpal_send_batch", flags, RPAL_NONBLOCK | RPAL_MORE)))
+		return err;
+	/* A bad entry fails the batch before anything is sent. */
 	for (i = 0; i < n; i++) {
-		if (!msgs[i].iov_base && msgs[i].iov_len) {
-			if (i == 0)
-				return rpal_fail(EINVAL, "rpal_send_batch: message 0 has a NULL base");
-			break;
-		}
+		if (!msgs[i].iov_len)
+			return rpal_fail(EINVAL, "rpal_send_batch: message %u is empty", i);
+		if (!msgs[i].iov_base)
+			return rpal_fail(EINVAL, "rpal_send_batch: message %u has a NULL base", i);
+	}
+	for (i = 0; i < n; i++) {
 		/* Only the first may wait; later ones stop at a full ring. */
 		ssize_t ret = send_one(c, msgs[i].iov_base, msgs[i].iov_len, i ? flags | RPAL_NONBLOCK : flags);
 		if (ret < 0) {
@@ -254,6 +260,8 @@ RPAL_EXPORT RPAL_WARM int rpal_send_buf(int fd, void *buf, size_t len, int flags
 	if (!c)
 		return err;
 	MPK_REENTER(c, rpal_send_buf(fd, buf, len, flags));
+	if ((err = flags_check("rpal_send_buf", flags, RPAL_NONBLOCK | RPAL_MORE)))
+		return err;
 	if (len == 0 || len > UINT32_MAX)
 		return rpal_fail(EINVAL, "rpal_send_buf: length %zu out of range", len);
 	/* Validate before waiting: a bad pointer fails at once. */
@@ -322,6 +330,8 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	MPK_REENTER(c, rpal_recv(fd, buf, len, flags));
 	if (!buf && len)
 		return rpal_fail(EINVAL, "rpal_recv: buf is NULL");
+	if ((err = flags_check("rpal_recv", flags, RPAL_NONBLOCK)))
+		return err;
 	if (load_relaxed(&c->rx_eof))
 		return 0;
 	for (;;) {
@@ -371,6 +381,8 @@ RPAL_EXPORT RPAL_WARM int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned 
 	MPK_REENTER(c, rpal_recv_msg(fd, msgs, n, flags));
 	if (n == 0 || !msgs)
 		return rpal_fail(EINVAL, "rpal_recv_msg: %s", n ? "msgs is NULL" : "n is 0");
+	if ((err = flags_check("rpal_recv_msg", flags, RPAL_NONBLOCK)))
+		return err;
 	if (load_relaxed(&c->rx_eof))
 		return 0;
 	for (;;) {

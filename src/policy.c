@@ -26,11 +26,25 @@
 
 /* ------------------------------------------------------------ policy */
 
+int policy_check(const struct rpal_policy *p)
+{
+	if (p && p->nr_uids && !p->uids)
+		return rpal_fail(EINVAL, "policy: nr_uids is %u but uids is NULL", p->nr_uids);
+	if (p && p->nr_gids && !p->gids)
+		return rpal_fail(EINVAL, "policy: nr_gids is %u but gids is NULL", p->nr_gids);
+	return 0;
+}
+
 int policy_copy(struct rpal_listener *l, const struct rpal_policy *p)
 {
+	int ret;
+
 	l->policy.allow_same_uid = 1;
 	if (!p)
 		return 0;
+	ret = policy_check(p);
+	if (ret)
+		return ret;
 	l->policy = *p;
 	l->uids = NULL;
 	l->gids = NULL;

@@ -800,7 +800,7 @@ bool arena_in_flight(void *p)
 RPAL_EXPORT int rpal_self(unsigned *slot, void **arena_base, size_t *arena_size)
 {
 	if (!rpal_g.inited)
-		return -ENOTCONN;
+		return rpal_fail(ENOTCONN, "rpal_self: rpal_init() has not been called");
 	if (slot)
 		*slot = rpal_g.slot;
 	if (arena_base)

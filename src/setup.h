@@ -16,6 +16,7 @@
 #include "internal.h"
 
 /* policy.c */
+int policy_check(const struct rpal_policy *p);
 int policy_copy(struct rpal_listener *l, const struct rpal_policy *p);
 int cred_check(int sock, const struct rpal_policy *p, struct ucred *uc, char *why, size_t whylen);
 int service_addr(const char *service, struct sockaddr_un *sa, socklen_t *len, char *lockpath, size_t lplen);

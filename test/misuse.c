@@ -1,7 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Description: an application's mistakes get a clear error and lose
- * nothing.  NULL pointers to the send and receive calls return -EINVAL;
+ * nothing.  A call before rpal_init() says so, whatever an earlier call
+ * left for rpal_strerror().  NULL pointers to the send, receive, info
+ * and stats calls, or in a policy, return -EINVAL; so do flag bits a
+ * call does not know, and a batch with a bad entry, which sends nothing;
  * a release of a message that was not received on that connection (a
  * forged token, a copy of a released struct, another connection's
  * message) returns -EINVAL and sends the peer nothing, so the connection
@@ -27,6 +30,14 @@ int main(void)
 	struct iovec iov = { NULL, 4 };
 	int a, b, a2, b2;
 
+	printf("calls before rpal_init() say so, not what an earlier failure said\n");
+	t_check(rpal_send(-1, "x", 1, 0) < 0, "rpal_send(-1)");
+	t_check(rpal_self(NULL, NULL, NULL) == -ENOTCONN, "rpal_self before rpal_init");
+	printf("  %s\n", rpal_strerror(-ENOTCONN));
+	t_check(strstr(rpal_strerror(-ENOTCONN), "rpal_init"), "rpal_self's detail: %s", rpal_strerror(-ENOTCONN));
+	t_check(rpal_stats(NULL) == -ENOTCONN, "rpal_stats before rpal_init");
+	t_check(strstr(rpal_strerror(-ENOTCONN), "rpal_stats"), "rpal_stats's detail: %s", rpal_strerror(-ENOTCONN));
+
 	t_self_pair("misuse", &a, &b);
 	t_self_pair("misuse2", &a2, &b2);
 
@@ -39,7 +50,48 @@ int main(void)
 	t_check(rpal_msg_release(b, NULL, 1) == -EINVAL, "rpal_msg_release(NULL)");
 	printf("  %s\n", rpal_strerror(-EINVAL));
 	t_ok(rpal_msg_release(b, NULL, 0));
+	t_check(rpal_conn_info(a, NULL) == -EINVAL, "rpal_conn_info(NULL)");
+	t_check(rpal_stats(NULL) == -EINVAL, "rpal_stats(NULL)");
+	t_check(rpal_runtime_dir(NULL, NULL, 100) == -EINVAL, "rpal_runtime_dir(NULL out)");
+	printf("  %s\n", rpal_strerror(-EINVAL));
+	rpal_config_default(NULL);
+	{
+		struct rpal_policy p = { .nr_uids = 3 };
+
+		t_check(rpal_listen("misuse-policy", &p) == -EINVAL, "rpal_listen with nr_uids and no uids");
+		printf("  %s\n", rpal_strerror(-EINVAL));
+		p = (struct rpal_policy){ .nr_gids = 1 };
+		t_check(rpal_connect("misuse", &p, 0) == -EINVAL, "rpal_connect with nr_gids and no gids");
+	}
 	echo_works(a, b, "NULL arguments");
+
+	printf("flag bits a call does not know return EINVAL, and nothing is sent\n");
+	{
+		struct iovec two[2] = { { "ab", 2 }, { "cd", 0 } };
+		char buf[8];
+		void *ab = rpal_buf_alloc(8);
+		int lfd = t_ok(rpal_listen("misuse-flags", NULL));
+
+		t_check(ab, "rpal_buf_alloc");
+		t_check(rpal_send(a, "x", 1, 0x100) == -EINVAL, "rpal_send flags 0x100");
+		printf("  %s\n", rpal_strerror(-EINVAL));
+		t_check(rpal_send_batch(a, two, 1, 0x100) == -EINVAL, "rpal_send_batch flags 0x100");
+		t_check(rpal_send_buf(a, ab, 8, 0x100) == -EINVAL, "rpal_send_buf flags 0x100");
+		t_ok(rpal_send_buf(a, ab, 8, 0));
+		t_check(rpal_recv_msg(b, &m, 1, RPAL_NONBLOCK | RPAL_MORE) == -EINVAL, "rpal_recv_msg with RPAL_MORE");
+		t_check(rpal_recv(b, buf, sizeof(buf), 0x100) == -EINVAL, "rpal_recv flags 0x100");
+		t_check(rpal_recv_msg(b, &m, 1, 0) == 1 && m.len == 8, "the one buffer sent");
+		t_ok(rpal_msg_release(b, &m, 1));
+		t_check(rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK) == -EAGAIN, "nothing else arrived");
+		t_check(rpal_accept(lfd, 0x80 | RPAL_NONBLOCK) == -EINVAL, "rpal_accept flags 0x81");
+
+		printf("a batch with an empty entry fails whole\n");
+		t_check(rpal_send_batch(a, two, 2, 0) == -EINVAL, "rpal_send_batch with an empty second entry");
+		printf("  %s\n", rpal_strerror(-EINVAL));
+		t_check(rpal_recv(b, buf, sizeof(buf), RPAL_NONBLOCK) == -EAGAIN, "the batch's first entry was not sent");
+		rpal_close(lfd);
+	}
+	echo_works(a, b, "unknown flags");
 
 	printf("releases of messages not received here return EINVAL and reach no peer\n");
 	memset(big, 'b', sizeof(big));
