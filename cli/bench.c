@@ -89,7 +89,13 @@ static void usage(FILE *f)
 "\n"
 "Placement split pins the server to the second allowed CPU and the client to\n"
 "the first; same-core pins both to the first.  Tests of the bench check its\n"
-"logic, never its speed: numbers come only from runs like this one.\n");
+"logic, never its speed: numbers come only from runs like this one.\n"
+"\n"
+"A full run (every transport, wait and suite, 10^6 messages each) takes\n"
+"minutes.  A first look in seconds:\n"
+"  rpal bench -t futex,rpal-connected -w adaptive -n 20000\n"
+"and the request/response sweep of docs/BENCH.md:\n"
+"  rpal bench -t uds-epoll,futex,rpal-connected -w adaptive -S rpc --rates 1000,10000,max -T 1\n");
 }
 
 static int list_transports(void)

@@ -465,12 +465,18 @@ out:
 
 static pid_t spawn(const struct transport *t, struct bt_ctx *c, int cpu)
 {
-	pid_t pid;
+	pid_t parent = getpid(), pid;
 
 	fflush(NULL);
 	pid = fork();
-	if (pid == 0)
+	if (pid == 0) {
+		/* A bench killed by a supervisor (not a terminal's whole group)
+		 * takes its pair with it. */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(1);
 		_exit(child(t, c, cpu) < 0 ? 1 : 0);
+	}
 	return pid;
 }
 
