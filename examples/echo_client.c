@@ -17,6 +17,11 @@ int main(int argc, char **argv)
 	char msg[64], reply[65536];
 	int fd, count = argc > 2 ? argc - 2 : 1000;
 
+	if (argc > 1 && argv[1][0] == '-') {                   /* --help, or a typo */
+		fprintf(stderr, "usage: echo_client [service [message...]]\n");
+		return 2;
+	}
+
 	fd = rpal_connect(service, NULL, 0);                    /* socket+connect */
 	for (int tries = 0; (fd == -ENOENT || fd == -ECONNREFUSED) && tries < 200; tries++) {
 		usleep(10000);                  /* started with the server: let it listen */

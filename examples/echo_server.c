@@ -34,8 +34,11 @@ struct conn {
 
 static int ep;
 
-static void drop(struct conn *c)
+/* Close a connection; err < 0 says why, where the peer did not just leave. */
+static void drop(struct conn *c, int err)
 {
+	if (err < 0)
+		fprintf(stderr, "echo_server: dropping connection %d: %s\n", c->fd, rpal_strerror(err));
 	for (; c->count; c->count--, c->head = (c->head + 1) % QUEUE_MAX)
 		free(c->queue[c->head]);
 	rpal_close(c->fd);                                      /* also leaves the epoll set */
@@ -75,11 +78,16 @@ static int reply(struct conn *c, const char *buf, size_t len)
 /* Handle one event of a connection: flush, read, reply; then adjust the interest. */
 static void serve(struct conn *c, uint32_t events)
 {
-	static char buf[65536];
+	static char buf[256 << 10];     /* a Go Stream writes messages of up to 256 KiB */
 	struct epoll_event ev = { .data.ptr = c };
+	int err;
 
-	if ((events & (EPOLLHUP | EPOLLERR)) || flush(c) < 0) { /* gone, or broke the protocol */
-		drop(c);
+	if (events & (EPOLLHUP | EPOLLERR)) {                   /* gone */
+		drop(c, 0);
+		return;
+	}
+	if ((err = flush(c)) < 0) {                             /* broke the protocol */
+		drop(c, err);
 		return;
 	}
 	/* A full queue means the peer is not reading: stop reading its requests
@@ -90,13 +98,13 @@ static void serve(struct conn *c, uint32_t events)
 			break;
 		if (len == 0)
 			c->eof = 1;                             /* it still reads what we owe it */
-		else if (len < 0 || reply(c, buf, (size_t)len) < 0) {
-			drop(c);                                /* peer gone, or arena full */
+		else if ((err = len < 0 ? (int)len : reply(c, buf, (size_t)len)) < 0) {
+			drop(c, err);                           /* gone, too long, or arena full */
 			return;
 		}
 	}
 	if (c->eof && !c->count) {
-		drop(c);
+		drop(c, 0);
 		return;
 	}
 	/* Level-triggered: EPOLLIN while we take requests, EPOLLOUT only while
@@ -111,6 +119,11 @@ int main(int argc, char **argv)
 	const char *service = argc > 1 ? argv[1] : "echo";
 	struct epoll_event ev, events[64];
 	int lfd;
+
+	if (argc > 1 && argv[1][0] == '-') {                   /* --help, or a typo */
+		fprintf(stderr, "usage: echo_server [service]\n");
+		return 2;
+	}
 
 	lfd = rpal_listen(service, NULL);                       /* socket+bind+listen */
 	if (lfd < 0) {
