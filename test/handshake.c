@@ -371,9 +371,12 @@ int main(void)
 		for (int allow = 0; allow < 2; allow++) {
 			uid_t nobody = 65534, root = 0;
 			struct rpal_policy pol = { .allow_same_uid = 1, .uids = &nobody, .nr_uids = allow };
-			char name[64];
+			char name[64], dir[] = "/tmp/rpal-test-nobody-XXXXXX";
 			int l3, p[2];
 			snprintf(name, sizeof(name), "@rpal-test-uid-%d-%d", (int)getpid(), allow);
+			/* The child's runtime directory: made and removed here. */
+			t_check(mkdtemp(dir), "mkdtemp");
+			t_check(chown(dir, nobody, nobody) == 0, "chown");
 			l3 = t_ok(rpal_listen(name, &pol));
 			t_check(pipe(p) == 0, "pipe");
 			pid_t pid;
@@ -392,12 +395,9 @@ int main(void)
 			}
 			if (pid == 0) {
 				struct rpal_policy cpol = { .allow_same_uid = 1, .uids = &root, .nr_uids = 1 };
-				char dir[] = "/tmp/rpal-test-nobody-XXXXXX";
 				if ((unsigned)getpid() % RPAL_DEFAULT_NR_SLOTS == myslot)
 					_exit(3);
 				rpal_fini();
-				t_check(mkdtemp(dir), "mkdtemp");
-				t_check(chown(dir, nobody, nobody) == 0, "chown");
 				setenv("RPAL_RUNTIME_DIR", dir, 1);
 				t_check(setgid(nobody) == 0 && setuid(nobody) == 0, "drop to uid %u", nobody);
 				t_ok(rpal_init(NULL));
@@ -430,6 +430,7 @@ int main(void)
 				t_check(r == -EACCES, "uid %u not allowed but got %d", nobody, r);
 				waitpid(pid, &status, 0);
 			}
+			t_rmdir_files(dir);
 			t_check(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 				"second-uid client (allow=%d) failed: %d", allow, WEXITSTATUS(status));
 			rpal_close(l3);

@@ -6,6 +6,7 @@
 #ifndef RPAL_TEST_HELPERS_H
 #define RPAL_TEST_HELPERS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -167,6 +168,20 @@ static inline uint64_t t_rand(uint64_t *s)
 }
 
 /* Count open descriptors of this process. */
+/* Remove a directory of plain files (a runtime directory a test made). */
+static inline void t_rmdir_files(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	while (d && (e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			unlinkat(dirfd(d), e->d_name, 0);
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
 static inline int t_count_fds(void)
 {
 	char path[64];
