@@ -25,6 +25,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 #include <rpal.h>
@@ -430,14 +431,19 @@ static int file_seen(struct snap *s, const struct stat *st)
 	return 0;
 }
 
-static int scan_dir(const char *dir, struct snap *s)
+/* Read the pages of dir, open as dfd (taken: closed here). */
+static int scan_dir(int dfd, const char *dir, struct snap *s)
 {
 	char path[300], why[160];
 	struct dirent *d;
-	DIR *dp = opendir(dir);
+	DIR *dp = fdopendir(dfd);
 
-	if (!dp)
-		return -errno;
+	if (!dp) {
+		int err = -errno;
+
+		close(dfd);
+		return err;
+	}
 	while ((d = readdir(dp))) {
 		long slot = page_slot(d->d_name);
 		struct snap_proc p, *np;
@@ -482,6 +488,8 @@ static int scan_dir(const char *dir, struct snap *s)
 			continue;
 		}
 		close(fd);
+		/* Who made the file, not who the page says it is. */
+		p.uid = st.st_uid;
 		if ((p.flags & RPAL_STAT_HOSTED) && !owner_alive(p.pid, p.init_mono_ns)) {
 			s->stale++;     /* its host holds it: left for the slot's next owner */
 			free(p.conns);
@@ -516,24 +524,72 @@ static int proc_cmp(const void *a, const void *b)
 	return x->slot < y->slot ? -1 : x->slot > y->slot;
 }
 
-/* Scan dir unless it is one already scanned. */
-static int scan_once(const char *dir, struct stat *seen, unsigned *nseen, unsigned max, struct snap *s)
+/*
+ * The user a default runtime directory belongs to, from its name
+ * (/run/user/UID/rpal, /tmp/rpal-UID), or -1 if it names none.
+ */
+static long dir_uid(const char *dir)
 {
+	const char *p = NULL, *end;
+	char *e;
+	long uid;
+
+	if (!strncmp(dir, "/tmp/rpal-", 10)) {
+		p = dir + 10;
+		end = p + strlen(p);
+	} else if (!strncmp(dir, "/run/user/", 10)) {
+		p = dir + 10;
+		end = strchr(p, '/');
+		if (!end || strcmp(end, "/rpal"))
+			return -1;
+	}
+	if (!p || !isdigit((unsigned char)*p))
+		return -1;
+	errno = 0;
+	uid = strtol(p, &e, 10);
+	return e == end && !errno && uid <= UINT32_MAX ? uid : -1;
+}
+
+/*
+ * Scan a default runtime directory (of user uid, -1 for a name that is no
+ * user's) unless it is one already scanned.  Only one that rpal_init()
+ * would use for that user: a real directory (not a link to one), owned by
+ * that user or root and not writable by others.  Under /tmp anyone may
+ * make /tmp/rpal-UID first, and fill it with pages that claim any process.
+ */
+static int scan_once(const char *dir, long uid, struct stat *seen, unsigned *nseen, unsigned max,
+		     struct snap *s)
+{
+	char msg[160];
 	struct stat st;
 	unsigned k;
-	int ret;
+	int ret, dfd;
 
-	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
-		return 0;       /* nobody of that user has run rpal yet */
+	if (uid < 0)
+		return 0;       /* no user's default: rpal_init never picks it */
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	if (dfd < 0) {
+		if (errno == ENOENT)
+			return 0;       /* nobody of that user has run rpal yet */
+		snprintf(msg, sizeof(msg), "cannot open the directory: %s%s", strerror(errno),
+			 errno == ELOOP || errno == ENOTDIR ? " (rpal_init does not follow a link there)" : "");
+		return add_skip(s, dir, msg);
+	}
+	if (fstat(dfd, &st) < 0 || (st.st_uid != (uid_t)uid && st.st_uid != 0) || (st.st_mode & 0002)) {
+		snprintf(msg, sizeof(msg), "owned by uid %u, mode %04o: rpal_init of uid %ld would refuse it",
+			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), uid);
+		close(dfd);
+		return add_skip(s, dir, msg);
+	}
 	for (k = 0; k < *nseen; k++)
-		if (seen[k].st_dev == st.st_dev && seen[k].st_ino == st.st_ino)
+		if (seen[k].st_dev == st.st_dev && seen[k].st_ino == st.st_ino) {
+			close(dfd);
 			return 0;
+		}
 	if (*nseen < max)
 		seen[(*nseen)++] = st;
-	ret = scan_dir(dir, s);
+	ret = scan_dir(dfd, dir, s);
 	if (ret && ret != -ENOMEM) {
-		char msg[160];
-
 		snprintf(msg, sizeof(msg), "cannot read the directory: %s", strerror(-ret));
 		return add_skip(s, dir, msg);
 	}
@@ -645,7 +701,8 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 	memset(s, 0, sizeof(*s));
 	if (w && w->dir) {
 		clean_string(s->looked, w->dir, sizeof(s->looked));
-		ret = scan_dir(w->dir, s);
+		ret = open(w->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NONBLOCK);
+		ret = ret < 0 ? -errno : scan_dir(ret, w->dir, s);
 		if (ret) {
 			snprintf(why, whylen, "cannot read %s: %s", w->dir, strerror(-ret));
 			snap_free(s);
@@ -660,7 +717,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 	if (geteuid() == 0)
 		snprintf(s->looked + strlen(s->looked), sizeof(s->looked) - strlen(s->looked),
 			 " and every /run/user/*/rpal and /tmp/rpal-*");
-	ret = scan_once(def, seen, &nseen, 256, s);
+	ret = scan_once(def, geteuid(), seen, &nseen, 256, s);
 	/* Root sees every user's processes: their default directories too. */
 	for (i = 0; !ret && geteuid() == 0 && i < sizeof(all) / sizeof(all[0]); i++) {
 		glob_t g;
@@ -668,7 +725,7 @@ int snap_take(const struct snap_where *w, struct snap *s, char *why, size_t whyl
 		if (glob(all[i], 0, NULL, &g))
 			continue;
 		for (k = 0; !ret && k < g.gl_pathc; k++)
-			ret = scan_once(g.gl_pathv[k], seen, &nseen, 256, s);
+			ret = scan_once(g.gl_pathv[k], dir_uid(g.gl_pathv[k]), seen, &nseen, 256, s);
 		globfree(&g);
 	}
 	if (ret) {
@@ -701,6 +758,7 @@ void snap_free(struct snap *s)
 int snap_page_dir(long pid, char *dir, size_t len)
 {
 	char path[40], line[4200];
+	bool cont = false;
 	int ret = -1;
 	FILE *f;
 
@@ -716,26 +774,45 @@ int snap_page_dir(long pid, char *dir, size_t len)
 	while (ret < 0 && fgets(line, sizeof(line), f)) {
 		char *p = strchr(line, '/'), *nl = strchr(line, '\n'), *slash;
 		_Alignas(64) struct rpal_stat_hdr h;
+		unsigned major, minor;
+		unsigned long long ino;
 		struct stat st;
-		int fd;
+		bool was_cont = cont;
+		int fd, rfd;
 
-		if (!p || !nl)
+		/* The tail of a line longer than ours is no line of its own. */
+		cont = !nl;
+		if (was_cont || !p || !nl ||
+		    sscanf(line, "%*x-%*x %*s %*x %x:%x %llu", &major, &minor, &ino) != 3)
 			continue;
 		*nl = '\0';
 		slash = strrchr(p, '/');
 		if (slash == p || page_slot(slash + 1) < 0)
 			continue;
-		fd = open(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		/* The process chose the path, and may have swapped what it names
+		 * since it mapped it: open nothing (no device, no FIFO) but the
+		 * regular file its mapping holds, by device and inode. */
+		fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && pread(fd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
-		    h.magic == RPAL_STAT_MAGIC && h.version == RPAL_STAT_VERSION && h.hdr_size == sizeof(h) &&
+		if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_dev != makedev(major, minor) ||
+		    st.st_ino != ino) {
+			close(fd);
+			continue;
+		}
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		rfd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		close(fd);
+		if (rfd < 0)
+			continue;
+		if (pread(rfd, &h, sizeof(h), 0) == (ssize_t)sizeof(h) && h.magic == RPAL_STAT_MAGIC &&
+		    h.version == RPAL_STAT_VERSION && h.hdr_size == sizeof(h) &&
 		    h.entry_size == sizeof(struct rpal_stat_conn) && h.pid == (uint32_t)pid) {
 			*slash = '\0';
 			clean_string(dir, p, len);
 			ret = 0;
 		}
-		close(fd);
+		close(rfd);
 	}
 	fclose(f);
 	return ret;

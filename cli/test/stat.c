@@ -23,8 +23,11 @@
  *     connection twice is skipped (--prometheus repeats no series); as
  *     root, a page linked into two /tmp/rpal-* directories is listed once,
  *     and the pages of one pid and slot in two are both listed, with
- *     --prometheus series told apart by their directory;
- *     rpal stat PID of a process that maps a page 30000 times ends soon.
+ *     --prometheus series told apart by their directory; a /tmp/rpal-UID
+ *     of another user, writable by anyone, or a link is skipped, and a
+ *     page shows its file's owner as its uid; rpal stat PID of a process
+ *     that maps a page 30000 times ends soon, and of one whose maps line
+ *     is too long for it opens no FIFO its tail names.
  *   stat RPAL top: `rpal top --batch -n 2` shows the busy pair's rates.
  *   stat pair SECONDS: a busy pair for SECONDS (for the tmux test).
  * RPAL_RUNTIME_DIR names the runtime directory (ctest sets it).
@@ -38,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/inotify.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -1325,17 +1329,24 @@ static void twice(const char *rpal)
 	forge_clean(sub);
 }
 
-/* Two directories root reads as it reads every user's (/tmp/rpal-*), named
- * for the case: 0 when the caller is not root, and the case is skipped. */
-static int root_dirs(const char *what, const char *tag, char *a, char *b, size_t len)
+/* The default runtime directory of a uid no account has, for case tag
+ * (0..3) of this test, a or b: /tmp/rpal-UID, where root looks. */
+static unsigned fake_uid(int tag, int b)
+{
+	return 4000000000u + (unsigned)(getpid() % 10000000) * 8 + (unsigned)tag * 2 + (unsigned)b;
+}
+
+/* Two directories root reads as it reads every user's (/tmp/rpal-UID),
+ * for case tag: 0 when the caller is not root, and the case is skipped. */
+static int root_dirs(const char *what, int tag, char *a, char *b, size_t len)
 {
 	printf("stat: %s\n", what);
 	if (geteuid() != 0) {
 		printf("stat:   SKIP this case: only root reads every /tmp/rpal-*\n");
 		return 0;
 	}
-	snprintf(a, len, "/tmp/rpal-stat-%s-%d-a", tag, (int)getpid());
-	snprintf(b, len, "/tmp/rpal-stat-%s-%d-b", tag, (int)getpid());
+	snprintf(a, len, "/tmp/rpal-%u", fake_uid(tag, 0));
+	snprintf(b, len, "/tmp/rpal-%u", fake_uid(tag, 1));
 	mkdir(a, 0700);
 	mkdir(b, 0700);
 	return 1;
@@ -1363,7 +1374,7 @@ static void linked_dirs(const char *rpal)
 	char a[300], b[300], from[400], to[400];
 	int listed;
 
-	if (!root_dirs("a page linked into two directories root reads is listed once", "links", a, b, sizeof(a)))
+	if (!root_dirs("a page linked into two directories root reads is listed once", 0, a, b, sizeof(a)))
 		return;
 	struct forged_page f = forge(4490, 7, 1);
 	int fd = forge_write(a, "stat.7", &f);
@@ -1387,7 +1398,7 @@ static void same_pid_two_dirs(const char *rpal)
 	struct out o;
 	int listed;
 
-	if (!root_dirs("one pid and slot in two directories root reads: both listed, no series repeated", "ns", a, b,
+	if (!root_dirs("one pid and slot in two directories root reads: both listed, no series repeated", 1, a, b,
 		       sizeof(a)))
 		return;
 	struct forged_page f = forge(4491, 7, 2);
@@ -1409,6 +1420,59 @@ static void same_pid_two_dirs(const char *rpal)
 	free(g.h);
 	forge_clean(a);
 	forge_clean(b);
+}
+
+/* Root reads /tmp/rpal-UID only as rpal_init() of UID would use it: anyone
+ * may make it first.  One owned by another user, one anyone may write and
+ * a link to a directory are skipped, saying why, and their pages not
+ * listed; a page shows the uid that owns its file, not the one it claims. */
+static void foreign_dirs(const char *rpal)
+{
+	char a[300], b[300], c[300], target[300], page[400], want[400];
+	struct out o;
+
+	if (!root_dirs("a /tmp/rpal-UID of another user, writable by anyone, or a link is skipped", 2, a, b,
+		       sizeof(a)))
+		return;
+	snprintf(c, sizeof(c), "/tmp/rpal-%u", fake_uid(3, 0));
+	snprintf(target, sizeof(target), "%s/linked", dir);
+	mkdir(target, 0700);
+	CHECK(chown(a, 65534, 65534) == 0 && chmod(b, 0777) == 0 && symlink(target, c) == 0,
+	      "set up %s, %s and %s: %s", a, b, c, strerror(errno));
+	struct forged_page f = forge(4492, 5, 1), g = forge(4493, 5, 1), h = forge(4494, 5, 1);
+	int fa = forge_write(a, "stat.5", &f), fb = forge_write(b, "stat.5", &g), fc = forge_write(target, "stat.5", &h);
+
+	CHECK(listed_times(rpal, 4492) + listed_times(rpal, 4493) + listed_times(rpal, 4494) == 0,
+	      "a page of a refused directory is listed");
+	char *argv[] = { (char *)rpal, "stat", NULL };
+	CHECK(!runcmd(argv, &o), "rpal stat");
+	snprintf(want, sizeof(want), "skipped %s: owned by uid 65534", a);
+	CHECK(strstr(o.buf[1], want), "stderr does not say %s:\n%s", want, o.buf[1]);
+	snprintf(want, sizeof(want), "skipped %s: owned by uid 0, mode 0777", b);
+	CHECK(strstr(o.buf[1], want), "stderr does not say %s:\n%s", want, o.buf[1]);
+	snprintf(want, sizeof(want), "skipped %s: cannot open the directory", c);
+	CHECK(strstr(o.buf[1], want), "stderr does not say %s:\n%s", want, o.buf[1]);
+	out_free(&o);
+
+	printf("stat: a page claims uid 0, its file is uid 65534's: listed as 65534's\n");
+	CHECK(chown(a, 0, 0) == 0, "chown %s", a);
+	snprintf(page, sizeof(page), "%s/stat.5", a);
+	CHECK(fchown(fa, 65534, 65534) == 0, "chown %s", page);
+	struct jval *doc = stat_json(rpal, "4492", &o);
+	const struct jval *pr = doc ? proc_of(doc, 4492) : NULL;
+	CHECK(pr && num(pr, "uid") == 65534, "pid 4492: uid %.0f, want 65534", pr ? num(pr, "uid") : -1);
+	json_free(doc);
+	out_free(&o);
+	close(fa);
+	close(fb);
+	close(fc);
+	free(f.h);
+	free(g.h);
+	free(h.h);
+	unlink(c);
+	forge_clean(a);
+	forge_clean(b);
+	forge_clean(target);
 }
 
 /* A process that maps a full page (of another pid) tens of thousands of
@@ -1479,6 +1543,116 @@ static void elsewhere(const char *rpal)
 	      "rpal stat %s: status %d, stderr does not say %s:\n%s", pidarg, o.status, want, o.buf[1]);
 	out_free(&o);
 	child_end(pid, ctl);
+}
+
+/* Map a page of our own at deep/A.../B.../<suffix's components>; the
+ * offset in our maps line where suffix starts, or -1. */
+static long map_deep(const char *deep, int pad, const char *suffix, void **m)
+{
+	char comp[256], line[8192], *copy = strdup(suffix), *save = NULL;
+	int fd, nfd, ok = copy != NULL;
+	long at = -1;
+	FILE *f;
+
+	snprintf(line, sizeof(line), "rm -rf '%s'", deep);
+	(void)!system(line);
+	mkdir(deep, 0700);
+	fd = open(deep, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	for (int i = 0; ok && i < 17; i++) {
+		memset(comp, i < 16 ? 'A' : 'B', i < 16 ? 250 : (size_t)pad);
+		comp[i < 16 ? 250 : pad] = '\0';
+		ok = mkdirat(fd, comp, 0700) == 0 && (nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0;
+		close(fd);
+		fd = ok ? nfd : -1;
+	}
+	/* The suffix's directories, then its file: a page of our pid. */
+	for (char *c = strtok_r(copy, "/", &save), *next; ok && c; c = next) {
+		next = strtok_r(NULL, "/", &save);
+		if (!next) {
+			struct forged_page pg = forge((uint32_t)getpid(), 0, 1);
+
+			nfd = openat(fd, c, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+			ok = nfd >= 0 && write(nfd, pg.h, pg.len) == (ssize_t)pg.len &&
+			     (*m = mmap(NULL, pg.len, PROT_READ, MAP_SHARED, nfd, 0)) != MAP_FAILED;
+			free(pg.h);
+		} else {
+			ok = mkdirat(fd, c, 0700) == 0 && (nfd = openat(fd, c, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) >= 0;
+		}
+		close(fd);
+		fd = nfd;
+	}
+	close(fd);
+	free(copy);
+	f = ok ? fopen("/proc/self/maps", "re") : NULL;
+	while (f && fgets(line, sizeof(line), f)) {
+		size_t n = strlen(line), k = strlen(suffix);
+
+		if (n > k + 1 && !strncmp(line + n - k - 1, suffix, k))
+			at = (long)(n - k - 1);
+	}
+	if (f)
+		fclose(f);
+	return at;
+}
+
+/* rpal stat PID reads the maps of PID, whose paths PID chose.  A line too
+ * long for its buffer, whose tail is the path of a link to a FIFO, does not
+ * make it open that FIFO (or anything but a page the process maps). */
+static void long_maps_line(const char *rpal)
+{
+	enum { LINE = 4200 };   /* snap_page_dir's buffer: its fgets reads 4199 */
+	char evil[300], fifo[300], deep[300], suffix[400], pidarg[16];
+	int ready[2], ino;
+	struct out o;
+	pid_t pid;
+
+	printf("stat: rpal stat PID opens no FIFO named by the tail of a maps line too long for it\n");
+	snprintf(evil, sizeof(evil), "%s/evil", dir);
+	snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+	snprintf(deep, sizeof(deep), "%s/deep", dir);
+	snprintf(suffix, sizeof(suffix), "%s/stat.0", evil);
+	mkdir(evil, 0700);
+	unlink(suffix);
+	unlink(fifo);
+	CHECK(mkfifo(fifo, 0600) == 0 && symlink(fifo, suffix) == 0, "mkfifo, symlink: %s", strerror(errno));
+	CHECK(pipe(ready) == 0, "pipe");
+	pid = fork();
+	if (pid == 0) {
+		void *m = NULL;
+		long at = map_deep(deep, 100, suffix, &m);
+		/* Move the suffix to the second fgets chunk, 5 bytes of B in. */
+		int pad = 100 + (LINE - 1 + 5) - (int)at;
+
+		if (at < 0 || pad < 1 || pad > 250 || map_deep(deep, pad, suffix, &m) != LINE - 1 + 5)
+			_exit(1);
+		(void)!write(ready[1], "r", 1);
+		pause();
+		_exit(0);
+	}
+	close(ready[1]);
+	char r;
+	if (read(ready[0], &r, 1) != 1) {
+		printf("stat:   SKIP this case: no mapping at the line length wanted\n");
+		waitpid(pid, NULL, 0);
+		close(ready[0]);
+		return;
+	}
+	close(ready[0]);
+	ino = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	CHECK(ino >= 0 && inotify_add_watch(ino, fifo, IN_OPEN) >= 0, "inotify: %s", strerror(errno));
+	snprintf(pidarg, sizeof(pidarg), "%d", (int)pid);
+	char *argv[] = { (char *)rpal, "stat", pidarg, NULL };
+	CHECK(!runcmd(argv, &o) && o.status == 1, "rpal stat %s: status %d", pidarg, o.status);
+	char ev[256];
+	CHECK(read(ino, ev, sizeof(ev)) < 0 && errno == EAGAIN, "rpal stat %s opened %s", pidarg, fifo);
+	close(ino);
+	out_free(&o);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	unlink(suffix);
+	unlink(fifo);
+	rmdir(evil);
+	forge_clean(deep);
 }
 
 /* A SOCK_SEQPACKET listener at <runtime dir>/host-NAME.sock, where rpal
@@ -1590,8 +1764,10 @@ int main(int argc, char **argv)
 		twice(argv[1]);
 		linked_dirs(argv[1]);
 		same_pid_two_dirs(argv[1]);
+		foreign_dirs(argv[1]);
 		many_maps(argv[1]);
 		elsewhere(argv[1]);
+		long_maps_line(argv[1]);
 		ps_impostor(argv[1]);
 	}
 	if (fails)
