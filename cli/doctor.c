@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <gnu/libc-version.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -178,14 +179,41 @@ static void halt_polling(char *buf, size_t len)
 		snprintf(buf, len, "; halt polling up to %ld us", ns / 1000);
 }
 
-static void *accept_one(void *lfd)
-{
-	static char buf[16];
-	int fd = rpal_accept(*(int *)lfd, 0);
-	long n = fd < 0 ? fd : rpal_recv(fd, buf, sizeof(buf), 0);
+/* The listener's side of the trial: one connection, its message echoed. */
+struct acceptor {
+	int lfd;
+	/* 0 while the connect runs; then when to stop waiting for a client. */
+	_Atomic uint64_t give_up_ns;
+	char buf[16];
+};
 
+/*
+ * Never a blocking rpal_accept(): a connect that fails before it reaches
+ * the listener (out of descriptors, say) leaves it nothing to wake it.
+ * Instead, a pass of RPAL_NONBLOCK whenever lfd turns readable (or every
+ * 10 ms), until the connect has returned: then at once where it failed,
+ * and a second later at most where it succeeded (the pass that sent its
+ * WELCOME returns the connection).  The connect is bounded by
+ * handshake_ms, so this wait is too.
+ */
+static void *accept_one(void *arg)
+{
+	struct acceptor *a = arg;
+	struct pollfd pfd = { .fd = a->lfd, .events = POLLIN };
+	long n;
+	int fd;
+
+	for (;;) {
+		uint64_t give_up = atomic_load(&a->give_up_ns);
+
+		fd = rpal_accept(a->lfd, RPAL_NONBLOCK);
+		if (fd != -EAGAIN || (give_up && mono_ns() >= give_up))
+			break;
+		poll(&pfd, 1, 10);
+	}
+	n = fd < 0 ? fd : rpal_recv(fd, a->buf, sizeof(a->buf), 0);
 	if (n > 0)
-		n = rpal_send(fd, buf, (size_t)n, 0);
+		n = rpal_send(fd, a->buf, (size_t)n, 0);
 	if (fd >= 0)
 		rpal_close(fd);
 	return (void *)n;
@@ -194,11 +222,12 @@ static void *accept_one(void *lfd)
 /* rpal_init, listen, connect, one message each way; 0 or -errno, with why. */
 static int connected_mode(char *why, size_t len, char *dir, size_t dlen)
 {
+	struct acceptor acc;
 	char name[64], buf[16];
 	struct rpal_stats st;
 	pthread_t t;
 	void *echoed;
-	int lfd, fd, ret;
+	int fd, ret;
 	long n;
 
 	ret = rpal_init(NULL);
@@ -209,14 +238,22 @@ static int connected_mode(char *why, size_t len, char *dir, size_t dlen)
 	if (!rpal_stats(&st))
 		snprintf(dir, dlen, "%s", st.runtime_dir);
 	snprintf(name, sizeof(name), "doctor-%d", (int)getpid());
-	lfd = rpal_listen(name, NULL);
-	if (lfd < 0) {
-		snprintf(why, len, "rpal_listen: %s", rpal_strerror(lfd));
+	acc.lfd = rpal_listen(name, NULL);
+	if (acc.lfd < 0) {
+		snprintf(why, len, "rpal_listen: %s", rpal_strerror(acc.lfd));
 		rpal_fini();
-		return lfd;
+		return acc.lfd;
 	}
-	pthread_create(&t, NULL, accept_one, &lfd);
+	atomic_init(&acc.give_up_ns, 0);
+	ret = pthread_create(&t, NULL, accept_one, &acc);
+	if (ret) {
+		snprintf(why, len, "pthread_create (the listener's thread): %s", strerror(ret));
+		rpal_close(acc.lfd);
+		rpal_fini();
+		return -ret;
+	}
 	fd = rpal_connect(name, NULL, 0);
+	atomic_store(&acc.give_up_ns, mono_ns() + (fd < 0 ? 0 : 1000000000));
 	n = fd < 0 ? fd : rpal_send(fd, "doctor", 6, 0);
 	if (n > 0)
 		n = rpal_recv(fd, buf, sizeof(buf), 0);
@@ -227,7 +264,7 @@ static int connected_mode(char *why, size_t len, char *dir, size_t dlen)
 	if (fd >= 0)
 		rpal_close(fd);
 	pthread_join(t, &echoed);
-	rpal_close(lfd);
+	rpal_close(acc.lfd);
 	rpal_fini();
 	if (fd < 0)
 		return fd;

@@ -5,7 +5,8 @@
 # idle CPU measured, or said to be unmeasurable on one CPU, no file of its
 # trial left behind); with rpal_init made to fail, it says why and exits 1.
 # The runtime directory line gives the directory's real mode, and is there
-# when rpal_init fails because of the directory.
+# when rpal_init fails because of the directory.  Out of descriptors at
+# the connect, it reports the failure and ends.
 set -u
 RPAL=$1
 BUILD=${2:-hosted}
@@ -53,6 +54,24 @@ echo "$out" | grep -q "^no   connected mode .*RPAL_ARENA_SIZE" ||
 out=$(RPAL_ARENA_SIZE=12 "$RPAL" doctor 2>&1)
 echo "$out" | grep -q "^no   connected mode .*arena_size 12 (0xc) .*(from RPAL_ARENA_SIZE=12)" ||
 	{ echo "$out"; echo "FAIL: a refused RPAL_ARENA_SIZE=12 is not given as such"; fail=1; }
+# Out of descriptors at the connect, before it reaches the listener: the
+# trial ends at once, the failure and its reason are reported, exit 1.
+# Which limit that takes depends on what the process inherits, so each
+# limit is tried up from a few descriptors, none of them allowed to hang.
+found=0
+for n in $(seq 4 64); do
+	out=$(ulimit -n $n; timeout 20 "$RPAL" doctor 2>&1)
+	rc=$?
+	[ $rc -eq 124 ] && { echo "FAIL: with ulimit -n $n, rpal doctor hung"; fail=1; break; }
+	if echo "$out" | grep -q "^no   connected mode .*rpal_connect: socket() failed (Too many open files)"; then
+		echo "$out" | grep -E "^(ok|no) +connected mode"
+		found=1
+		[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with ulimit -n $n"; fail=1; }
+		break
+	fi
+done
+[ $found -eq 1 ] || [ $fail -ne 0 ] ||
+	{ echo "FAIL: no ulimit -n in 4..64 made the connect's socket() fail"; fail=1; }
 # A directory of mode 0711 or 0750 is what peers of several uids share
 # (rpal_init accepts it): ok, and the line says it is shared, with its
 # mode.  One that anyone may write, rpal_init refuses: no, and why.
