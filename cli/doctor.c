@@ -35,6 +35,7 @@
 #include <unistd.h>
 #include <rpal.h>
 
+#include "../src/rundir.h"
 #include "bench.h"
 #if RPAL_CLI_HOSTED
 #include "hosted.h"
@@ -309,26 +310,39 @@ int cmd_doctor(int argc, char **argv)
 		char what[128];
 
 		ok = 0;
-		if (stat(dir, &sb) < 0)
-			snprintf(what, sizeof(what), "%s", strerror(errno));
-		else if (!S_ISDIR(sb.st_mode))
-			snprintf(what, sizeof(what), "not a directory");
-		else if (sb.st_uid != geteuid() && sb.st_uid != 0)
-			snprintf(what, sizeof(what), "owned by uid %u, not us or root", (unsigned)sb.st_uid);
-		else if (sb.st_mode & 0002)
-			snprintf(what, sizeof(what), "mode %04o: anyone may write it", (unsigned)(sb.st_mode & 07777));
-		else if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0)
-			snprintf(what, sizeof(what), "mode %04o: we cannot make our sockets in it",
-				 (unsigned)(sb.st_mode & 07777));
-		else {
-			/* What rpal_init() accepts.  Group or others may enter a
-			 * directory shared by peers of several uids (rpal_listen(3)):
-			 * a socket is 0600 unless its listener's policy admits other
-			 * uids, and both ends check the peer's credentials. */
+		/* rpal_init()'s own check, then whether we may make our
+		 * sockets there, which rpal_init() finds out only then. */
+		switch (rpal_rundir_check(dir, &sb)) {
+		case RPAL_RUNDIR_OK:
+			if (faccessat(AT_FDCWD, dir, W_OK | X_OK, AT_EACCESS) < 0) {
+				snprintf(what, sizeof(what), "mode %04o: we cannot make our sockets in it",
+					 (unsigned)(sb.st_mode & 07777));
+				break;
+			}
+			/* Group or others may enter a directory shared by peers
+			 * of several uids (rpal_listen(3)): a socket is 0600
+			 * unless its listener's policy admits other uids, and
+			 * both ends check the peer's credentials. */
 			snprintf(what, sizeof(what), "%s, mode %04o%s", sb.st_uid == geteuid() ? "ours" : "root's",
 				 (unsigned)(sb.st_mode & 07777),
 				 sb.st_mode & 077 ? ": shared; sockets are 0600 unless a policy admits other uids" : "");
 			ok = 1;
+			break;
+		case RPAL_RUNDIR_NO_STAT:
+			snprintf(what, sizeof(what), "%s", strerror(errno));
+			break;
+		case RPAL_RUNDIR_SYMLINK:
+			snprintf(what, sizeof(what), "a symbolic link, not a directory");
+			break;
+		case RPAL_RUNDIR_NOT_DIR:
+			snprintf(what, sizeof(what), "not a directory");
+			break;
+		case RPAL_RUNDIR_NOT_OURS:
+			snprintf(what, sizeof(what), "owned by uid %u, not us or root", (unsigned)sb.st_uid);
+			break;
+		case RPAL_RUNDIR_ANYONE_WRITES:
+			snprintf(what, sizeof(what), "mode %04o: anyone may write it", (unsigned)(sb.st_mode & 07777));
+			break;
 		}
 		snprintf(detail, sizeof(detail), "%s (%s)", dir, what);
 		line(ok, "runtime directory", detail,

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "rundir.h"
 
 #ifndef MAP_FIXED_NOREPLACE
 #define MAP_FIXED_NOREPLACE 0x100000
@@ -68,27 +69,30 @@ static void reserve_again(uintptr_t addr, size_t len)
 	reserve_again_how(addr, len, MAP_FIXED);
 }
 
-/*
- * Create (mode 0700) or check the runtime directory: owned by us or root,
- * and not writable by others (a group may share it, for peers of several
- * uids: they must share the slot lock file to get distinct slots).
- */
+/* Create (mode 0700) or check the runtime directory (rundir.h says what
+ * is accepted). */
 static int rundir_setup(const char *dir)
 {
 	struct stat st;
 
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return rpal_fail(errno, "cannot create runtime directory %s", dir);
-	if (lstat(dir, &st) < 0)
+	switch (rpal_rundir_check(dir, &st)) {
+	case RPAL_RUNDIR_OK:
+		break;
+	case RPAL_RUNDIR_NO_STAT:
 		return rpal_fail(errno, "cannot stat runtime directory %s", dir);
-	if (!S_ISDIR(st.st_mode))
+	case RPAL_RUNDIR_SYMLINK:
+		return rpal_fail(ENOTDIR, "runtime directory %s is a symbolic link, not a directory", dir);
+	case RPAL_RUNDIR_NOT_DIR:
 		return rpal_fail(ENOTDIR, "runtime directory %s is not a directory", dir);
-	if (st.st_uid != geteuid() && st.st_uid != 0)
+	case RPAL_RUNDIR_NOT_OURS:
 		return rpal_fail(EPERM, "runtime directory %s belongs to uid %u, not us (%u) or root",
 				 dir, (unsigned)st.st_uid, (unsigned)geteuid());
-	if (st.st_mode & 0002)
+	case RPAL_RUNDIR_ANYONE_WRITES:
 		return rpal_fail(EPERM, "runtime directory %s has mode %04o; anyone may write it (want 0700)",
 				 dir, (unsigned)(st.st_mode & 07777));
+	}
 	return 0;
 }
 

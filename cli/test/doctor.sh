@@ -5,8 +5,9 @@
 # idle CPU measured, or said to be unmeasurable on one CPU, no file of its
 # trial left behind); with rpal_init made to fail, it says why and exits 1.
 # The runtime directory line gives the directory's real mode, and is there
-# when rpal_init fails because of the directory.  Out of descriptors at
-# the connect, it reports the failure and ends.
+# when rpal_init fails because of the directory, which it judges as
+# rpal_init does (a symbolic link in its place is refused).  Out of
+# descriptors at the connect, it reports the failure and ends.
 set -u
 RPAL=$1
 BUILD=${2:-hosted}
@@ -111,5 +112,17 @@ echo "$out" | grep -E "connected mode|runtime directory"
 echo "$out" | grep -Eq "^no +runtime directory +$odd \(not a directory\)" ||
 	{ echo "FAIL: with a file for a runtime directory, no runtime directory line says so"; fail=1; }
 rm -f "$odd"
+# A symbolic link to a directory of ours, in the runtime directory's place:
+# rpal_init refuses it, and so does the line (the same check), not "ok".
+real=$(mktemp -d /tmp/rpal-doctor-real.XXXXXX)
+ln -s "$real" "$odd"
+out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
+rc=$?
+echo "$out" | grep -E "connected mode|runtime directory"
+[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a symbolic link for a runtime directory"; fail=1; }
+echo "$out" | grep -Eq "^no +runtime directory +$odd \(a symbolic link, not a directory\)" ||
+	{ echo "FAIL: a symbolic link for a runtime directory is not reported as refused"; fail=1; }
+rm -f "$odd"
+rm -rf "$real"
 [ $fail -eq 0 ] && echo "PASS: rpal doctor"
 exit $fail
