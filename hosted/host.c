@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/prctl.h>
@@ -331,13 +332,21 @@ __attribute__((noreturn)) static int sleep_forever(void *arg) {
     for (;;) raw2(SYS_pause, 0, 0);
 }
 
+/* The descriptor taken is an eventfd of our own, made before the clone (so the child has it
+ * too), as the kick fds that hosted mode takes are: not one of stdio, which the caller may have
+ * closed, so that the answer is about pidfd_getfd only. */
 int hosted_getfd_works(void) {
     static char stack[16384] __attribute__((aligned(16)));
+    int efd = eventfd(0, EFD_CLOEXEC);
+    if (efd < 0) return 0;
     pid_t c = clone(sleep_forever, stack + sizeof stack, CLONE_VM | SIGCHLD, NULL);
-    if (c < 0) return 0;
+    if (c < 0) {
+        close(efd);
+        return 0;
+    }
     int ok = 0, pidfd = (int)syscall(SYS_pidfd_open, c, 0);
     if (pidfd >= 0) {
-        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, 2, 0);
+        int fd = (int)syscall(SYS_pidfd_getfd, pidfd, efd, 0);
         ok = fd >= 0;
         if (fd >= 0) close(fd);
         close(pidfd);
@@ -345,6 +354,7 @@ int hosted_getfd_works(void) {
     kill(c, SIGKILL);
     while (waitpid(c, NULL, 0) < 0 && errno == EINTR)
         ;
+    close(efd);
     return ok;
 }
 

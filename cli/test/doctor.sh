@@ -7,7 +7,8 @@
 # The runtime directory line gives the directory's real mode, and is there
 # when rpal_init fails because of the directory, which it judges as
 # rpal_init does (a symbolic link in its place is refused).  Out of
-# descriptors at the connect, it reports the failure and ends.
+# descriptors at the connect, it reports the failure and ends.  Its
+# pidfd_getfd probe answers the same with stderr closed.
 set -u
 RPAL=$1
 BUILD=${2:-hosted}
@@ -35,6 +36,16 @@ else
 	for what in "FSGSBASE" "Syscall User Dispatch" "pidfd_getfd" "libc's signal return"; do
 		echo "$out" | grep -Eq "^(ok|no) +$what" || { echo "FAIL: no line for $what"; fail=1; }
 	done
+	# The pidfd_getfd probe takes a descriptor it made itself: its answer
+	# does not depend on the caller's stdio (here, stderr closed).
+	if echo "$out" | grep -q "^ok   pidfd_getfd"; then
+		closed=$("$RPAL" doctor 2>&-)
+		echo "$closed" | grep "pidfd_getfd"
+		echo "$closed" | grep -q "^ok   pidfd_getfd" ||
+			{ echo "FAIL: with stderr closed, the pidfd_getfd probe says no where it says ok with it open"; fail=1; }
+	else
+		echo "skip: pidfd_getfd with stderr closed (it is refused here anyway)"
+	fi
 fi
 # The wake-up is measured where two CPUs are allowed, and not on one.
 if [ "$(nproc)" -ge 2 ]; then
