@@ -30,6 +30,7 @@
 #include <unistd.h>
 #include <rpal.h>
 
+#include "../src/rundir.h"
 #include "snap.h"
 #include "tsc.h"
 
@@ -575,7 +576,7 @@ static int scan_once(const char *dir, long uid, struct stat *seen, unsigned *nse
 			 errno == ELOOP || errno == ENOTDIR ? " (rpal_init does not follow a link there)" : "");
 		return add_skip(s, dir, msg);
 	}
-	if (fstat(dfd, &st) < 0 || (st.st_uid != (uid_t)uid && st.st_uid != 0) || (st.st_mode & 0002)) {
+	if (fstat(dfd, &st) < 0 || rpal_rundir_judge(&st, (uid_t)uid) != RPAL_RUNDIR_OK) {
 		snprintf(msg, sizeof(msg), "owned by uid %u, mode %04o: rpal_init of uid %ld would refuse it",
 			 (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777), uid);
 		close(dfd);
