@@ -105,8 +105,8 @@ static void print_json(const struct snap *s)
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
 		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u", p->sleep_cost_ns, p->wake_cost_ns);
-		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"connections\": [",
-		       p->nr_open, p->overflow);
+		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"busy_entries\": %u, "
+		       "\"connections\": [", p->nr_open, p->overflow, p->busy);
 		for (j = 0; j < p->nconns; j++) {
 			const struct snap_conn *c = &p->conns[j];
 
@@ -284,6 +284,8 @@ static void print_table(const struct snap *s)
 		       p->name, p->slot, p->flags & RPAL_STAT_HOSTED ? " (hosted)" : "", p->nr_open,
 		       p->nr_open == 1 ? "" : "s", p->overflow ? " (some not listed: page full)" : "", up / 3600,
 		       up / 60 % 60, up % 60);
+		if (p->busy)
+			printf("  %u entr%s not listed: rewritten at every read\n", p->busy, p->busy == 1 ? "y" : "ies");
 		if (p->flags & RPAL_STAT_HOSTED)
 			printf("  rpal calls in %llu, out %llu; handoffs %llu; its code on callers' threads %.3f ms\n",
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,

@@ -673,6 +673,7 @@ static void forged(const char *rpal)
 
 		CHECK(p && cs && cs->n == 2, "the lying page: %zu connections listed, want 2 (one is busy)",
 		      cs ? cs->n : 0);
+		CHECK(p && num(p, "busy_entries") == 1, "busy_entries %.0f, want 1", p ? num(p, "busy_entries") : -1);
 		CHECK(p && strspn(str(p, "name"), "?") == 63, "its name is not sanitized: \"%s\"", p ? str(p, "name") : "");
 		CHECK(cs && cs->n == 2 && strlen(str(cs->items[0], "service")) == 63 &&
 		      strspn(str(cs->items[1], "service"), "?") == 63, "its services are not sanitized");
