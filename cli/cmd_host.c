@@ -87,6 +87,26 @@ static int host_socket_path(const char *name, char *out, size_t len)
 	return 0;
 }
 
+/* How long a connect to a host's socket may wait, in seconds. */
+#define HOST_CONNECT_S 5
+
+/*
+ * connect() to a host's socket, waiting at most HOST_CONNECT_S for room in
+ * its backlog: a listener that never accepts (wedged, or anything of our
+ * uid that took the name) would otherwise hold us in connect() for ever.
+ * An AF_UNIX connect waits for room for as long as SO_SNDTIMEO says, then
+ * fails with EAGAIN.  The timeout stays on the socket: a host reads each
+ * request at once, so a send that waits 5 s has no reader either.
+ */
+static int connect_bounded(int fd, const struct sockaddr_un *a)
+{
+	struct timeval tv = { .tv_sec = HOST_CONNECT_S };
+
+	if (setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) < 0)
+		return -1;
+	return connect(fd, (const struct sockaddr *)a, sizeof(*a));
+}
+
 static int host_connect(const char *me, const char *name)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
@@ -95,9 +115,13 @@ static int host_connect(const char *me, const char *name)
 	if (host_socket_path(name, a.sun_path, sizeof(a.sun_path)) < 0)
 		return -1;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
-		fprintf(stderr, "%s: no host \"%s\" at %s: %s (start one with `rpal host %s`)\n", me, name,
-			a.sun_path, strerror(errno), name);
+	if (fd < 0 || connect_bounded(fd, &a) < 0) {
+		if (errno == EAGAIN)
+			fprintf(stderr, "%s: host \"%s\" did not accept the connection within %d s (%s)\n", me,
+				name, HOST_CONNECT_S, a.sun_path);
+		else
+			fprintf(stderr, "%s: no host \"%s\" at %s: %s (start one with `rpal host %s`)\n", me,
+				name, a.sun_path, strerror(errno), name);
 		if (fd >= 0)
 			close(fd);
 		return -1;
@@ -577,8 +601,15 @@ int cmd_host(int argc, char **argv)
 	if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE) {
 		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
-		if (probe >= 0 && connect(probe, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		if (probe >= 0 && connect_bounded(probe, &a) == 0) {
 			fprintf(stderr, "rpal host: host \"%s\" is already running (%s)\n", host_name, a.sun_path);
+			return 2;
+		}
+		/* Something listens there but does not accept: not a socket a
+		 * dead host left, and not ours to take. */
+		if (probe >= 0 && errno == EAGAIN) {
+			fprintf(stderr, "rpal host: %s is taken: its listener did not accept a connection within %d s\n",
+				a.sun_path, HOST_CONNECT_S);
 			return 2;
 		}
 		if (probe >= 0)

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# run_connect_wedged.sh RPAL WEDGED_LISTENER - a host socket whose listener never accepts (its
+# backlog full: a wedged host, or anything of our uid that took the name) holds no command for
+# ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 WEDGED=$2
+. "$(dirname "$0")/hostlib.sh"
+name=wedged-$$
+sock=$RPAL_RUNTIME_DIR/host-$name.sock
+rm -f "$sock"
+"$WEDGED" "$sock" >"$tmp/wedged.out" &
+wpid=$!
+for _ in $(seq 500); do grep -q ready "$tmp/wedged.out" 2>/dev/null && break; sleep 0.01; done
+grep -q ready "$tmp/wedged.out" || { bad "the wedged listener did not start"; exit 1; }
+echo "a listener at $sock that never accepts: $(cat "$tmp/wedged.out") connection(s) fill its backlog"
+
+# check WHAT GREP ARGS...: `timeout 12 rpal ARGS...` must exit 2 within 10 s, its stderr matching GREP.
+check() {
+	local what=$1 want=$2 start rc secs out
+	shift 2
+	start=$(date +%s%N)
+	out=$(timeout 12 "$RPAL" "$@" 2>&1 </dev/null)
+	rc=$?
+	secs=$(( ($(date +%s%N) - start) / 1000000000 ))
+	echo "  | $out"
+	if [ $rc -eq 2 ] && [ $secs -lt 10 ] && echo "$out" | grep -q "$want"; then
+		ok "$what: exit 2 after ${secs} s"
+	else
+		bad "$what: exit $rc after ${secs} s (124: still waiting in connect), stderr: $out"
+	fi
+}
+check "rpal ps $name" "did not accept the connection within 5 s" ps "$name"
+check "rpal ps $name --json" "did not accept the connection within 5 s" ps "$name" --json
+check "rpal join $name /bin/true" "did not accept the connection within 5 s" join "$name" /bin/true
+check "rpal host $name" "is taken" host "$name"
+[ -S "$sock" ] && ok "rpal host left the listener's socket in place" || bad "rpal host removed $sock"
+kill "$wpid"
+wait "$wpid" 2>/dev/null
+rm -f "$sock"
+exit $fail
