@@ -10,11 +10,14 @@
 #define _GNU_SOURCE
 #endif
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -49,28 +52,105 @@ static const char *asked = "";
 enum sort { SORT_MSGS, SORT_BYTES, SORT_WAKE, SORT_SLEEP, SORT_PID };
 static const char *const sort_name[] = { "messages/s", "bytes/s", "wake-ups/s", "sleeps/s", "pid" };
 
+/*
+ * The signals are never blocked: a handler sets its flag and writes a byte
+ * to wake_fd, which every wait polls, so that one that comes between a
+ * look at the flags and the wait ends the wait at once.  The handlers are
+ * installed without SA_RESTART: a write() they interrupt returns.
+ */
 static volatile sig_atomic_t stop, suspend, resumed;
-static sigset_t waiting_only, unblocked; /* the signals taken in the wait; the mask outside it */
+static int wake_fd[2] = { -1, -1 };
 static bool catch_tstp;
 static struct termios saved_tio;
 static bool tio_saved;
+static FILE *out;                       /* standard output, through out_write() */
+
+/* Autowrap back on, cursor shown, the main screen back. */
+static const char screen_leave[] = "\033[?7h\033[?25h\033[?1049l";
+
+static void wake(void)
+{
+	int e = errno;
+
+	(void)!write(wake_fd[1], "", 1);        /* full: a wake-up is pending anyway */
+	errno = e;
+}
+
+static void wake_drain(void)
+{
+	char buf[64];
+	int e = errno;
+
+	while (read(wake_fd[0], buf, sizeof(buf)) > 0)
+		;
+	errno = e;
+}
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	stop = 1;
+	wake();
 }
 
 static void on_suspend(int sig)
 {
 	(void)sig;
 	suspend = 1;
+	wake();
 }
 
 static void on_continue(int sig)
 {
 	(void)sig;
 	resumed = 1;
+	wake();
+}
+
+static void catch_signal(int sig, void (*fn)(int))
+{
+	struct sigaction sa = { .sa_handler = fn };
+
+	sigemptyset(&sa.sa_mask);
+	sigaction(sig, &sa, NULL);
+}
+
+/*
+ * The write function of out.  It waits for room on standard output in
+ * poll(), beside wake_fd, and writes at most PIPE_BUF bytes at a time (a
+ * pipe that polls writable takes that many without waiting): a signal that
+ * ends us never finds us waiting for a reader that does not read.  Once
+ * stop is set, what the output cannot take at once is dropped, and the
+ * write fails (EINTR).
+ */
+static ssize_t out_write(void *cookie, const char *buf, size_t len)
+{
+	size_t done = 0;
+
+	(void)cookie;
+	while (done < len) {
+		struct pollfd p[2] = { { STDOUT_FILENO, POLLOUT, 0 }, { wake_fd[0], POLLIN, 0 } };
+		size_t chunk = len - done < PIPE_BUF ? len - done : PIPE_BUF;
+		ssize_t n;
+
+		if (poll(p, 2, stop ? 0 : -1) < 0 && errno != EINTR)
+			break;
+		if (p[1].revents & POLLIN)
+			wake_drain();
+		if (!p[0].revents) {
+			if (stop) {
+				errno = EINTR;
+				break;
+			}
+			continue;
+		}
+		n = write(STDOUT_FILENO, buf + done, chunk);
+		if (n < 0 && errno != EINTR && errno != EAGAIN)
+			break;
+		if (n > 0)
+			done += (size_t)n;
+	}
+	return (ssize_t)done;
 }
 
 static uint64_t mono_ns(void)
@@ -256,11 +336,11 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 		return;
 	memcpy(sorted, f->rows, f->n * sizeof(*sorted));
 	qsort(sorted, f->n, sizeof(*sorted), row_sort_cmp);
-	printf("rpal top - %s  %u process%s, %u connection%s, %s messages/s; sorted by %s%s", tbuf, f->nprocs,
+	fprintf(out, "rpal top - %s  %u process%s, %u connection%s, %s messages/s; sorted by %s%s", tbuf, f->nprocs,
 	       f->nprocs == 1 ? "" : "es", f->n, f->n == 1 ? "" : "s", human(tot, a, sizeof(a)), sort_name[sort_by],
 	       eol);
-	printf("%s", eol);
-	printf("%7s %-12s %4s %7s %-16s %7s %7s %6s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER",
+	fprintf(out, "%s", eol);
+	fprintf(out, "%7s %-12s %4s %7s %-16s %7s %7s %6s %7s %5s %7s %7s %7s %5s%s", "PID", "NAME", "CONN", "PEER",
 	       "SERVICE", "OUT/s", "IN/s", "INQ", "BYTES/s", "WAKE%", "WAKE/s", "SLEEP/s", "FULL/s", "SPIN%", eol);
 	for (i = 0; i < shown; i++) {
 		const struct row *r = &sorted[i];
@@ -275,7 +355,7 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 			snprintf(q, sizeof(q), "-");
 		else
 			human((double)r->c.in_queue, q, sizeof(q));
-		printf("%7u %-12.12s %4llu %7u %-16.16s %7s %7s %6s %7s %5s %7s %7s %7s %5.1f%s%s", r->pid, r->name,
+		fprintf(out, "%7u %-12.12s %4llu %7u %-16.16s %7s %7s %6s %7s %5s %7s %7s %7s %5.1f%s%s", r->pid, r->name,
 		       (unsigned long long)r->id, r->c.peer_pid, r->c.service[0] ? r->c.service : "-",
 		       human(r->out_s, a, sizeof(a)), human(r->in_s, b, sizeof(b)), q, human(r->bytes_s, c, sizeof(c)), ws,
 		       human(r->wake_s, d, sizeof(d)), human(r->sleep_s, e, sizeof(e)), human(r->full_s, g, sizeof(g)),
@@ -284,11 +364,11 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 		       eol);
 	}
 	if (cut)
-		printf("(%u more)%s", f->n - shown, eol);
+		fprintf(out, "(%u more)%s", f->n - shown, eol);
 	/* An empty frame says where it looked: a mistyped name or another
 	 * runtime directory would read as an idle server. */
 	if (!f->n)
-		printf("(no open connection%s%s in %s)%s", *asked ? " of " : "", asked, f->looked, eol);
+		fprintf(out, "(no open connection%s%s in %s)%s", *asked ? " of " : "", asked, f->looked, eol);
 	free(sorted);
 }
 
@@ -296,10 +376,10 @@ static void screen_restore(void)
 {
 	if (!tio_saved)
 		return;
-	tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
-	/* Autowrap back on, cursor shown, the main screen back. */
-	fputs("\033[?7h\033[?25h\033[?1049l", stdout);
-	fflush(stdout);
+	while (tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio) < 0 && errno == EINTR)
+		;
+	fputs(screen_leave, out);
+	fflush(out);
 	tio_saved = false;
 }
 
@@ -317,14 +397,15 @@ static int screen_setup(void)
 	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
 	t.c_cc[VMIN] = 0;
 	t.c_cc[VTIME] = 0;
-	if (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0)
-		return -errno;
+	while (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0)
+		if (errno != EINTR)
+			return -errno;
 	tio_saved = true;
 	if (!registered)
 		atexit(screen_restore);
 	registered = true;
 	/* The alternate screen, cursor hidden, no autowrap: long lines are cut. */
-	fputs("\033[?1049h\033[?25l\033[?7l", stdout);
+	fputs("\033[?1049h\033[?25l\033[?7l", out);
 	return 0;
 }
 
@@ -427,9 +508,15 @@ int cmd_top(int argc, char **argv)
 		snprintf(asked_buf, sizeof(asked_buf), "service %s", filt.service);
 	asked = asked_buf;
 	screen = !batch && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGHUP, on_signal);
+	out = fopencookie(NULL, "w", (cookie_io_functions_t){ .write = out_write });
+	if (!out || pipe2(wake_fd, O_CLOEXEC | O_NONBLOCK) < 0) {
+		fprintf(stderr, "rpal top: %s\n", strerror(errno));
+		return 1;
+	}
+	setvbuf(out, NULL, _IOFBF, 64 << 10);   /* a frame in one flush */
+	catch_signal(SIGINT, on_signal);
+	catch_signal(SIGTERM, on_signal);
+	catch_signal(SIGHUP, on_signal);
 	if (screen && screen_setup() < 0)
 		screen = false;
 	if (screen) {
@@ -438,26 +525,17 @@ int cmd_top(int argc, char **argv)
 		/* Where Ctrl-Z was ignored before us (no job control), it stays so. */
 		catch_tstp = sigaction(SIGTSTP, NULL, &old) == 0 && old.sa_handler == SIG_DFL;
 		if (catch_tstp)
-			signal(SIGTSTP, on_suspend);
-		signal(SIGCONT, on_continue);
+			catch_signal(SIGTSTP, on_suspend);
+		catch_signal(SIGCONT, on_continue);
 	}
-	/* The signals come only inside the wait below, where they end it: one
-	 * between a look at the flags and the wait would wait out the interval. */
-	sigemptyset(&waiting_only);
-	sigaddset(&waiting_only, SIGINT);
-	sigaddset(&waiting_only, SIGTERM);
-	sigaddset(&waiting_only, SIGHUP);
-	sigaddset(&waiting_only, SIGTSTP);
-	sigaddset(&waiting_only, SIGCONT);
-	sigprocmask(SIG_BLOCK, &waiting_only, &unblocked);
 	if (frame_take(&where, &filt, NULL, &prev, why, sizeof(why))) {
 		screen_restore();
 		fprintf(stderr, "rpal top: %s\n", why);
 		return 1;
 	}
 	if (screen) {
-		fputs("\033[H\033[2Jrpal top: reading...\033[K\n", stdout);
-		fflush(stdout);
+		fputs("\033[H\033[2Jrpal top: reading...\033[K\n", out);
+		fflush(out);
 	}
 	while (!stop && (iters < 0 || done < iters)) {
 		uint64_t deadline = prev.t_ns + (uint64_t)(delay * 1e9);
@@ -466,7 +544,7 @@ int cmd_top(int argc, char **argv)
 		/* Wait out the interval; a key may quit or re-sort at once. */
 		for (;;) {
 			uint64_t now = mono_ns();
-			struct pollfd p = { .fd = screen ? STDIN_FILENO : -1, .events = POLLIN };
+			struct pollfd p[2] = { { wake_fd[0], POLLIN, 0 }, { screen ? STDIN_FILENO : -1, POLLIN, 0 } };
 			char ch;
 
 			struct timespec left = { (time_t)((deadline - now) / 1000000000),
@@ -474,9 +552,11 @@ int cmd_top(int argc, char **argv)
 
 			if (now >= deadline || stop || suspend || resumed)
 				break;
-			if (ppoll(&p, 1, &left, &unblocked) <= 0 || !(p.revents & POLLIN))
+			if (ppoll(p, 2, &left, NULL) <= 0)
 				continue;
-			if (read(STDIN_FILENO, &ch, 1) != 1)
+			if (p[0].revents & POLLIN)
+				wake_drain();
+			if (!(p[1].revents & POLLIN) || read(STDIN_FILENO, &ch, 1) != 1)
 				continue;
 			if (ch == 'q' || ch == 'Q') {
 				stop = 1;
@@ -494,12 +574,10 @@ int cmd_top(int argc, char **argv)
 			 * while we are stopped. */
 			suspend = 0;
 			screen_restore();
-			signal(SIGTSTP, SIG_DFL);
-			sigprocmask(SIG_SETMASK, &unblocked, NULL);
+			catch_signal(SIGTSTP, SIG_DFL);
 			raise(SIGTSTP);
-			sigprocmask(SIG_BLOCK, &waiting_only, NULL);
 			if (catch_tstp)
-				signal(SIGTSTP, on_suspend);
+				catch_signal(SIGTSTP, on_suspend);
 			resumed = 1;
 		}
 		if (resumed) {
@@ -511,17 +589,17 @@ int cmd_top(int argc, char **argv)
 				break;
 			}
 			if (!done) {
-				fputs("\033[H\033[2Jrpal top: reading...\033[K\n", stdout);
-				fflush(stdout);
+				fputs("\033[H\033[2Jrpal top: reading...\033[K\n", out);
+				fflush(out);
 				continue;
 			}
 			redraw = true;
 		}
 		if (redraw) {
-			fputs("\033[H", stdout);
+			fputs("\033[H", out);
 			frame_print(&prev, screen_lines(), "\033[K\n");
-			fputs("\033[J", stdout);
-			fflush(stdout);
+			fputs("\033[J", out);
+			fflush(out);
 			continue;
 		}
 		if (frame_take(&where, &filt, &prev, &cur, why, sizeof(why))) {
@@ -532,23 +610,32 @@ int cmd_top(int argc, char **argv)
 		}
 		frame_free(&prev);
 		prev = cur;
+		if (stop)
+			break;          /* a signal while we read the pages */
 		if (screen) {
-			fputs("\033[H", stdout);
+			fputs("\033[H", out);
 			frame_print(&prev, screen_lines(), "\033[K\n");
-			fputs("\033[J", stdout);    /* clear below: fewer rows than last time */
+			fputs("\033[J", out);       /* clear below: fewer rows than last time */
 		} else {
 			frame_print(&prev, 0, "\n");
-			putchar('\n');
+			fputc('\n', out);
 		}
 		/* Nobody reads on: a full disk, or a reader gone where SIGPIPE
-		 * is ignored. */
-		if (fflush(stdout) || ferror(stdout)) {
+		 * is ignored.  Or a signal came while the output waited. */
+		if (fflush(out) || ferror(out)) {
+			if (stop)
+				break;
 			fprintf(stderr, "rpal top: cannot write the output: %s\n", strerror(errno));
-			clearerr(stdout);
 			ret = 1;
 			break;
 		}
 		done++;
+	}
+	/* What the output did not take stays untaken: the terminal's modes
+	 * and screen come back alone. */
+	if (ferror(out)) {
+		__fpurge(out);
+		clearerr(out);
 	}
 	frame_free(&prev);
 	screen_restore();
