@@ -62,7 +62,7 @@ static volatile sig_atomic_t stop, suspend, resumed;
 static int wake_fd[2] = { -1, -1 };
 static bool catch_tstp;
 static struct termios saved_tio;
-static bool tio_saved;
+static volatile sig_atomic_t tio_saved; /* read by on_quit() */
 static FILE *out;                       /* standard output, through out_write() */
 
 /* Autowrap back on, cursor shown, the main screen back. */
@@ -105,6 +105,24 @@ static void on_continue(int sig)
 	(void)sig;
 	resumed = 1;
 	wake();
+}
+
+/* Ctrl-\ ends us with a core dump of where we were: the terminal is put
+ * back here, then the signal, taken again with its default action, comes
+ * as this handler returns. */
+static void on_quit(int sig)
+{
+	struct sigaction dfl = { .sa_handler = SIG_DFL };
+	int e = errno;
+
+	if (tio_saved) {
+		tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_tio);
+		(void)!write(STDOUT_FILENO, screen_leave, sizeof(screen_leave) - 1);
+	}
+	sigemptyset(&dfl.sa_mask);
+	sigaction(sig, &dfl, NULL);
+	raise(sig);
+	errno = e;
 }
 
 static void catch_signal(int sig, void (*fn)(int))
@@ -380,7 +398,7 @@ static void screen_restore(void)
 		;
 	fputs(screen_leave, out);
 	fflush(out);
-	tio_saved = false;
+	tio_saved = 0;
 }
 
 /* Also after a stop: the shell that took the terminal meanwhile set its
@@ -397,10 +415,17 @@ static int screen_setup(void)
 	t.c_lflag &= ~(tcflag_t)(ICANON | ECHO);
 	t.c_cc[VMIN] = 0;
 	t.c_cc[VTIME] = 0;
-	while (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0)
-		if (errno != EINTR)
-			return -errno;
-	tio_saved = true;
+	/* Saved before the change: a SIGQUIT in between puts back too much,
+	 * never too little. */
+	tio_saved = 1;
+	while (tcsetattr(STDIN_FILENO, TCSAFLUSH, &t) < 0) {
+		if (errno != EINTR) {
+			int e = errno;
+
+			tio_saved = 0;
+			return -e;
+		}
+	}
 	if (!registered)
 		atexit(screen_restore);
 	registered = true;
@@ -517,6 +542,14 @@ int cmd_top(int argc, char **argv)
 	catch_signal(SIGINT, on_signal);
 	catch_signal(SIGTERM, on_signal);
 	catch_signal(SIGHUP, on_signal);
+	if (screen) {
+		struct sigaction old;
+
+		/* Where Ctrl-\ was ignored before us (a background job of a
+		 * shell without job control), it stays so. */
+		if (sigaction(SIGQUIT, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+			catch_signal(SIGQUIT, on_quit);
+	}
 	if (screen && screen_setup() < 0)
 		screen = false;
 	if (screen) {

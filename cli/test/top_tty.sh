@@ -6,7 +6,9 @@
 # connection its header stays on the first line and the rows left out are
 # counted on the last.  Suspended with Ctrl-Z, it gives the shell back its
 # screen and cursor; after fg its keys work again without Enter.  Started
-# with SIGTSTP ignored, it leaves it so.  Skipped (77) without tmux.
+# with SIGTSTP ignored, it leaves it so.  Ended by SIGTERM it exits 0, by
+# Ctrl-\ (SIGQUIT) it ends by SIGQUIT; either way the main screen and the
+# terminal's modes (stty -g) are back.  Skipped (77) without tmux.
 set -u
 RPAL=$1
 HELPER=$2
@@ -51,6 +53,34 @@ t send-keys -t "$sess" q
 await "top-exited-0" && echo "PASS: q quits with status 0"
 t capture-pane -p -t "$sess" | grep -q "rpal top -" &&
 	{ echo "FAIL: the frame is still on the screen: the alternate screen was not left"; fail=1; }
+
+# A signal that ends it puts the terminal back: SIGTERM (kill), SIGQUIT (Ctrl-\, by
+# SIGQUIT itself: status 131; no core file, ulimit -c 0).
+for how in TERM QUIT; do
+	sess=sig$how
+	rm -f "$sess.pid" "$sess.before" "$sess.after"
+	t new-session -d -s "$sess" -x 160 -y 30 "ulimit -c 0; stty -g > '$PWD/$sess.before'; sh -c 'echo \$\$ > \"$PWD/$sess.pid\"; exec env RPAL_RUNTIME_DIR=\"$RPAL_RUNTIME_DIR\" \"$RPAL\" top -d 0.3'; echo top-exited-\$?; stty -g > '$PWD/$sess.after'; sleep 30"
+	await "sorted by messages/s" || continue
+	if [ $how = TERM ]; then
+		kill -TERM "$(cat "$sess.pid")"
+		want=0
+	else
+		t send-keys -t "$sess" 'C-\'
+		want=131
+	fi
+	await "top-exited-$want" && echo "PASS: SIG$how: rpal top ends with status $want" || continue
+	state=$(t display -p -t "$sess" '#{alternate_on} #{cursor_flag}')
+	[ "$state" = "0 1" ] && echo "PASS: SIG$how: the alternate screen is left, the cursor shown" ||
+		{ echo "FAIL: SIG$how: the pane reads alternate screen, cursor shown: $state (want 0 1)"; fail=1; }
+	for _ in $(seq 50); do [ -s "$sess.after" ] && break; sleep 0.1; done
+	if [ -s "$sess.before" ] && cmp -s "$sess.before" "$sess.after"; then
+		echo "PASS: SIG$how: the terminal's modes are back (echo, canonical input)"
+	else
+		echo "FAIL: SIG$how: stty -g before: $(cat "$sess.before" 2>/dev/null), after: $(cat "$sess.after" 2>/dev/null)"
+		fail=1
+	fi
+	rm -f "$sess.pid" "$sess.before" "$sess.after"
+done
 
 # Three pairs, six connections, on 8 lines: the header, a blank line, the
 # column names, three rows and "(3 more)", the cursor's line left free.
