@@ -1016,11 +1016,14 @@ int cmd_join(int argc, char **argv)
 	fclose(f);
 	if (len > JOIN_MAX) {
 		fprintf(stderr, "rpal join: arguments and environment take %zu bytes, more than %u\n", len, JOIN_MAX);
+		free(buf);
 		return 2;
 	}
 	fd = host_connect("rpal join", argv[1]);
-	if (fd < 0)
+	if (fd < 0) {
+		free(buf);
 		return 2;
+	}
 	{
 		char cbuf[CMSG_SPACE(sizeof(fds))];
 		struct iovec iov = { buf, len };
@@ -1043,6 +1046,7 @@ int cmd_join(int argc, char **argv)
 			else
 				fprintf(stderr, "rpal join: cannot send the request to host \"%s\": %s\n", argv[1],
 					strerror(e));
+			free(buf);
 			return 2;
 		}
 	}
