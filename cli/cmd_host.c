@@ -46,6 +46,7 @@
 #include <unistd.h>
 #include <rpal.h>
 
+#include "../src/rundir.h"
 #include "hosted.h"
 #include "rpal_host.h"
 #include "bench.h"
@@ -115,17 +116,31 @@ static int host_connect(const char *me, const char *name)
 	if (host_socket_path(name, a.sun_path, sizeof(a.sun_path)) < 0)
 		return -1;
 	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (fd < 0 || connect_bounded(fd, &a) < 0) {
-		if (errno == EAGAIN)
-			fprintf(stderr, "%s: host \"%s\" did not accept the connection within %d s (%s)\n", me,
-				name, HOST_CONNECT_S, a.sun_path);
-		else
-			fprintf(stderr, "%s: no host \"%s\" at %s: %s (start one with `rpal host %s`)\n", me,
-				name, a.sun_path, strerror(errno), name);
-		if (fd >= 0)
-			close(fd);
+	if (fd >= 0 && connect_bounded(fd, &a) == 0) {
+		struct ucred uc;
+		socklen_t ul = sizeof(uc);
+
+		/* A request carries our environment and our terminal's
+		 * descriptors, and we signal the pid the answer names: only a
+		 * host of our own uid (or root's) may have them.  Anyone who
+		 * can write the runtime directory could have put a socket of
+		 * theirs at the host's name. */
+		if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) == 0 && (uc.uid == geteuid() || uc.uid == 0))
+			return fd;
+		fprintf(stderr, "%s: %s is served by uid %d, not by us (uid %u) or root: not a host of ours\n", me,
+			a.sun_path, ul == sizeof(uc) ? (int)uc.uid : -1, (unsigned)geteuid());
+		close(fd);
 		return -1;
 	}
+	if (errno == EAGAIN)
+		fprintf(stderr, "%s: host \"%s\" did not accept the connection within %d s (%s)\n", me, name,
+			HOST_CONNECT_S, a.sun_path);
+	else
+		fprintf(stderr, "%s: no host \"%s\" at %s: %s (start one with `rpal host %s`)\n", me, name,
+			a.sun_path, strerror(errno), name);
+	if (fd >= 0)
+		close(fd);
+	return -1;
 	return fd;
 }
 
@@ -519,10 +534,11 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	ssize_t n;
 
 	/* A joiner sends at once; one that does not may not hold the host up. */
-	if (poll(&pfd, 1, 2000) != 1 || (n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC)) <= 0) {
+	if (poll(&pfd, 1, 2000) != 1 || (n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC)) < 0) {
 		close(client);
 		return;
 	}
+	/* An empty request may still carry descriptors: they are closed below. */
 	/* Checked after the request is read: closing a socket with unread data
 	 * resets the peer, which would lose the answer. */
 	if (getsockopt(client, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0 || uc.uid != geteuid()) {
@@ -596,6 +612,17 @@ int cmd_host(int argc, char **argv)
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST) {
 		fprintf(stderr, "rpal host: cannot create %s: %s\n", dir, strerror(errno));
 		return 2;
+	}
+	/* Where rpal_init would refuse to work, others could replace our
+	 * socket and receive our joiners' requests. */
+	{
+		struct stat sb;
+
+		if (rpal_rundir_check(dir, &sb) != RPAL_RUNDIR_OK) {
+			fprintf(stderr, "rpal host: %s is not a runtime directory rpal_init would use (a link, "
+				"not ours or root's, or writable by others)\n", dir);
+			return 2;
+		}
 	}
 	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_connect_wedged.sh RPAL WEDGED_LISTENER - a host socket whose listener never accepts (its
 # backlog full: a wedged host, or anything of our uid that took the name) holds no command for
-# ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why.
+# ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why; a
+# socket there of another uid gets no request from rpal ps or rpal join (as root only).
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 WEDGED=$2
@@ -38,4 +39,45 @@ check "rpal host $name" "is taken" host "$name"
 kill "$wpid"
 wait "$wpid" 2>/dev/null
 rm -f "$sock"
+
+# A socket at the host's name that another uid listens on (anyone who may
+# write the runtime directory could put one there) gets no request: a
+# request carries the joiner's environment and terminal.
+if [ "$(id -u)" = 0 ] && command -v python3 >/dev/null; then
+	python3 - "$sock" >"$tmp/other.out" 2>&1 <<'PY' &
+import os, socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+os.setgid(65534); os.setuid(65534)     # listen() records these credentials
+s.listen(8)
+print("ready", flush=True)
+s.settimeout(30)
+while True:
+    try:
+        c, _ = s.accept()
+    except OSError:
+        break
+    c.settimeout(3)
+    try:
+        got = c.recv(1 << 20)
+    except OSError:
+        got = b""
+    print("request of %d bytes" % len(got), flush=True)
+PY
+	opid=$!
+	for _ in $(seq 500); do grep -q ready "$tmp/other.out" 2>/dev/null && break; sleep 0.01; done
+	check "rpal ps $name, uid 65534's socket" "not a host of ours" ps "$name"
+	check "rpal join $name /bin/true, uid 65534's socket" "not a host of ours" join "$name" /bin/true
+	sleep 0.5
+	if grep -q "request of [1-9]" "$tmp/other.out"; then
+		bad "a socket of uid 65534 received a request: $(cat "$tmp/other.out")"
+	else
+		ok "uid 65534's socket received no request"
+	fi
+	kill "$opid" 2>/dev/null
+	wait "$opid" 2>/dev/null
+	rm -f "$sock"
+else
+	echo "skip (part): another uid's socket needs root and python3"
+fi
 exit $fail
