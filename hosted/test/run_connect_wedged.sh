@@ -2,7 +2,8 @@
 # run_connect_wedged.sh RPAL WEDGED_LISTENER - a host socket whose listener never accepts (its
 # backlog full: a wedged host, or anything of our uid that took the name) holds no command for
 # ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why; a
-# socket there of another uid gets no request from rpal ps or rpal join (as root only).
+# socket there of another uid gets no request from rpal ps or rpal join (as root only); and a
+# host closes the descriptors an empty request carries.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 WEDGED=$2
@@ -79,5 +80,27 @@ PY
 	rm -f "$sock"
 else
 	echo "skip (part): another uid's socket needs root and python3"
+fi
+
+# An empty request that carries descriptors: the host closes them (kept, they
+# would fill its table until no join could pass it its three).
+if command -v python3 >/dev/null; then
+	start_host "$name"
+	before=$(ls /proc/$hpid/fd | wc -l)
+	python3 - "$sock" <<'PY'
+import os, socket, sys
+for _ in range(5):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    r, w = os.pipe()
+    s.sendmsg([b""], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(memoryview(__import__("array").array("i", [r, w, r]))))])
+    s.recv(100)
+    s.close(); os.close(r); os.close(w)
+PY
+	after=$(ls /proc/$hpid/fd | wc -l)
+	[ "$after" -le "$before" ] && ok "5 empty requests with 3 descriptors each: the host holds $before, then $after" ||
+		bad "5 empty requests with 3 descriptors each: the host held $before descriptors, now $after"
+	kill "$hpid"
+	wait "$hpid" 2>/dev/null
 fi
 exit $fail
