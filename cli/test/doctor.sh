@@ -112,27 +112,28 @@ if [ "$(id -u)" = 0 ] && command -v setpriv >/dev/null; then
 else
 	echo "skip: a directory of mode 0500 (needs root and setpriv to run as another user)"
 fi
+# refused WHAT REASON: doctor with $odd for a runtime directory exits 1, and
+# its runtime directory line says "no ... $odd (REASON)".
+refused() {
+	local out rc
+	out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
+	rc=$?
+	echo "$out" | grep -E "connected mode|runtime directory"
+	[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with $1 for a runtime directory"; fail=1; }
+	echo "$out" | grep -Eq "^no +runtime directory +$odd \($2\)" ||
+		{ echo "FAIL: with $1 for a runtime directory, no runtime directory line says ($2)"; fail=1; }
+}
 # A runtime directory that is a file: rpal_init fails, and the line names it.
 chmod 0700 "$odd"
 rm -rf "$odd"
 touch "$odd"
-out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
-rc=$?
-echo "$out" | grep -E "connected mode|runtime directory"
-[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a file for a runtime directory"; fail=1; }
-echo "$out" | grep -Eq "^no +runtime directory +$odd \(not a directory\)" ||
-	{ echo "FAIL: with a file for a runtime directory, no runtime directory line says so"; fail=1; }
+refused "a file" "not a directory"
 rm -f "$odd"
 # A symbolic link to a directory of ours, in the runtime directory's place:
 # rpal_init refuses it, and so does the line (the same check), not "ok".
 real=$(mktemp -d /tmp/rpal-doctor-real.XXXXXX)
 ln -s "$real" "$odd"
-out=$(RPAL_RUNTIME_DIR=$odd "$RPAL" doctor 2>&1)
-rc=$?
-echo "$out" | grep -E "connected mode|runtime directory"
-[ $rc -eq 1 ] || { echo "FAIL: exit status $rc with a symbolic link for a runtime directory"; fail=1; }
-echo "$out" | grep -Eq "^no +runtime directory +$odd \(a symbolic link, not a directory\)" ||
-	{ echo "FAIL: a symbolic link for a runtime directory is not reported as refused"; fail=1; }
+refused "a symbolic link" "a symbolic link, not a directory"
 rm -f "$odd"
 rm -rf "$real"
 [ $fail -eq 0 ] && echo "PASS: rpal doctor"
