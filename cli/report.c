@@ -324,10 +324,9 @@ static void same_cpu_note(const struct report *r, FILE *f, int pl)
 /* Each rpal row against its baseline, round by round (see by_round). */
 static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m, bool cpu)
 {
-	const char *base;
+	const char *base, *said = NULL;
 	char lab[64], rt[32];
 	struct paired p;
-	int head = 0;
 
 	for (unsigned i = 0; i < r->nres; i++) {
 		const struct result *x = &r->res[i];
@@ -335,9 +334,11 @@ static void by_round_note(const struct report *r, FILE *f, int pl, int su, int m
 		if ((int)x->placement != pl || (int)x->suite != su || (int)x->metric != m ||
 		    !(base = by_round(r, x, &p, cpu)))
 			continue;
-		if (!head++)
+		/* Rows come grouped by baseline (C rows, then each Go family's). */
+		if (!said || strcmp(said, base))
 			fprintf(f, "  round by round, %s over the same round's %s (sign test: same?):\n",
 				m == M_CPU ? "CPU/msg" : cpu ? "CPU/request" : "p50", base);
+		said = base;
 		label(x, lab);
 		if (x->metric == M_RPC)
 			snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), " at %s", fmt_rate(rt, x->rate));

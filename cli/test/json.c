@@ -11,6 +11,8 @@
  *     same order each round, shows each figure's median run, and compares
  *     rpal with futex round by round (by_round) from those runs; in the rpc
  *     suite also each run's CPU per request (by_round_cpu).
+ *   json.c RPAL baselines: --rounds 2 over C and Go rows: each row's
+ *     round-by-round note sits under a heading naming its own baseline.
  *   json.c RPAL rpc: the rpc suite at 2000/s and max over three transports
  *     (rpal-connected asleep) and again at concurrency 4, then the Go and
  *     the gRPC and Kitex transports at concurrency 2: a result per
@@ -683,10 +685,53 @@ static int rpc(char *rpal)
 	return fails ? 1 : 0;
 }
 
+/* The table's round-by-round notes: each row under a heading that names
+ * the baseline it was compared with (rpal-go with go-uds, the C rows with
+ * futex).  Without Go only the C rows are there to check. */
+static int baselines(char *rpal)
+{
+	bool go = have_bench_go(rpal);
+	char *argv[] = { rpal, "bench", "--transport", go ? "futex,rpal-connected,go-uds,rpal-go" : "futex,rpal-connected",
+			 "--wait", "sleep", "--count", "300", "--suite", "latency", "--rounds", "2", "--no-progress",
+			 NULL };
+	const char *base = NULL;
+	int rows[2] = { 0, 0 };
+	struct out o;
+
+	if (run_bench(argv, &o))
+		return 1;
+	for (char *line = o.buf[0], *end; line; line = end ? end + 1 : NULL) {
+		const char *h;
+		char name[32];
+
+		end = strchr(line, '\n');
+		if (end)
+			*end = 0;
+		h = strstr(line, "over the same round's ");
+		if (h) {
+			base = strstr(h, "futex") == h + 22 ? "futex" : strstr(h, "go-uds") == h + 22 ? "go-uds" : "?";
+			continue;
+		}
+		if (strncmp(line, "    ", 4) || !strstr(line, " median ") || sscanf(line, " %31s", name) != 1)
+			continue;
+		bool is_go = !strcmp(name, "rpal-go");
+		rows[is_go]++;
+		CHECK(base && !strcmp(base, is_go ? "go-uds" : "futex"), "%s compared under the heading of %s: %s",
+		      name, base ? base : "none", line);
+	}
+	CHECK(rows[0] == 2, "%d rpal-connected notes, want 2 (one-way and round trip)", rows[0]);
+	CHECK(rows[1] == (go ? 2 : 0), "%d rpal-go notes, want %d", rows[1], go ? 2 : 0);
+	if (!go)
+		printf("json: rpal-go left out: no rpal-bench-go beside %s (a build without Go)\n", rpal);
+	out_free(&o);
+	printf("%s\n", fails ? "FAIL" : "PASS");
+	return fails ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc != 3 || access(argv[1], X_OK)) {
-		printf("usage: %s PATH/TO/rpal shape|smoke|rounds|rpc\n", argv[0]);
+		printf("usage: %s PATH/TO/rpal shape|smoke|rounds|rpc|baselines\n", argv[0]);
 		return 1;
 	}
 	if (!strcmp(argv[2], "shape"))
@@ -697,6 +742,8 @@ int main(int argc, char **argv)
 		return rounds(argv[1]);
 	if (!strcmp(argv[2], "rpc"))
 		return rpc(argv[1]);
+	if (!strcmp(argv[2], "baselines"))
+		return baselines(argv[1]);
 	printf("unknown mode %s\n", argv[2]);
 	return 1;
 }
