@@ -570,11 +570,23 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         goto fail;
     }
     size = (size_t)st.st_size;
-    /* A private writable mapping: patching it does not touch the file. */
-    buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    /* Read into memory of our own, not mapped from the file: whoever may write the file could
+     * truncate it while we parse, and a page of a mapping past the end of a file raises SIGBUS,
+     * which would end the launcher and every program it hosts. */
+    buf = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (buf == MAP_FAILED) {
         seterr(err, errlen, "%s: mmap: %s", path, strerror(errno));
         goto fail;
+    }
+    for (size_t off = 0; off < size;) {
+        ssize_t r = pread(fd, buf + off, size - off, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            seterr(err, errlen, "%s: %s while reading it (%zu of %zu bytes read)", path,
+                   r < 0 ? strerror(errno) : "it became shorter", off, size);
+            goto fail;
+        }
+        off += (size_t)r;
     }
 
     Elf64_Ehdr eh;

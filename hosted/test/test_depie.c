@@ -8,7 +8,11 @@
 #include <fcntl.h>
 #include <link.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 static int dyn_flags1(int fd, Elf64_Xword *out) {
@@ -134,6 +138,37 @@ int main(void) {
     CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "5000 section headers"),
           "5000 section headers are refused: %s", err);
     free(many);
+
+    /* A file cut short and written again while it is read, as its owner can do to a program
+     * being joined: each read either works or fails with a message, and never raises SIGBUS
+     * (which would end a launcher and every program it hosts). */
+    src = open(PROG_COUNTER, O_RDONLY);
+    if (pread(src, img, (size_t)st.st_size, 0) != st.st_size) return 1;
+    close(src);
+    write_file(tmpl, img, (size_t)st.st_size);
+    pid_t cutter = fork();
+    if (cutter == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);       /* a reader killed by SIGBUS takes us along */
+        int wfd = open(tmpl, O_WRONLY);
+        for (;;) {
+            if (ftruncate(wfd, 64) < 0 || pwrite(wfd, img, (size_t)st.st_size, 0) != st.st_size) _exit(1);
+            usleep(50);
+        }
+    }
+    int works = 0, fails = 0, shorter = 0;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        int r = hosted_depie(tmpl, NULL, err, sizeof err);
+        if (r >= 0) works++, close(r);
+        else fails++, shorter += strstr(err, "became shorter") != NULL;
+        if (r < 0 && fails == 1) printf("      first refusal: %s\n", err);
+        clock_gettime(CLOCK_MONOTONIC, &now);
+    } while ((now.tv_sec - t0.tv_sec) * 1000000000L + (now.tv_nsec - t0.tv_nsec) < 1500000000L);
+    kill(cutter, SIGKILL);
+    waitpid(cutter, NULL, 0);
+    CHECK(works + fails > 0, "%d reads of a file cut short and rewritten meanwhile: %d worked, %d refused "
+          "(%d of them: became shorter while read), none raised SIGBUS", works + fails, works, fails, shorter);
     free(img);
     unlink(tmpl);
     CHECK_DONE();
