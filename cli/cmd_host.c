@@ -346,6 +346,21 @@ static int join_memory_limits(const struct join_req *rq, char *err, size_t errle
 	return 0;
 }
 
+/* Whether the program's process could chdir(2) to dir; errno says why not.  The host runs as the
+ * joiner's uid, so its answer is the joiner's. */
+static bool dir_enterable(const char *dir)
+{
+	struct stat st;
+
+	if (stat(dir, &st) < 0)
+		return false;
+	if (!S_ISDIR(st.st_mode)) {
+		errno = ENOTDIR;
+		return false;
+	}
+	return access(dir, X_OK) == 0;
+}
+
 /* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
  * rlimits and signal mask, and answer STARTED or ERROR. */
 static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3])
@@ -366,6 +381,16 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	    !take_strings(&cur, end, &path, 1) || !take_strings(&cur, end, argv, rq.argc) ||
 	    !take_strings(&cur, end, env, rq.envc) || path[0] != '/') {
 		say(client, "ERROR malformed join request (this rpal join and host do not match?)");
+		goto out;
+	}
+	if (rq.umask < 0 || rq.umask > 0777) {
+		say(client, "ERROR malformed join request: umask %d is not one of 0 to 0777", (int)rq.umask);
+		goto out;
+	}
+	/* Checked before loading: a program loaded takes a linker namespace for good, even one whose
+	 * process then cannot start there. */
+	if (!dir_enterable(cwd)) {
+		say(client, "ERROR %s: cannot enter its working directory %s: %s", path, cwd, strerror(errno));
 		goto out;
 	}
 	if (hosted_ns_limit() <= 0 || nprogs == HOSTED_NNS - 1 || h->nprogs >= RPAL_HOST_MAX_PROGS) {

@@ -6,6 +6,8 @@
 #     starts, `rpal ps` counts 2 programs loaded.
 #  3. Statically linked programs (an executable, a static PIE) are refused as such.
 #  4. A join of a FIFO is refused at once, and the host answers `rpal ps` meanwhile.
+#  5. Requests built by hand: 16 with a working directory that does not exist are refused
+#     before loading (a good join then starts); an umask out of range is refused.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -65,6 +67,46 @@ out=$(timeout -k 2 10 "$RPAL" run "$tmp/fifo" 2>&1)
 rc=$?
 [ $rc -eq 2 ] && echo "$out" | grep -q "not a regular file" && ok "rpal run of a FIFO: exit 2, $out" ||
 	bad "rpal run of a FIFO: rc $rc, $out"
+
+# ---- 5. a join request built by hand: a working directory the program's process could not
+# enter, 16 times, costs no namespace (a good join then starts, 3 programs loaded in all); an
+# umask out of range is refused, not dropped for the host's own.
+if command -v python3 >/dev/null; then
+	cat >"$tmp/req.py" <<'PY'
+import ctypes, os, socket, sys
+class Rlim(ctypes.Structure):
+    _fields_ = [("resource", ctypes.c_int32), ("cur", ctypes.c_uint64), ("max", ctypes.c_uint64)]
+class Req(ctypes.Structure):   # cmd_host.c's struct join_req
+    _fields_ = [("magic", ctypes.c_char * 8), ("version", ctypes.c_uint32), ("argc", ctypes.c_uint32),
+                ("envc", ctypes.c_uint32), ("umask", ctypes.c_int32), ("sigmask", ctypes.c_uint64),
+                ("ignored", ctypes.c_uint64), ("nrlimits", ctypes.c_uint32), ("rlimits", Rlim * 16),
+                ("cwd_len", ctypes.c_uint32)]
+sock, cwd, prog, umask = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+r = Req(magic=b"RPALJOIN", version=1, argc=3, envc=0, umask=umask, cwd_len=len(cwd) + 1)
+msg = bytes(r) + b"\0".join(s.encode() for s in (cwd, prog, prog, "main", "0")) + b"\0"
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.connect(sock)
+null = os.open("/dev/null", os.O_RDWR)
+socket.send_fds(s, [msg], [null, null, null])
+s.settimeout(20)
+print(s.recv(4096).decode(errors="replace"))
+PY
+	sock=$RPAL_RUNTIME_DIR/host-r.sock
+	refused=0
+	for i in $(seq 16); do
+		out=$(timeout 20 python3 "$tmp/req.py" "$sock" "$tmp/gone-$i" "$PD/hosted_prog_exit" 18 2>&1)
+		echo "$out" | grep -q "^ERROR .*cannot enter its working directory" && refused=$((refused + 1))
+	done
+	[ $refused -eq 16 ] && ok "16 joins with a working directory that does not exist refused: $out" ||
+		bad "only $refused of 16 joins with a missing working directory refused: $out"
+	good "after 16 joins with a missing working directory"
+	n=$(loaded)
+	[ "$n" = 3 ] && ok "rpal ps: 3 programs loaded" || bad "rpal ps: $n programs loaded, not 3"
+	out=$(timeout 20 python3 "$tmp/req.py" "$sock" / "$PD/hosted_prog_exit" -5 2>&1)
+	echo "$out" | grep -q "^ERROR .*umask -5" && ok "an umask of -5 refused: $out" || bad "an umask of -5: $out"
+else
+	echo "SKIP (part): no python3 to build join requests by hand"
+fi
 
 kill -TERM $hpid
 for _ in $(seq 1000); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
