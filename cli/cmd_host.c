@@ -56,6 +56,7 @@
 #define JOIN_VERSION 1u
 #define JOIN_MAX (256u << 10)    /* a request: argv and environment */
 #define REPLY_MAX (64u << 10)   /* a reply: ps of 15 programs */
+#define JOIN_ANSWER_S 10        /* rpal join waits this long for STARTED or ERROR */
 
 struct join_req {
 	char magic[8];
@@ -544,7 +545,7 @@ static void joiner_said(struct hprog *hp)
 	release(hp);
 }
 
-/* One request on a new connection. */
+/* The request a new connection has sent (the main loop waited for it). */
 static void serve(struct rpal_host *h, int client, double tsc_hz)
 {
 	static char msg[JOIN_MAX];
@@ -555,11 +556,9 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	struct ucred uc;
 	socklen_t ul = sizeof(uc);
 	int fds[3] = { -1, -1, -1 }, nfds = 0;
-	struct pollfd pfd = { client, POLLIN, 0 };
-	ssize_t n;
+	ssize_t n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 
-	/* A joiner sends at once; one that does not may not hold the host up. */
-	if (poll(&pfd, 1, 2000) != 1 || (n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC)) < 0) {
+	if (n < 0) {
 		close(client);
 		return;
 	}
@@ -593,6 +592,50 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+}
+
+/*
+ * Connections accepted whose request has not come yet.  The main loop waits
+ * for them beside everything else, so one that sends nothing holds up no
+ * one: it is dropped after PENDING_MS, or, when PENDING_MAX wait, the
+ * oldest is dropped for a new one.  A joiner sends as it connects.
+ */
+#define PENDING_MAX 16
+#define PENDING_MS 2000
+
+static struct pending {
+	int fd;
+	uint64_t deadline;      /* mono_ns */
+} pending[PENDING_MAX];
+static int npending;
+
+static void pending_drop(int i)
+{
+	close(pending[i].fd);
+	memmove(&pending[i], &pending[i + 1], (size_t)(npending - i - 1) * sizeof(pending[0]));
+	npending--;
+}
+
+static void pending_add(int fd)
+{
+	if (npending == PENDING_MAX)
+		pending_drop(0);
+	pending[npending++] = (struct pending){ fd, mono_ns() + PENDING_MS * 1000000ull };
+}
+
+/* The poll timeout, ms, that wakes the loop for the next pending deadline, or dflt. */
+static int pending_timeout(int dflt)
+{
+	uint64_t now = mono_ns();
+	int t = dflt;
+
+	for (int i = 0; i < npending; i++) {
+		int left = pending[i].deadline > now ? (int)((pending[i].deadline - now + 999999) / 1000000) : 0;
+
+		if (t < 0 || left < t)
+			t = left;
+	}
+	return t;
 }
 
 static void host_usage(FILE *f)
@@ -692,20 +735,36 @@ int cmd_host(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "rpal host %s: pid %d, listening on %s\n", host_name, (int)getpid(), a.sun_path);
 	for (;;) {
-		struct pollfd pfd[2 + HOSTED_NNS] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
-		int running = 0, npfd = 2, who[HOSTED_NNS];
+		struct pollfd pfd[2 + HOSTED_NNS + PENDING_MAX] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
+		int running = 0, npfd = 2, who[HOSTED_NNS], first_pending, nwaiting;
+		struct pending waiting[PENDING_MAX];
 
 		for (int i = 0; i < nprogs; i++)
 			if ((progs[i].state == P_RUNNING || progs[i].held) && progs[i].client >= 0) {
 				who[npfd - 2] = i;
 				pfd[npfd++] = (struct pollfd){ progs[i].client, POLLIN, 0 };
 			}
+		first_pending = npfd;
+		for (int i = 0; i < npending; i++)
+			pfd[npfd++] = (struct pollfd){ pending[i].fd, POLLIN, 0 };
 		if (stopping)
 			pfd[1].fd = -1;
-		poll(pfd, (nfds_t)npfd, stopping ? 100 : nprogs ? HOSTED_UNREAD_SWEEP_MS : -1);
-		for (int k = 2; k < npfd; k++)
+		poll(pfd, (nfds_t)npfd, pending_timeout(stopping ? 100 : nprogs ? HOSTED_UNREAD_SWEEP_MS : -1));
+		for (int k = 2; k < first_pending; k++)
 			if (pfd[k].revents)
 				joiner_said(&progs[who[k - 2]]);
+		/* Serve those whose request came, drop those past their time. */
+		nwaiting = 0;
+		for (int i = 0; i < npending; i++) {
+			if (pfd[first_pending + i].revents && !stopping)
+				serve(h, pending[i].fd, tsc_hz);
+			else if (stopping || mono_ns() >= pending[i].deadline)
+				close(pending[i].fd);
+			else
+				waiting[nwaiting++] = pending[i];
+		}
+		memcpy(pending, waiting, (size_t)nwaiting * sizeof(pending[0]));
+		npending = nwaiting;
 		if (pfd[0].revents) {
 			struct signalfd_siginfo si;
 
@@ -726,7 +785,7 @@ int cmd_host(int argc, char **argv)
 			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 
 			if (c >= 0)
-				serve(h, c, tsc_hz);
+				pending_add(c);
 		}
 		for (int i = 0; i < nprogs; i++)
 			running += progs[i].state == P_RUNNING || progs[i].held;
@@ -1114,10 +1173,18 @@ int cmd_join(int argc, char **argv)
 		sa.sa_sigaction = stop_both;
 		sigaction(SIGTSTP, &sa, NULL);
 	}
+	/* A host answers once it has loaded the program, in well under a second, even with joins
+	 * ahead of ours; a socket that never does is not one.  The program then runs as long as it likes. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = JOIN_ANSWER_S }, sizeof(struct timeval));
+	errno = 0;
 	if (recv_reply(fd, reply, sizeof(reply)) <= 0) {
-		fprintf(stderr, "rpal join: host \"%s\" closed the connection without an answer\n", argv[1]);
+		if (errno == EAGAIN)
+			fprintf(stderr, "rpal join: host \"%s\" did not answer within %d s\n", argv[1], JOIN_ANSWER_S);
+		else
+			fprintf(stderr, "rpal join: host \"%s\" closed the connection without an answer\n", argv[1]);
 		return 2;
 	}
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ 0 }, sizeof(struct timeval));
 	if (strncmp(reply, "STARTED ", 8) != 0) {
 		fprintf(stderr, "rpal join: %s\n", strncmp(reply, "ERROR ", 6) ? reply : reply + 6);
 		return 2;

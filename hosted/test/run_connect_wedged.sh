@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# run_connect_wedged.sh RPAL WEDGED_LISTENER - a host socket whose listener never accepts (its
+# run_connect_wedged.sh RPAL WEDGED_LISTENER PROGDIR - a host socket whose listener never accepts (its
 # backlog full: a wedged host, or anything of our uid that took the name) holds no command for
 # ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why; a
 # socket there of another uid gets no request from rpal ps or rpal join (as root only); and a
-# host closes the descriptors an empty request carries.
+# host closes the descriptors an empty request carries.  A host answers rpal ps and a join at
+# once beside 50 connections that send nothing; rpal join to a listener that accepts and never
+# answers gives up after 10 s.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
-RPAL=$1 WEDGED=$2
+RPAL=$1 WEDGED=$2 PD=$3
 . "$(dirname "$0")/hostlib.sh"
 name=wedged-$$
 sock=$RPAL_RUNTIME_DIR/host-$name.sock
@@ -100,7 +102,65 @@ PY
 	after=$(ls /proc/$hpid/fd | wc -l)
 	[ "$after" -le "$before" ] && ok "5 empty requests with 3 descriptors each: the host holds $before, then $after" ||
 		bad "5 empty requests with 3 descriptors each: the host held $before descriptors, now $after"
+
+	# 50 connections that send nothing hold up no one: rpal ps and a join are answered at once.
+	python3 - "$sock" >"$tmp/idle.out" 2>&1 <<'PY' &
+import socket, sys, time
+held = []
+for _ in range(50):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.connect(sys.argv[1])
+    held.append(s)
+print("ready", flush=True)
+time.sleep(20)
+PY
+	ipid=$!
+	for _ in $(seq 500); do grep -q ready "$tmp/idle.out" 2>/dev/null && break; sleep 0.01; done
+	start=$(date +%s%N)
+	out=$(timeout 20 "$RPAL" ps "$name" 2>&1)
+	rc=$? ms=$(( ($(date +%s%N) - start) / 1000000 ))
+	[ $rc -eq 0 ] && [ $ms -lt 2000 ] && ok "rpal ps beside 50 idle connections: answered in $ms ms" ||
+		bad "rpal ps beside 50 idle connections: exit $rc after $ms ms: $out"
+	start=$(date +%s%N)
+	out=$(timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 2>&1)
+	rc=$? ms=$(( ($(date +%s%N) - start) / 1000000 ))
+	[ $rc -eq 0 ] && [ $ms -lt 2000 ] && ok "a join beside 50 idle connections: done in $ms ms" ||
+		bad "a join beside 50 idle connections: exit $rc after $ms ms: $out"
+	kill "$ipid" 2>/dev/null
+	wait "$ipid" 2>/dev/null
 	kill "$hpid"
 	wait "$hpid" 2>/dev/null
+
+	# A listener of ours that accepts and never answers: rpal join gives up within its bound.
+	rm -f "$sock"
+	python3 - "$sock" >"$tmp/mute.out" 2>&1 <<'PY' &
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(sys.argv[1])
+s.listen(8)
+print("ready", flush=True)
+held = []
+s.settimeout(30)
+while True:
+    try:
+        held.append(s.accept()[0])
+    except OSError:
+        break
+PY
+	mpid=$!
+	for _ in $(seq 500); do grep -q ready "$tmp/mute.out" 2>/dev/null && break; sleep 0.01; done
+	start=$(date +%s%N)
+	# To a file: the listener holds the descriptors the request passed, a pipe's write end among them.
+	timeout 30 "$RPAL" join "$name" /bin/true >"$tmp/mute.join" 2>&1 </dev/null
+	rc=$? secs=$(( ($(date +%s%N) - start) / 1000000000 ))
+	out=$(cat "$tmp/mute.join")
+	echo "  | $out"
+	[ $rc -eq 2 ] && [ $secs -lt 15 ] && echo "$out" | grep -q "did not answer within" &&
+		ok "rpal join to a listener that never answers: exit 2 after $secs s" ||
+		bad "rpal join to a listener that never answers: exit $rc after $secs s (124: still waiting): $out"
+	check "rpal ps $name, a listener that never answers" "did not answer" ps "$name"
+	kill "$mpid" 2>/dev/null
+	wait "$mpid" 2>/dev/null
+	rm -f "$sock"
 fi
 exit $fail
