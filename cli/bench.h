@@ -253,6 +253,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_run(int argc, char **argv);	/* cmd_run.c: `rpal run` */
 int cmd_doctor(int argc, char **argv);	/* doctor.c: `rpal doctor` */
 void jstr(FILE *f, const char *s);	/* report.c: s as a JSON string */
+void jstrn(FILE *f, const char *s, size_t n);	/* its first n bytes */
 int cmd_host(int argc, char **argv);	/* cmd_host.c: `rpal host`, `rpal join`, `rpal ps` */
 int cmd_join(int argc, char **argv);
 int cmd_ps(int argc, char **argv);

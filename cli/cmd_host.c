@@ -212,6 +212,28 @@ static const char *prog_state(const struct hprog *hp, const struct rpal_host *h)
 	return hp->signal ? "killed" : "exited";
 }
 
+/* Bytes of a program's arguments that ps shows: those of 15 programs fit a reply (REPLY_MAX)
+ * even where every byte is escaped (6 in JSON). */
+#define ARGV_SHOWN 600
+
+/* How much of argument a ps shows, of the budget *left its program's arguments share; false if
+ * that is not all of it (the budget ends inside it, cut at the start of a character). */
+static bool arg_shown(const char *a, size_t *left, size_t *n)
+{
+	size_t len = strlen(a);
+
+	if (len <= *left) {
+		*n = len;
+		*left -= len;
+		return true;
+	}
+	*n = *left;
+	while (*n && ((unsigned char)a[*n] & 0xc0) == 0x80)
+		(*n)--;
+	*left = 0;
+	return false;
+}
+
 /* The answer to PST: what `rpal ps` prints. */
 static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
@@ -230,10 +252,17 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
 		/* One line per program whatever its arguments hold: control
 		 * characters show as '?' (the JSON keeps them exact). */
+		size_t left = ARGV_SHOWN, n;
 		for (int k = 0; k < hp->argc; k++) {
+			bool all = arg_shown(hp->argv[k], &left, &n);
+
 			fputc(' ', f);
-			for (const unsigned char *c = (const unsigned char *)hp->argv[k]; *c; c++)
+			for (const unsigned char *c = (const unsigned char *)hp->argv[k]; c < (const unsigned char *)hp->argv[k] + n; c++)
 				fputc(*c < 0x20 || *c == 0x7f ? '?' : *c, f);
+			if (!all) {
+				fputs("...", f);
+				break;
+			}
 		}
 		fputc('\n', f);
 	}
@@ -253,12 +282,15 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 
 		rpal_host_prog_calls(bp, &calls, &tsc);
 		fprintf(f, "%s{\"pid\": %d, \"argv\": [", i ? ", " : "", hosted_pid(hp->p));
-		for (int k = 0; k < hp->argc; k++) {
+		size_t left = ARGV_SHOWN, n;
+		bool all = true;
+		for (int k = 0; k < hp->argc && all; k++) {
+			all = arg_shown(hp->argv[k], &left, &n);
 			if (k)
 				fputs(", ", f);
-			jstr(f, hp->argv[k]);
+			jstrn(f, hp->argv[k], n);
 		}
-		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
+		fprintf(f, "], \"argv_cut\": %s, \"state\": \"%s\"", all ? "false" : "true", prog_state(hp, h));
 		if (hp->state == P_ENDED)
 			fprintf(f, ", \"exit_status\": %d", hp->status);
 		fprintf(f, ", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu}",
@@ -1214,32 +1246,52 @@ int cmd_join(int argc, char **argv)
 
 /* ------------------------------------------------------------ ps */
 
-/*
- * The host's reply as it came, except what a terminal would act on:
- * control characters other than newline and tab, C1 controls (U+0080 to
- * U+009F) and bytes that are not UTF-8, each shown as '?'.  Whoever owns
- * the socket wrote it: a host of our uid, or anything that took its name.
- */
+/* The code point of the UTF-8 sequence at p and its length; 0 where it is not one (overlong,
+ * a surrogate, beyond U+10FFFF, cut short: the NUL is no continuation byte). */
+static size_t utf8_decode(const unsigned char *p, uint32_t *cp)
+{
+	size_t n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3 :
+		   p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+	uint32_t c = n == 1 ? p[0] : n == 2 ? p[0] & 0x1f : n == 3 ? p[0] & 0x0f : p[0] & 0x07;
+
+	for (size_t i = 1; i < n; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) || (n == 4 && (c < 0x10000 || c > 0x10ffff)))
+		return 0;
+	*cp = c;
+	return n;
+}
+
+/* Characters that would change what the terminal shows of the text around them: controls
+ * (C0 but newline and tab, DEL, C1), the bidirectional formatting ones, which reorder it, and
+ * the line and paragraph separators. */
+static bool shows_as_itself(uint32_t c)
+{
+	if (c < 0x20)
+		return c == '\n' || c == '\t';
+	return !(c >= 0x7f && c < 0xa0) && c != 0x061c && c != 0x200e && c != 0x200f &&
+	       !(c >= 0x2028 && c <= 0x202e) && !(c >= 0x2066 && c <= 0x2069);
+}
+
+/* The host's reply as it came, but each byte that is not part of valid UTF-8, and each
+ * character that would not show as itself, printed as '?'.  Whoever owns the socket wrote it:
+ * a host of our uid, or anything that took its name. */
 static void print_clean_to(FILE *f, const char *s)
 {
 	const unsigned char *p = (const unsigned char *)s;
 
 	while (*p) {
-		unsigned c = *p;
-		size_t n = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : c >= 0xe0 && c < 0xf0 ? 3 : c >= 0xf0 && c < 0xf5 ? 4 : 0;
-		bool ok = n != 0;
+		uint32_t c;
+		size_t n = utf8_decode(p, &c);
 
-		if (c < 0x80)
-			ok = c >= 0x20 ? c != 0x7f : c == '\n' || c == '\t';
-		for (size_t i = 1; ok && i < n; i++)
-			ok = (p[i] & 0xc0) == 0x80;     /* stops at the NUL too */
-		if (ok && c == 0xc2 && p[1] < 0xa0)
-			ok = false;
-		if (ok) {
+		if (n && shows_as_itself(c)) {
 			fwrite(p, 1, n, f);
 		} else {
 			fputc('?', f);
-			n = 1;
+			n = n ? n : 1;
 		}
 		p += n;
 	}
@@ -1249,6 +1301,7 @@ int cmd_ps(int argc, char **argv)
 {
 	static char reply[REPLY_MAX];
 	int fd, json = 0;
+	ssize_t n;
 	const char *name = NULL;
 
 	for (int i = 1; i < argc; i++) {
@@ -1269,7 +1322,7 @@ int cmd_ps(int argc, char **argv)
 "failed), RPAL calls into and out of each, system calls handed back to it\n"
 "from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
-"\"programs\": [{\"pid\", \"argv\", \"state\", \"exit_status\" (once ended),\n"
+"\"programs\": [{\"pid\", \"argv\" (its first 600 bytes), \"argv_cut\", \"state\", \"exit_status\" (once ended),\n"
 "\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\"}]}\n");
 			return help ? 0 : 2;
 		}
@@ -1284,8 +1337,15 @@ int cmd_ps(int argc, char **argv)
 	/* A host answers at once; a socket that never does is not one. */
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = 5 }, sizeof(struct timeval));
 	if (send(fd, json ? "PS" : "PST", json ? 2 : 3, MSG_NOSIGNAL) != 2 + !json ||
-	    recv_reply(fd, reply, sizeof(reply)) <= 0) {
+	    (n = recv_reply(fd, reply, sizeof(reply))) <= 0) {
 		fprintf(stderr, "rpal ps: host \"%s\" did not answer\n", name);
+		return 2;
+	}
+	/* A host bounds its answer; one that fills the buffer is cut, and half a table or JSON
+	 * document would be taken for the whole. */
+	if ((size_t)n >= sizeof(reply) - 1) {
+		fprintf(stderr, "rpal ps: the answer of host \"%s\" is longer than %u bytes: not shown\n", name,
+			REPLY_MAX - 2);
 		return 2;
 	}
 	if (strncmp(reply, "ERROR ", 6) == 0) {

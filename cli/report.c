@@ -450,8 +450,15 @@ void report_table(const struct report *r, FILE *f)
 /* s as a JSON string, quoted and escaped. */
 void jstr(FILE *f, const char *s)
 {
+	jstrn(f, s, strlen(s));
+}
+
+void jstrn(FILE *f, const char *s, size_t n)
+{
+	const char *end = s + n;
+
 	fputc('"', f);
-	for (; *s; s++) {
+	for (; s < end; s++) {
 		unsigned char ch = (unsigned char)*s;
 
 		if (ch == '"' || ch == '\\')
