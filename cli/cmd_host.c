@@ -290,13 +290,14 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 				fputs(", ", f);
 			jstrn(f, hp->argv[k], n);
 		}
-		fprintf(f, "], \"argv_cut\": %s, \"state\": \"%s\"", all ? "false" : "true", prog_state(hp, h));
+		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
 		if (hp->state == P_ENDED)
 			fprintf(f, ", \"exit_status\": %d", hp->status);
-		fprintf(f, ", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu}",
+		fprintf(f, ", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu, "
+			"\"argv_cut\": %s}",
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs),
-			(unsigned long long)(tsc_hz > 0 ? (double)tsc * 1e9 / tsc_hz : 0));
+			(unsigned long long)(tsc_hz > 0 ? (double)tsc * 1e9 / tsc_hz : 0), all ? "false" : "true");
 	}
 	fprintf(f, "]}\n");
 }
@@ -1322,8 +1323,8 @@ int cmd_ps(int argc, char **argv)
 "failed), RPAL calls into and out of each, system calls handed back to it\n"
 "from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
-"\"programs\": [{\"pid\", \"argv\" (its first 600 bytes), \"argv_cut\", \"state\", \"exit_status\" (once ended),\n"
-"\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\"}]}\n");
+"\"programs\": [{\"pid\", \"argv\" (its first 600 bytes), \"state\", \"exit_status\" (once ended),\n"
+"\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\", \"argv_cut\"}]}\n");
 			return help ? 0 : 2;
 		}
 	}
