@@ -34,10 +34,16 @@ check() {
 		bad "$what: exit $rc after ${secs} s (124: still waiting in connect), stderr: $out"
 	fi
 }
-check "rpal ps $name" "did not accept the connection within 5 s" ps "$name"
-check "rpal ps $name --json" "did not accept the connection within 5 s" ps "$name" --json
-check "rpal join $name /bin/true" "did not accept the connection within 5 s" join "$name" /bin/true
-check "rpal host $name" "is taken" host "$name"
+# The four at once: each waits its 5 s.
+cpids=
+check "rpal ps $name" "did not accept the connection within 5 s" ps "$name" >"$tmp/c1" & cpids="$cpids $!"
+check "rpal ps $name --json" "did not accept the connection within 5 s" ps "$name" --json >"$tmp/c2" & cpids="$cpids $!"
+check "rpal join $name /bin/true" "did not accept the connection within 5 s" join "$name" /bin/true >"$tmp/c3" &
+cpids="$cpids $!"
+check "rpal host $name" "is taken" host "$name" >"$tmp/c4" & cpids="$cpids $!"
+wait $cpids
+cat "$tmp"/c[1-4]
+grep -q "^FAIL" "$tmp"/c[1-4] && fail=1
 [ -S "$sock" ] && ok "rpal host left the listener's socket in place" || bad "rpal host removed $sock"
 kill "$wpid"
 wait "$wpid" 2>/dev/null
@@ -151,14 +157,16 @@ PY
 	for _ in $(seq 500); do grep -q ready "$tmp/mute.out" 2>/dev/null && break; sleep 0.01; done
 	start=$(date +%s%N)
 	# To a file: the listener holds the descriptors the request passed, a pipe's write end among them.
-	timeout 30 "$RPAL" join "$name" /bin/true >"$tmp/mute.join" 2>&1 </dev/null
+	timeout 30 "$RPAL" join "$name" /bin/true >"$tmp/mute.join" 2>&1 </dev/null &
+	jpid=$!
+	check "rpal ps $name, a listener that never answers" "did not answer" ps "$name"
+	wait "$jpid"
 	rc=$? secs=$(( ($(date +%s%N) - start) / 1000000000 ))
 	out=$(cat "$tmp/mute.join")
 	echo "  | $out"
 	[ $rc -eq 2 ] && [ $secs -lt 15 ] && echo "$out" | grep -q "did not answer within" &&
 		ok "rpal join to a listener that never answers: exit 2 after $secs s" ||
 		bad "rpal join to a listener that never answers: exit $rc after $secs s (124: still waiting): $out"
-	check "rpal ps $name, a listener that never answers" "did not answer" ps "$name"
 	kill "$mpid" 2>/dev/null
 	wait "$mpid" 2>/dev/null
 	rm -f "$sock"
