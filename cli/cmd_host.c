@@ -255,9 +255,10 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 		size_t left = ARGV_SHOWN, n;
 		for (int k = 0; k < hp->argc; k++) {
 			bool all = arg_shown(hp->argv[k], &left, &n);
+			const unsigned char *a = (const unsigned char *)hp->argv[k];
 
 			fputc(' ', f);
-			for (const unsigned char *c = (const unsigned char *)hp->argv[k]; c < (const unsigned char *)hp->argv[k] + n; c++)
+			for (const unsigned char *c = a; c < a + n; c++)
 				fputc(*c < 0x20 || *c == 0x7f ? '?' : *c, f);
 			if (!all) {
 				fputs("...", f);
