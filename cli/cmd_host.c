@@ -212,8 +212,9 @@ static const char *prog_state(const struct hprog *hp, const struct rpal_host *h)
 	return hp->signal ? "killed" : "exited";
 }
 
-/* Bytes of a program's arguments that ps shows: those of 15 programs fit a reply (REPLY_MAX)
- * even where every byte is escaped (6 in JSON). */
+/* Bytes of a program's arguments that ps shows, each argument counted with the NUL that ends it
+ * (as in /proc/PID/cmdline, so that thousands of empty ones count too): those of 15 programs fit
+ * a reply (REPLY_MAX) even where every byte is escaped (6 in JSON). */
 #define ARGV_SHOWN 600
 
 /* How much of argument a ps shows, of the budget *left its program's arguments share; false if
@@ -222,9 +223,9 @@ static bool arg_shown(const char *a, size_t *left, size_t *n)
 {
 	size_t len = strlen(a);
 
-	if (len <= *left) {
+	if (len < *left) {
 		*n = len;
-		*left -= len;
+		*left -= len + 1;
 		return true;
 	}
 	*n = *left;
@@ -287,6 +288,8 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 		bool all = true;
 		for (int k = 0; k < hp->argc && all; k++) {
 			all = arg_shown(hp->argv[k], &left, &n);
+			if (!all && !n)
+				break;  /* none of it shown */
 			if (k)
 				fputs(", ", f);
 			jstrn(f, hp->argv[k], n);
@@ -313,7 +316,13 @@ static void answer_ps(int fd, const struct rpal_host *h, double tsc_hz, bool tab
 		return;
 	(table ? ps_table : ps_json)(f, h, tsc_hz);
 	fclose(f);
-	(void)!send(fd, buf, len < REPLY_MAX ? len : REPLY_MAX, MSG_NOSIGNAL);
+	/* ARGV_SHOWN keeps it shorter; were it not, half a table or JSON document would pass for
+	 * the whole (rpal ps takes up to REPLY_MAX - 2 bytes). */
+	if (len > REPLY_MAX - 2)
+		say(fd, "ERROR host \"%s\": its answer of %zu bytes is longer than rpal ps takes (%u)", host_name,
+		    len, REPLY_MAX - 2);
+	else
+		(void)!send(fd, buf, len, MSG_NOSIGNAL);
 	free(buf);
 }
 
@@ -1324,8 +1333,9 @@ int cmd_ps(int argc, char **argv)
 "failed), RPAL calls into and out of each, system calls handed back to it\n"
 "from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
-"\"programs\": [{\"pid\", \"argv\" (its first 600 bytes), \"state\", \"exit_status\" (once ended),\n"
-"\"calls_in\", \"calls_out\", \"handoffs\", \"callee_cpu_ns\", \"argv_cut\"}]}\n");
+"\"programs\": [{\"pid\", \"argv\" (its first 600 bytes, with a NUL each), \"state\",\n"
+"\"exit_status\" (once ended), \"calls_in\", \"calls_out\", \"handoffs\",\n"
+"\"callee_cpu_ns\", \"argv_cut\"}]}\n");
 			return help ? 0 : 2;
 		}
 	}

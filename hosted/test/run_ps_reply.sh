@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # run_ps_reply.sh RPAL PROGDIR - what rpal ps shows is bounded and clean:
-#  1. a program whose arguments take 200 KB, then a second one: rpal ps lists both, with the
-#     first one's arguments cut at 600 bytes and "..."; rpal ps --json is one valid document
-#     listing both, argv_cut true for the first only;
+#  1. a program whose arguments take 200 KB, a second one, and five of 4,000 empty arguments each:
+#     rpal ps lists all seven, the first one's arguments cut after 600 bytes of its command line
+#     (each argument counted with its NUL) and "..."; rpal ps --json is one valid document listing
+#     all seven, argv_cut true for all but the second;
 #  2. a listener of our uid that answers with crafted bytes: overlong UTF-8, a surrogate, a code
 #     point beyond U+10FFFF, C0 and C1 controls, bidirectional formatting characters and the
 #     line and paragraph separators each print as '?', valid UTF-8 as itself;
@@ -15,27 +16,38 @@ command -v python3 >/dev/null || { echo "SKIP: python3 is needed to parse JSON a
 name=psr-$$
 sock=$RPAL_RUNTIME_DIR/host-$name.sock
 
-# ---- 1. long arguments
+# ---- 1. long arguments, and many empty ones
 start_host "$name"
 big=$(head -c 100000 /dev/zero | tr '\0' A)
 timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 "$big" "$big" >/dev/null 2>&1
 timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 >/dev/null 2>&1
+empty=()
+for _ in $(seq 4000); do empty+=(""); done
+for _ in 1 2 3 4 5; do
+	timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 "${empty[@]}" >/dev/null 2>&1
+done
 table=$(timeout 10 "$RPAL" ps "$name" 2>&1)
 rows=$(echo "$table" | grep -c "hosted_prog_exit main 0")
 width=$(echo "$table" | grep "AAAA" | wc -c)
-[ "$rows" = 2 ] && echo "$table" | grep -q "AAA\.\.\.$" && [ "$width" -lt 800 ] &&
-	ok "rpal ps: both programs, the first one's arguments cut (its line: $width bytes)" ||
-	bad "rpal ps: $rows rows, long line $width bytes: $(echo "$table" | cut -c1-160)"
+widest=$(echo "$table" | awk '{ if (length($0) > w) w = length($0) } END { print w }')
+[ "$rows" = 7 ] && echo "$table" | grep -q "AAA\.\.\.$" && [ "$width" -lt 800 ] && [ "$widest" -lt 2500 ] &&
+	ok "rpal ps: all 7 programs, the first one's arguments cut (its line: $width bytes, the widest $widest)" ||
+	bad "rpal ps: $rows rows, long line $width bytes, widest $widest: $(echo "$table" | cut -c1-160)"
 timeout 10 "$RPAL" ps "$name" --json >"$tmp/ps.json" 2>&1
 out=$(python3 - "$tmp/ps.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-print(" ".join("%d:%s" % (len("".join(p["argv"])), p["argv_cut"]) for p in d["programs"]))
+print(" ".join("%d:%d:%s" % (len(p["argv"]), len("".join(p["argv"])), p["argv_cut"]) for p in d["programs"]))
 PY
 )
-echo "$out" | grep -qE '^600:True [0-9]+:False$' &&
-	ok "rpal ps --json: one valid document, both programs (argv bytes:cut) $out" ||
-	bad "rpal ps --json: $out $(head -c 300 "$tmp/ps.json")"
+# 600 bytes: the path, "main" and "0" with their NULs, then the first 600 - (path + 7) of
+# 100,000 A's, or as many empty arguments.
+l=$(printf %s "$PD/hosted_prog_exit" | wc -c)
+want="4:597:True 3:$((l + 5)):False"
+for _ in 1 2 3 4 5; do want="$want $((3 + 592 - l)):$((l + 5)):True"; done
+[ "$out" = "$want" ] &&
+	ok "rpal ps --json: one valid document, all 7 programs (arguments:bytes:cut) $out" ||
+	bad "rpal ps --json: $out (want $want) $(head -c 300 "$tmp/ps.json")"
 kill "$hpid"
 wait "$hpid" 2>/dev/null
 
