@@ -158,6 +158,100 @@ static ssize_t recv_reply(int fd, char *buf, size_t len)
 	return n;
 }
 
+/* ------------------------------------------------------------ text that ps shows */
+
+/* The code point of the UTF-8 sequence of at most n (> 0) bytes at p and its length; 0 where it is
+ * not one (overlong, a surrogate, beyond U+10FFFF, a byte that should continue it and does not,
+ * cut short). */
+static size_t utf8_decode(const unsigned char *p, size_t n, uint32_t *cp)
+{
+	size_t len = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3 :
+		     p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
+	uint32_t c = len == 1 ? p[0] : len == 2 ? p[0] & 0x1f : len == 3 ? p[0] & 0x0f : p[0] & 0x07;
+
+	if (len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++) {
+		if ((p[i] & 0xc0) != 0x80)
+			return 0;
+		c = c << 6 | (p[i] & 0x3f);
+	}
+	if ((len == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) || (len == 4 && (c < 0x10000 || c > 0x10ffff)))
+		return 0;
+	*cp = c;
+	return len;
+}
+
+/* Whether a terminal shows character c as itself without changing the text around it or passing
+ * for white space: not a control (C0, DEL, C1), a bidirectional formatting character (which
+ * reorders what follows), a line or paragraph separator, a space other than U+0020, or an
+ * invisible format character (zero-width ones, the soft hyphen, tags). */
+static bool shows_as_itself(uint32_t c)
+{
+	if (c < 0x20 || (c >= 0x7f && c <= 0xa0))
+		return false;
+	switch (c) {
+	case 0xad: case 0x061c: case 0x1680: case 0x180e: case 0x3000: case 0xfeff:
+		return false;
+	}
+	return !(c >= 0x2000 && c <= 0x200f) && !(c >= 0x2028 && c <= 0x202f) && !(c >= 0x205f && c <= 0x206f) &&
+	       !(c >= 0xfff9 && c <= 0xfffb) && !(c >= 0xe0000 && c <= 0xe007f);
+}
+
+/* How put_shown writes what does not show as itself. */
+enum {
+	SHOW_NL = 1,    /* newline and tab kept: the lines of an answer */
+	SHOW_U = 2,     /* as JSON's \uXXXX, a byte that is not UTF-8 as U+FFFD: in a JSON document */
+	SHOW_JSTR = 4,  /* the inside of a JSON string: '"' and '\' escaped too */
+	SHOW_ARG = 8,   /* an argument in ps's table */
+};
+
+/*
+ * s[0..n) so that what a terminal shows is what it holds: a byte that is not part of valid UTF-8
+ * as \xNN, a character that does not show as itself as \xNN below U+0080 and \u{N} above (or
+ * JSON's escapes, SHOW_U).  SHOW_ARG, for an argument in ps's table: a backslash as \\, a space
+ * beside another or at either end of the argument as \x20, and an empty argument as '': no run
+ * of spaces is an argument's, so none can line text up as a row of its own where the terminal
+ * wraps the line.
+ */
+static void put_shown(FILE *f, const char *s, size_t n, int how)
+{
+	const unsigned char *start = (const unsigned char *)s, *p = start, *end = p + n;
+
+	if ((how & SHOW_ARG) && !n)
+		fputs("''", f);
+	while (p < end) {
+		uint32_t c;
+		size_t len = utf8_decode(p, (size_t)(end - p), &c);
+
+		if (!len && (how & SHOW_U))
+			fputs("\\ufffd", f);
+		else if (!len)
+			fprintf(f, "\\x%02x", *p);
+		else if ((how & SHOW_JSTR) && (c == '"' || c == '\\'))
+			fprintf(f, "\\%c", (char)c);
+		else if ((how & SHOW_ARG) && c == '\\')
+			fputs("\\\\", f);
+		else if ((how & SHOW_ARG) && c == ' ' && (p == start || p + 1 == end || p[-1] == ' ' || p[1] == ' '))
+			fputs("\\x20", f);
+		else if (shows_as_itself(c) || ((c == '\n' || c == '\t') && (how & SHOW_NL)))
+			fwrite(p, 1, len, f);
+		else if ((how & SHOW_U) && c > 0xffff)
+			fprintf(f, "\\u%04x\\u%04x", 0xd800 + ((c - 0x10000) >> 10), 0xdc00 + ((c - 0x10000) & 0x3ff));
+		else
+			fprintf(f, how & SHOW_U ? "\\u%04x" : c < 0x80 ? "\\x%02x" : "\\u{%x}", c);
+		p += len ? len : 1;
+	}
+}
+
+/* s[0..n) as a JSON string that shows as it holds. */
+static void put_jstr(FILE *f, const char *s, size_t n)
+{
+	fputc('"', f);
+	put_shown(f, s, n, SHOW_U | SHOW_JSTR);
+	fputc('"', f);
+}
+
 /* ------------------------------------------------------------ the host */
 
 enum { P_FREE, P_RUNNING, P_ENDED };
@@ -238,8 +332,9 @@ static bool arg_shown(const char *a, size_t *left, size_t *n)
 /* The answer to PST: what `rpal ps` prints. */
 static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
-	fprintf(f, "host %s: pid %d, %d of %d programs loaded\n", host_name, (int)getpid(), ns_used(),
-		HOSTED_NNS - 1);
+	fputs("host ", f);
+	put_shown(f, host_name, strlen(host_name), 0);
+	fprintf(f, ": pid %d, %d of %d programs loaded\n", (int)getpid(), ns_used(), HOSTED_NNS - 1);
 	fprintf(f, "%8s %-8s %12s %12s %9s %12s  %s\n", "PID", "STATE", "CALLS_IN", "CALLS_OUT",
 		"HANDOFFS", "CALLEE_MS", "COMMAND");
 	for (int i = 0; i < nprogs; i++) {
@@ -251,16 +346,14 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 		fprintf(f, "%8d %-8s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), prog_state(hp, h),
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
-		/* One line per program whatever its arguments hold: control
-		 * characters show as '?' (the JSON keeps them exact). */
+		/* One line per program, whatever its arguments hold (put_shown). */
 		size_t left = ARGV_SHOWN, n;
 		for (int k = 0; k < hp->argc; k++) {
 			bool all = arg_shown(hp->argv[k], &left, &n);
-			const unsigned char *a = (const unsigned char *)hp->argv[k];
 
 			fputc(' ', f);
-			for (const unsigned char *c = a; c < a + n; c++)
-				fputc(*c < 0x20 || *c == 0x7f ? '?' : *c, f);
+			if (all || n)
+				put_shown(f, hp->argv[k], n, SHOW_ARG);
 			if (!all) {
 				fputs("...", f);
 				break;
@@ -274,7 +367,7 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
 	fprintf(f, "{\"host\": {\"name\": ");
-	jstr(f, host_name);
+	put_jstr(f, host_name, strlen(host_name));
 	fprintf(f, ", \"pid\": %d, \"programs_loaded\": %d, \"programs_max\": %d}, \"programs\": [",
 		(int)getpid(), ns_used(), HOSTED_NNS - 1);
 	for (int i = 0; i < nprogs; i++) {
@@ -292,7 +385,7 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 				break;  /* none of it shown */
 			if (k)
 				fputs(", ", f);
-			jstrn(f, hp->argv[k], n);
+			put_jstr(f, hp->argv[k], n);
 		}
 		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
 		if (hp->state == P_ENDED)
@@ -1257,57 +1350,6 @@ int cmd_join(int argc, char **argv)
 
 /* ------------------------------------------------------------ ps */
 
-/* The code point of the UTF-8 sequence at p and its length; 0 where it is not one (overlong,
- * a surrogate, beyond U+10FFFF, cut short: the NUL is no continuation byte). */
-static size_t utf8_decode(const unsigned char *p, uint32_t *cp)
-{
-	size_t n = p[0] < 0x80 ? 1 : p[0] >= 0xc2 && p[0] < 0xe0 ? 2 : p[0] >= 0xe0 && p[0] < 0xf0 ? 3 :
-		   p[0] >= 0xf0 && p[0] < 0xf5 ? 4 : 0;
-	uint32_t c = n == 1 ? p[0] : n == 2 ? p[0] & 0x1f : n == 3 ? p[0] & 0x0f : p[0] & 0x07;
-
-	for (size_t i = 1; i < n; i++) {
-		if ((p[i] & 0xc0) != 0x80)
-			return 0;
-		c = c << 6 | (p[i] & 0x3f);
-	}
-	if ((n == 3 && (c < 0x800 || (c >= 0xd800 && c < 0xe000))) || (n == 4 && (c < 0x10000 || c > 0x10ffff)))
-		return 0;
-	*cp = c;
-	return n;
-}
-
-/* Characters that would change what the terminal shows of the text around them: controls
- * (C0 but newline and tab, DEL, C1), the bidirectional formatting ones, which reorder it, and
- * the line and paragraph separators. */
-static bool shows_as_itself(uint32_t c)
-{
-	if (c < 0x20)
-		return c == '\n' || c == '\t';
-	return !(c >= 0x7f && c < 0xa0) && c != 0x061c && c != 0x200e && c != 0x200f &&
-	       !(c >= 0x2028 && c <= 0x202e) && !(c >= 0x2066 && c <= 0x2069);
-}
-
-/* The host's reply as it came, but each byte that is not part of valid UTF-8, and each
- * character that would not show as itself, printed as '?'.  Whoever owns the socket wrote it:
- * a host of our uid, or anything that took its name. */
-static void print_clean_to(FILE *f, const char *s)
-{
-	const unsigned char *p = (const unsigned char *)s;
-
-	while (*p) {
-		uint32_t c;
-		size_t n = utf8_decode(p, &c);
-
-		if (n && shows_as_itself(c)) {
-			fwrite(p, 1, n, f);
-		} else {
-			fputc('?', f);
-			n = n ? n : 1;
-		}
-		p += n;
-	}
-}
-
 int cmd_ps(int argc, char **argv)
 {
 	static char reply[REPLY_MAX];
@@ -1360,12 +1402,14 @@ int cmd_ps(int argc, char **argv)
 			REPLY_MAX - 2);
 		return 2;
 	}
+	/* Whoever owns the socket wrote it: a host of our uid, or anything of our uid that took its
+	 * name.  A host's own answer shows as itself. */
 	if (strncmp(reply, "ERROR ", 6) == 0) {
 		fputs("rpal ps: ", stderr);
-		print_clean_to(stderr, reply + 6);
+		put_shown(stderr, reply + 6, (size_t)n - 6, 0);
 		fputc('\n', stderr);
 		return 2;
 	}
-	print_clean_to(stdout, reply);
+	put_shown(stdout, reply, (size_t)n, SHOW_NL | (json ? SHOW_U : 0));
 	return 0;
 }

@@ -122,7 +122,7 @@ cp /etc/hostname "$odd"
 "$RPAL" join h "$PD/hosted_prog_proc" hold "$odd" >"$tmp/hold.out" 2>&1 &
 hj=$!
 sleep 0.3
-"$RPAL" ps h | grep -q " hold $tmp/a?b?c\$" && ok "rpal ps keeps a program with a newline and a tab in its arguments on one line" ||
+"$RPAL" ps h | grep -qF " hold $tmp/a\x0ab\x09c" && ok "rpal ps keeps a program with a newline and a tab in its arguments on one line" ||
 	bad "rpal ps: $("$RPAL" ps h)"
 mkdir -p "$tmp/wd"
 info=$(cd "$tmp/wd" && umask 027 && ulimit -n 777 && RPAL_TEST_VAR=joined "$RPAL" join h "$PD/hosted_prog_proc" info 2>&1)

@@ -5,9 +5,15 @@
 #     (each argument counted with its NUL) and "..."; rpal ps --json is one valid document listing
 #     all seven, argv_cut true for all but the second;
 #  2. a listener of our uid that answers with crafted bytes: overlong UTF-8, a surrogate, a code
-#     point beyond U+10FFFF, C0 and C1 controls, bidirectional formatting characters and the
-#     line and paragraph separators each print as '?', valid UTF-8 as itself;
-#  3. an answer longer than rpal ps takes is refused as a whole, not printed cut.
+#     point beyond U+10FFFF, a broken sequence, C0 and C1 controls, DEL, NUL, bidirectional
+#     formatting characters, the line and paragraph separators and a no-break space each print
+#     as \xNN or \u{N} (--json: \uXXXX, \ufffd for a byte that is not UTF-8), valid UTF-8, newline
+#     and tab as themselves;
+#  3. an answer longer than rpal ps takes is refused as a whole, not printed cut;
+#  4. a program joined with each of those in its arguments, and one whose argument lines up
+#     a fake row after 100 spaces: the table shows the exact escaped bytes, with no two spaces
+#     together in the command column; --json has each argument exact (U+FFFD for each byte that
+#     is not UTF-8).
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -74,20 +80,22 @@ PY
 }
 # "ok é 中 😀" then each bad form between '[' and ']'
 good=$(printf 'ok \xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80' | od -An -tx1 | tr -d ' \n')
-bads="c0af e080af eda080 f4908080 07 c285 e280ae e281a6 e2808f d89c e280a8 e280a9 ff"
+bads="c0af e080af eda080 f4908080 e228a1 80 07 09 00 7f c285 c2a0 e280ae e281a6 e2808f d89c e280a8 e280a9 ff"
 hex=$good
 for b in $bads; do hex="${hex}5b${b}5d"; done
-fake "${hex}0a"
-timeout 10 "$RPAL" ps "$name" >"$tmp/ps.out" 2>&1
-wait "$fpid" 2>/dev/null
-want=$(printf 'ok \xc3\xa9 \xe4\xb8\xad \xf0\x9f\x98\x80')
-for b in $bads; do
-	# one '?' per byte of a byte sequence that is not UTF-8, one per character otherwise
-	case $b in c0af) want="$want[??]" ;; e080af) want="$want[???]" ;; eda080) want="$want[???]" ;;
-		f4908080) want="$want[????]" ;; *) want="$want[?]" ;; esac
+want_text='ok é 中 😀[\xc0\xaf][\xe0\x80\xaf][\xed\xa0\x80][\xf4\x90\x80\x80][\xe2(\xa1][\x80][\x07]['$'\t''][\x00][\x7f]'
+want_text+='[\u{85}][\u{a0}][\u{202e}][\u{2066}][\u{200f}][\u{61c}][\u{2028}][\u{2029}][\xff]'
+want_json='ok é 中 😀[\ufffd\ufffd][\ufffd\ufffd\ufffd][\ufffd\ufffd\ufffd][\ufffd\ufffd\ufffd\ufffd][\ufffd(\ufffd]'
+want_json+='[\ufffd][\u0007]['$'\t''][\u0000][\u007f][\u0085][\u00a0][\u202e][\u2066][\u200f][\u061c][\u2028][\u2029][\ufffd]'
+for mode in text json; do
+	fake "${hex}0a"
+	timeout 10 "$RPAL" ps "$name" $([ $mode = json ] && echo --json) >"$tmp/ps.out" 2>&1
+	wait "$fpid" 2>/dev/null
+	got=$(cat "$tmp/ps.out")
+	want=want_$mode
+	[ "$got" = "${!want}" ] && ok "a crafted answer prints as ($mode): $got" ||
+		bad "a crafted answer printed as ($mode): $got (want ${!want})"
 done
-got=$(cat "$tmp/ps.out")
-[ "$got" = "$want" ] && ok "a crafted answer prints as: $got" || bad "a crafted answer printed as: $got (want $want)"
 fake big:70000
 timeout 10 "$RPAL" ps "$name" >"$tmp/ps.out" 2>"$tmp/ps.err"
 rc=$?
@@ -96,4 +104,39 @@ wait "$fpid" 2>/dev/null
 	ok "an answer of 70,000 bytes: exit 2, nothing printed: $(cat "$tmp/ps.err")" ||
 	bad "an answer of 70,000 bytes: exit $rc, $(wc -c <"$tmp/ps.out") bytes printed: $(cat "$tmp/ps.err")"
 rm -f "$sock"
+
+# ---- 4. crafted arguments, shown by a host
+start_host "$name"
+row="x$(printf '%100s')    9999 running             0            0         0        0.000  fake"
+args=($'\xc0\xaf' $'\xed\xa0\x80' $'\xf4\x90\x80\x80' $'\xe2(\xa1' $'\x80' $'\a' $'\e[31m' $'a\tb' $'a\nb' $'a\rb' $'\x7f'
+	$'\xc2\x85' $'\xe2\x80\xae' $'\xe2\x81\xa6' $'\xe2\x80\xa8' $'\xe2\x80\xa9' $'\xc2\xa0' $'\xe2\x80\x8b' 'a\b' 'x   y'
+	' lead' 'trail ' '' $'\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80' "$row")
+timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 "${args[@]}" >/dev/null 2>&1
+timeout 10 "$RPAL" ps "$name" >"$tmp/ps.out" 2>&1
+# The command column: after the 67 bytes of the other columns and a space.
+lines=$(wc -l <"$tmp/ps.out")
+col=$(sed -n 3p "$tmp/ps.out" | cut -c69-)
+got=${col#"$PD/hosted_prog_exit main 0 "}
+want='\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2(\xa1 \x80 \x07 \x1b[31m a\x09b a\x0ab a\x0db \x7f'
+want+=' \u{85} \u{202e} \u{2066} \u{2028} \u{2029} \u{a0} \u{200b} a\\b x\x20\x20\x20y \x20lead trail\x20 '"''"
+want+=" é中😀 x$(for _ in $(seq 104); do printf '\\x20'; done)9999 running"
+for n in 13 12 9 8; do want+=$(for _ in $(seq $n); do printf '\\x20'; done); want+=0; done
+want+='.000\x20\x20fake'
+[ "$lines" = 3 ] && [ "$got" = "$want" ] && ! echo "$col" | grep -q '  ' &&
+	ok "crafted arguments in the table, one line, no two spaces together: $got" ||
+	bad "crafted arguments in the table ($lines lines): $got (want $want)"
+timeout 10 "$RPAL" ps "$name" --json >"$tmp/ps.json" 2>&1
+printf '%s\0' "${args[@]}" >"$tmp/args"
+out=$(python3 - "$tmp/ps.json" "$tmp/args" <<'PY'
+import json, sys
+argv = json.load(open(sys.argv[1]))["programs"][0]["argv"][3:]
+want = open(sys.argv[2], "rb").read().split(b"\0")[:-1]
+want = [w.decode("utf-8", "replace") for w in want]
+print("exact" if argv == want else "got %r, want %r" % (argv, want))
+PY
+)
+[ "$out" = exact ] && ok "rpal ps --json: each crafted argument exact (U+FFFD for each byte not UTF-8)" ||
+	bad "rpal ps --json: $out"
+grep -q "$(printf '\xe2\x80\xae')" "$tmp/ps.json" && bad "rpal ps --json printed U+202E itself" ||
+	ok "rpal ps --json printed no character that does not show as itself"
 exit $fail
