@@ -57,6 +57,7 @@
 #define JOIN_MAX (256u << 10)    /* a request: argv and environment */
 #define REPLY_MAX (64u << 10)   /* a reply: ps of 15 programs */
 #define JOIN_ANSWER_S 10        /* rpal join waits this long for STARTED or ERROR */
+#define PS_ANSWER_S 5           /* rpal ps waits this long for the answer */
 
 struct join_req {
 	char magic[8];
@@ -733,30 +734,46 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 /*
  * Connections accepted whose request has not come yet.  The main loop waits
  * for them beside everything else, so one that sends nothing holds up no
- * one: it is dropped after PENDING_MS, or, when PENDING_MAX wait, the
- * oldest is dropped for a new one.  A joiner sends as it connects.
+ * one: it is dropped after PENDING_MS.  When PENDING_MAX wait, one makes
+ * room for a new one: the oldest of the process that connected the most of
+ * them, served if its request came since the loop looked, dropped if not.
+ * A flood from a few processes then takes room from itself, not from a
+ * joiner slow to send (a busy machine).
  */
-#define PENDING_MAX 16
+#define PENDING_MAX 64
 #define PENDING_MS 2000
 
 static struct pending {
 	int fd;
+	pid_t pid;              /* that connected it (SO_PEERCRED) */
 	uint64_t deadline;      /* mono_ns */
 } pending[PENDING_MAX];
 static int npending;
 
-static void pending_drop(int i)
+static void pending_add(struct rpal_host *h, int fd, double tsc_hz)
 {
-	close(pending[i].fd);
-	memmove(&pending[i], &pending[i + 1], (size_t)(npending - i - 1) * sizeof(pending[0]));
-	npending--;
-}
+	struct ucred uc = { .pid = 0 };
+	socklen_t ul = sizeof(uc);
 
-static void pending_add(int fd)
-{
-	if (npending == PENDING_MAX)
-		pending_drop(0);
-	pending[npending++] = (struct pending){ fd, mono_ns() + PENDING_MS * 1000000ull };
+	if (npending == PENDING_MAX) {
+		int most = 0, out = 0;
+
+		for (int i = 0; i < npending; i++) {
+			int k = 0;
+
+			for (int j = 0; j < npending; j++)
+				k += pending[j].pid == pending[i].pid;
+			if (k > most) {
+				most = k;
+				out = i;
+			}
+		}
+		serve(h, pending[out].fd, tsc_hz);      /* closes it if nothing came */
+		memmove(&pending[out], &pending[out + 1], (size_t)(npending - out - 1) * sizeof(pending[0]));
+		npending--;
+	}
+	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul);
+	pending[npending++] = (struct pending){ fd, uc.pid, mono_ns() + PENDING_MS * 1000000ull };
 }
 
 /* The poll timeout, ms, that wakes the loop for the next pending deadline, or dflt. */
@@ -828,7 +845,7 @@ int cmd_host(int argc, char **argv)
 			return 2;
 		}
 	}
-	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	lfd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	if (lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno == EADDRINUSE) {
 		int probe = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 
@@ -918,10 +935,11 @@ int cmd_host(int argc, char **argv)
 		if (nprogs)
 			hosted_host_unmap_unread(h, host_rundir, 0);
 		if (!stopping && (pfd[1].revents & POLLIN)) {
-			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+			/* Not blocking: nothing that a client does or does not send holds the loop. */
+			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
 
 			if (c >= 0)
-				pending_add(c);
+				pending_add(h, c, tsc_hz);
 		}
 		for (int i = 0; i < nprogs; i++)
 			running += progs[i].state == P_RUNNING || progs[i].held;
@@ -1388,11 +1406,20 @@ int cmd_ps(int argc, char **argv)
 	fd = host_connect("rpal ps", name);
 	if (fd < 0)
 		return 2;
-	/* A host answers at once; a socket that never does is not one. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = 5 }, sizeof(struct timeval));
-	if (send(fd, json ? "PS" : "PST", json ? 2 : 3, MSG_NOSIGNAL) != 2 + !json ||
-	    (n = recv_reply(fd, reply, sizeof(reply))) <= 0) {
-		fprintf(stderr, "rpal ps: host \"%s\" did not answer\n", name);
+	/* A host answers at once, but for a join's load that it is in the middle of; a socket that
+	 * never does is not one. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = PS_ANSWER_S }, sizeof(struct timeval));
+	if (send(fd, json ? "PS" : "PST", json ? 2 : 3, MSG_NOSIGNAL) != 2 + !json) {
+		fprintf(stderr, "rpal ps: cannot send the request to host \"%s\": %s\n", name, strerror(errno));
+		return 2;
+	}
+	errno = 0;
+	n = recv_reply(fd, reply, sizeof(reply));
+	if (n <= 0) {
+		if (errno == EAGAIN)
+			fprintf(stderr, "rpal ps: host \"%s\" did not answer within %d s\n", name, PS_ANSWER_S);
+		else
+			fprintf(stderr, "rpal ps: host \"%s\" closed the connection without an answer\n", name);
 		return 2;
 	}
 	/* A host bounds its answer; one that fills the buffer is cut, and half a table or JSON

@@ -4,8 +4,9 @@
 # ever: rpal ps, rpal join and rpal host NAME each give up after 5 s, exit 2 and say why; a
 # socket there of another uid gets no request from rpal ps or rpal join (as root only); and a
 # host closes the descriptors an empty request carries.  A host answers rpal ps and a join at
-# once beside 50 connections that send nothing; rpal join to a listener that accepts and never
-# answers gives up after 10 s.
+# once beside 50 connections that send nothing, and beside a flood of them from two processes:
+# requests sent 300 ms after connecting, 30 joins and 30 rpal ps; rpal join to a listener that
+# accepts and never answers gives up after 10 s.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 WEDGED=$2 PD=$3
@@ -134,6 +135,80 @@ PY
 		bad "a join beside 50 idle connections: exit $rc after $ms ms: $out"
 	kill "$ipid" 2>/dev/null
 	wait "$ipid" 2>/dev/null
+
+	# Nor does a flood of them: two processes connect as fast as the host accepts, each holding
+	# its last 100 connections, while 30 joins and 30 rpal ps run one after another.  5 of the
+	# joins start a program; 25 ask for a script, which the host refuses once it has read the
+	# request (a host loads 15 programs in its life).
+	printf '#!/bin/sh\n' >"$tmp/script"
+	chmod +x "$tmp/script"
+	fpids=
+	for _ in 1 2; do
+		python3 - "$sock" <<'PY' &
+import socket, sys, time
+held, end = [], time.time() + 30
+while time.time() < end:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.settimeout(1)
+    try:
+        s.connect(sys.argv[1])
+    except OSError:
+        s.close()
+        continue
+    held.append(s)
+    if len(held) > 100:
+        held.pop(0).close()
+PY
+		fpids="$fpids $!"
+	done
+	sleep 0.5
+	# A client that sends its request 300 ms after it connected (a busy machine) is answered too.
+	out=$(python3 - "$sock" <<'PY'
+import socket, struct, sys, time
+got = []
+for _ in range(3):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    # Blocking, for room in the backlog as rpal's connect waits (5 s at most).
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, struct.pack("ll", 5, 0))
+    s.connect(sys.argv[1])
+    s.settimeout(5)
+    time.sleep(0.3)
+    try:
+        s.send(b"PS")
+        got.append("answered" if s.recv(1 << 16).startswith(b'{"host"') else "wrong answer")
+    except OSError as e:
+        got.append(e.strerror)
+    s.close()
+print(", ".join(got))
+PY
+)
+	[ "$out" = "answered, answered, answered" ] &&
+		ok "3 requests sent 300 ms after connecting, beside a flood of connections: $out" ||
+		bad "3 requests sent 300 ms after connecting, beside a flood of connections: $out"
+	failed=0 worst=0
+	for i in $(seq 30); do
+		for what in join ps; do
+			start=$(date +%s%N)
+			case $what,$i in
+			join,[1-5]) out=$(timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 2>&1 >/dev/null)
+				rc=$? want=0 ;;
+			join,*) out=$(timeout 20 "$RPAL" join "$name" "$tmp/script" 2>&1 >/dev/null)
+				rc=$?; echo "$out" | grep -q "loads ELF programs" && want=$rc || want="2 with the host's refusal" ;;
+			ps,*) out=$(timeout 20 "$RPAL" ps "$name" 2>&1 >/dev/null)
+				rc=$? want=0 ;;
+			esac
+			ms=$(( ($(date +%s%N) - start) / 1000000 ))
+			[ $ms -gt $worst ] && worst=$ms
+			if [ "$rc" != "$want" ] || [ $ms -ge 2000 ]; then
+				failed=$((failed + 1))
+				echo "  | rpal $what: exit $rc (want $want) after $ms ms: $out"
+			fi
+		done
+	done
+	kill $fpids 2>/dev/null
+	wait $fpids 2>/dev/null
+	[ $failed = 0 ] && ok "30 joins and 30 rpal ps beside a flood of connections: all answered, the slowest in $worst ms" ||
+		bad "30 joins and 30 rpal ps beside a flood of connections: $failed of 60 failed or took 2 s"
 	kill "$hpid"
 	wait "$hpid" 2>/dev/null
 
