@@ -56,7 +56,7 @@
 #define JOIN_VERSION 1u
 #define JOIN_MAX (256u << 10)    /* a request: argv and environment */
 #define REPLY_MAX (64u << 10)   /* a reply: ps of 15 programs */
-#define JOIN_ANSWER_S 10        /* rpal join waits this long for STARTED or ERROR */
+#define JOIN_ANSWER_S 30        /* rpal join waits this long for STARTED or ERROR (RPAL_JOIN_TIMEOUT) */
 #define PS_ANSWER_S 5           /* rpal ps waits this long for the answer */
 
 struct join_req {
@@ -1211,7 +1211,7 @@ int cmd_join(int argc, char **argv)
 	char path[PATH_MAX], cwd[PATH_MAX], reply[HOSTED_ERR_MAX];
 	char *buf = NULL;
 	size_t len = 0;
-	int fd, fds[3] = { 0, 1, 2 }, status, sig;
+	int fd, fds[3] = { 0, 1, 2 }, status, sig, answer_s = JOIN_ANSWER_S;
 	sigset_t mask;
 	FILE *f;
 
@@ -1230,8 +1230,21 @@ int cmd_join(int argc, char **argv)
 "ends rpal join by that signal, and reaches PROGRAM if it starts after all); Ctrl-Z stops\n"
 "PROGRAM, then rpal join.  rpal join exits with PROGRAM's status, ends by signal N where N\n"
 "ended PROGRAM without a core dump (128 + N for the others), or exits 2 when it could not be\n"
-"started or the host went away.\n");
+"started or the host went away.  It waits for the host to start PROGRAM at most\n"
+"RPAL_JOIN_TIMEOUT seconds (default %d).\n", JOIN_ANSWER_S);
 		return help ? 0 : 2;
+	}
+	const char *t = getenv("RPAL_JOIN_TIMEOUT");
+
+	if (t) {
+		char *end;
+		long v = strtol(t, &end, 10);
+
+		if (!*t || *end || v < 1 || v > 86400) {
+			fprintf(stderr, "rpal join: RPAL_JOIN_TIMEOUT=%s: seconds, 1 to 86400\n", t);
+			return 2;
+		}
+		answer_s = (int)v;
 	}
 	if (resolve(argv[2], path) < 0) {
 		if (errno == ENOENT && !strchr(argv[2], '/'))
@@ -1327,15 +1340,22 @@ int cmd_join(int argc, char **argv)
 		sa.sa_sigaction = stop_both;
 		sigaction(SIGTSTP, &sa, NULL);
 	}
-	/* A host answers once it has loaded the program, in well under a second, even with joins
-	 * ahead of ours; a socket that never does is not one.  The program then runs as long as it likes. */
-	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = JOIN_ANSWER_S }, sizeof(struct timeval));
+	/* A host answers once it has loaded the program: in milliseconds, but for library constructors
+	 * that take their time and joins ahead of ours (one at a time).  A socket that never answers
+	 * is not a host.  The program then runs as long as it likes. */
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ .tv_sec = answer_s }, sizeof(struct timeval));
 	errno = 0;
 	if (recv_reply(fd, reply, sizeof(reply)) <= 0) {
-		if (errno == EAGAIN)
-			fprintf(stderr, "rpal join: host \"%s\" did not answer within %d s\n", argv[1], JOIN_ANSWER_S);
-		else
+		if (errno == EAGAIN) {
+			/* Started after all, the program would run with no joiner to pass signals on
+			 * or wait for its end: the host kills it as it starts (as in pass_on). */
+			(void)!send(fd, "SIG 9", 5, MSG_NOSIGNAL | MSG_DONTWAIT);
+			fprintf(stderr, "rpal join: host \"%s\" did not answer within %d s (RPAL_JOIN_TIMEOUT: raise it "
+				"for a program slow to load); a program it starts after all is killed\n", argv[1],
+				answer_s);
+		} else {
 			fprintf(stderr, "rpal join: host \"%s\" closed the connection without an answer\n", argv[1]);
+		}
 		return 2;
 	}
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ 0 }, sizeof(struct timeval));

@@ -8,6 +8,9 @@
 #  3. A joiner started with SIGINT ignored (as `cmd &` in a script) ignores it while it waits, as
 #     the program will; SIGTERM then ends it.
 #  4. A running program that SIGINT ends: the joiner ends by SIGINT itself, not exit 130.
+#  5. A joiner that stops waiting (RPAL_JOIN_TIMEOUT=1) exits 2 after 1 s, naming the host, and
+#     the program, started after all, is killed by SIGKILL, not left running without its joiner;
+#     RPAL_JOIN_TIMEOUT that is not a number of seconds is refused.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -78,6 +81,27 @@ kill -INT "$(pgrep -P $p)"
 wait $p
 grep -q "^signal 2$" "$how" && ok "a joined program that SIGINT ends: the joiner ends by SIGINT" ||
 	bad "a joined program that SIGINT ends: the joiner's $(grep -v holding "$how"), want signal 2"
+
+# ---- 5. a joiner that stops waiting
+n=$("$RPAL" ps js --json | grep -o '"argv"' | wc -l)
+t0=$(now)
+CTOR_MODE=libslow RPAL_JOIN_TIMEOUT=1 timeout 10 "$RPAL" join js "$PD/hosted_prog_ctor" x >/dev/null 2>"$tmp/j.err"
+rc=$? ms=$((($(now) - t0) / 1000000))
+[ $rc -eq 2 ] && [ $ms -ge 900 ] && [ $ms -lt 1900 ] && grep -q 'host "js" did not answer within 1 s' "$tmp/j.err" &&
+	ok "RPAL_JOIN_TIMEOUT=1 and a 2 s load: exit 2 after $ms ms: $(cat "$tmp/j.err")" ||
+	bad "RPAL_JOIN_TIMEOUT=1 and a 2 s load: exit $rc after $ms ms: $(cat "$tmp/j.err")"
+for _ in $(seq 100); do
+	st=$(state "$n")
+	[ -n "$st" ] && [ "$st" != running ] && break
+	sleep 0.1
+done
+code=$("$RPAL" ps js --json | grep -o '"exit_status": [0-9]*' | sed -n "$((n + 1))s/.*: //p")
+[ "$st" = killed ] && [ "$code" = 137 ] && ok "the program started after it gave up: killed by SIGKILL (status $code)" ||
+	bad "the program started after its joiner gave up: ${st:-not listed} (status ${code:-none})"
+RPAL_JOIN_TIMEOUT=1s "$RPAL" join js "$PD/hosted_prog_ctor" x >/dev/null 2>"$tmp/j.err"
+rc=$?
+[ $rc -eq 2 ] && grep -q "RPAL_JOIN_TIMEOUT=1s" "$tmp/j.err" && ok "RPAL_JOIN_TIMEOUT=1s refused: $(cat "$tmp/j.err")" ||
+	bad "RPAL_JOIN_TIMEOUT=1s: exit $rc, $(cat "$tmp/j.err")"
 
 timeout 10 "$RPAL" ps js >/dev/null && ok "the host answers rpal ps after it" || bad "the host does not answer"
 kill -TERM $hpid
