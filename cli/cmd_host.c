@@ -1203,6 +1203,14 @@ static void end_by(int sig)
 	raise(sig);
 }
 
+/* The host's sentence, as ps shows an answer: whatever took the host's name may have written it. */
+static void print_answer(const char *s)
+{
+	fputs("rpal join: ", stderr);
+	put_shown(stderr, s, strlen(s), SHOW_NL);
+	fputc('\n', stderr);
+}
+
 int cmd_join(int argc, char **argv)
 {
 	static const int passed[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH, SIGCONT };
@@ -1320,7 +1328,7 @@ int cmd_join(int argc, char **argv)
 
 			/* A host that refuses us says why before it hangs up. */
 			if (recv_reply(fd, reply, sizeof(reply)) > 6 && !strncmp(reply, "ERROR ", 6))
-				fprintf(stderr, "rpal join: %s\n", reply + 6);
+				print_answer(reply + 6);
 			else
 				fprintf(stderr, "rpal join: cannot send the request to host \"%s\": %s\n", argv[1],
 					strerror(e));
@@ -1360,7 +1368,7 @@ int cmd_join(int argc, char **argv)
 	}
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &(struct timeval){ 0 }, sizeof(struct timeval));
 	if (strncmp(reply, "STARTED ", 8) != 0) {
-		fprintf(stderr, "rpal join: %s\n", strncmp(reply, "ERROR ", 6) ? reply : reply + 6);
+		print_answer(strncmp(reply, "ERROR ", 6) ? reply : reply + 6);
 		return 2;
 	}
 	joined_pid = atoi(reply + 8);

@@ -8,7 +8,7 @@
 #     point beyond U+10FFFF, a broken sequence, C0 and C1 controls, DEL, NUL, bidirectional
 #     formatting characters, the line and paragraph separators and a no-break space each print
 #     as \xNN or \u{N} (--json: \uXXXX, \ufffd for a byte that is not UTF-8), valid UTF-8, newline
-#     and tab as themselves;
+#     and tab as themselves; rpal join prints that listener's refusal the same way;
 #  3. an answer longer than rpal ps takes is refused as a whole, not printed cut;
 #  4. a program joined with each of those in its arguments, and one whose argument lines up
 #     a fake row after 100 spaces: the table shows the exact escaped bytes, with no two spaces
@@ -96,6 +96,15 @@ for mode in text json; do
 	[ "$got" = "${!want}" ] && ok "a crafted answer prints as ($mode): $got" ||
 		bad "a crafted answer printed as ($mode): $got (want ${!want})"
 done
+# The same listener's refusal of a join: rpal join prints its sentence as rpal ps would.
+fake "$(printf 'ERROR bad \x1b]0;t\x07 \xe2\x80\xae x\xff\nline 2' | od -An -tx1 | tr -d ' \n')"
+timeout 10 "$RPAL" join "$name" /bin/true >/dev/null 2>"$tmp/join.err" </dev/null
+rc=$?
+wait "$fpid" 2>/dev/null
+got=$(cat "$tmp/join.err")
+want=$(printf '%s\n%s' 'rpal join: bad \x1b]0;t\x07 \u{202e} x\xff' 'line 2')
+[ $rc -eq 2 ] && [ "$got" = "$want" ] && ok "a crafted refusal of a join prints as: $got" ||
+	bad "a crafted refusal of a join: exit $rc, printed as: $got (want $want)"
 fake big:70000
 timeout 10 "$RPAL" ps "$name" >"$tmp/ps.out" 2>"$tmp/ps.err"
 rc=$?
