@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# run_join_race.sh RPAL CC - what a joiner may do to its program's files while `rpal host` loads
+# it costs the host nothing:
+#  1. For 2 s the program is cut to 64 bytes and written again, over and over, while it is joined
+#     (a PIE without an exported main: read whole, then refused before dlmopen, so that no join
+#     takes a namespace): every join is refused with a message, the host stays up (a host that
+#     parsed the file through a mapping of it would die of SIGBUS), and a good join then starts.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 CC=$2
+. "$(dirname "$0")/hostlib.sh"
+
+cat >"$tmp/exit0.c" <<'C'
+int main(void) { return 0; }
+C
+# cutter FILE MS: FILE cut to 64 bytes and written whole again, for MS milliseconds.
+cat >"$tmp/cutter.c" <<'C'
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    int fd = argc == 3 ? open(argv[1], O_RDWR) : -1;
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) return 1;
+    char *img = malloc((size_t)st.st_size);
+    if (!img || pread(fd, img, (size_t)st.st_size, 0) != st.st_size) return 1;
+    long ms = atol(argv[2]), cuts = 0, el;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    do {
+        if (ftruncate(fd, 64) < 0) return 1;
+        usleep(20);
+        if (pwrite(fd, img, (size_t)st.st_size, 0) != st.st_size) return 1;
+        usleep(20);
+        cuts++;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        el = (now.tv_sec - t0.tv_sec) * 1000 + (now.tv_nsec - t0.tv_nsec) / 1000000;
+    } while (el < ms);
+    printf("%ld\n", cuts);
+    return 0;
+}
+C
+"$CC" -O2 -o "$tmp/cutter" "$tmp/cutter.c" && "$CC" -fPIE -pie -o "$tmp/noexport" "$tmp/exit0.c" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/exit0" "$tmp/exit0.c" || { bad "cannot build"; exit 1; }
+
+start_host jr
+
+# ---- 1. the program cut short and written again while it is joined
+"$tmp/cutter" "$tmp/noexport" 2000 >"$tmp/cuts" &
+cpid=$!
+joins=0 noexport=0 shorter=0 other=0 gone=0
+while kill -0 $cpid 2>/dev/null; do
+	out=$(timeout 20 "$RPAL" join jr "$tmp/noexport" 2>&1)
+	rc=$?
+	joins=$((joins + 1))
+	if ! kill -0 $hpid 2>/dev/null; then
+		gone=1
+		break
+	fi
+	if [ $rc -ne 2 ] || ! echo "$out" | grep -q "^rpal join: "; then
+		bad "join $joins: rc $rc, $out"
+	elif echo "$out" | grep -q "main is not exported"; then
+		noexport=$((noexport + 1))
+	elif echo "$out" | grep -q "became shorter"; then
+		shorter=$((shorter + 1))
+	else
+		other=$((other + 1))
+	fi
+done
+wait $cpid
+if [ $gone = 1 ]; then
+	wait $hpid
+	bad "the host ended (status $?) at join $joins, while the program was cut short: $out"
+	exit 1
+fi
+ok "$joins joins while the program was cut short $(cat "$tmp/cuts") times: $noexport read whole and" \
+	"refused (main not exported), $shorter refused as it became shorter, $other refused otherwise"
+out=$(timeout 20 "$RPAL" join jr "$tmp/exit0" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && ok "the host is up: a good join then starts and exits 0" || bad "good join: rc $rc, $out"
+
+kill -TERM $hpid
+wait $hpid
+rc=$?
+[ $rc -eq 0 ] && ok "SIGTERM: the host exits 0" || bad "host stop: rc $rc, $(cat "$tmp/jr.err")"
+exit $fail
