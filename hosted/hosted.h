@@ -163,8 +163,8 @@ struct hosted_copy {
 /* Make a copy of the ELF executable at path in a memfd with DF_1_PIE cleared in DT_FLAGS_1, its
  * initializers hidden from the dynamic linker (hosted_start runs them), and $ORIGIN in its
  * DT_NEEDED, DT_RPATH and DT_RUNPATH strings expanded to the file's directory.  Returns the memfd
- * (close-on-exec) or -1 with a message in err; *info (may be NULL) says what was changed.  Exposed
- * for tests. */
+ * (close-on-exec, sealed against any change of size or content) or -1 with a message in err;
+ * *info (may be NULL) says what was changed.  Exposed for tests. */
 int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t errlen);
 
 /* ---------------------------------------------------------------------------------------------

@@ -3,7 +3,8 @@
  * Steps for one program (hosted_load, hosted_start):
  *  1. Copy the executable into a memfd with DF_1_PIE cleared in DT_FLAGS_1 (glibc refuses to dlopen
  *     an object flagged PIE), validating every offset of the ELF header, program headers and the
- *     dynamic section against the file size.
+ *     dynamic section against the file size.  The file is read, never mapped, and the memfd is
+ *     sealed: neither can be cut short under the launcher (SIGBUS).
  *     Its initializers (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY) are hidden from the dynamic linker,
  *     and $ORIGIN in its library names and search paths is expanded to its own directory.
  *  2. dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
@@ -700,7 +701,7 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
 
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    mfd = memfd_create(base, MFD_CLOEXEC);
+    mfd = memfd_create(base, MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (mfd < 0) {
         seterr(err, errlen, "memfd_create: %s", strerror(errno));
         goto fail;
@@ -714,6 +715,13 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
             goto fail;
         }
         off += (size_t)w;
+    }
+    /* The copy is what the dynamic linker maps, and anyone of our uid can open it while it loads
+     * (/proc/PID/fd/N): cut short, it would raise SIGBUS in the launcher; written, it would no
+     * longer be the copy checked here. */
+    if (fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) < 0) {
+        seterr(err, errlen, "sealing the memfd copy of %s: %s", path, strerror(errno));
+        goto fail;
     }
     munmap(buf, size);
     close(fd);

@@ -5,6 +5,9 @@
 #     (a PIE without an exported main: read whole, then refused before dlmopen, so that no join
 #     takes a namespace): every join is refused with a message, the host stays up (a host that
 #     parsed the file through a mapping of it would die of SIGBUS), and a good join then starts.
+#  2. The host's copy of the program, a memfd, which the dynamic linker maps, is open in the host
+#     (/proc/HOST/fd/N) while the program loads: cut short there, stopped meanwhile by a
+#     constructor of the program's library, it is refused (sealed), and the program runs.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -81,6 +84,50 @@ ok "$joins joins while the program was cut short $(cat "$tmp/cuts") times: $noex
 out=$(timeout 20 "$RPAL" join jr "$tmp/exit0" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ok "the host is up: a good join then starts and exits 0" || bad "good join: rc $rc, $out"
+
+# ---- 2. the host's copy cut short by way of /proc/HOST/fd, while a library constructor (which
+# runs in the host, inside dlmopen) waits for the word to go on
+cat >"$tmp/sync.c" <<'C'
+#include <fcntl.h>
+#include <stdlib.h>
+#include <unistd.h>
+__attribute__((constructor)) static void at_load(void) {
+    const char *loading = getenv("JR_LOADING"), *go = getenv("JR_GO");
+    char c;
+    int fd;
+    if (!loading || !go) return;
+    if ((fd = open(loading, O_WRONLY)) >= 0 && write(fd, "L", 1)) close(fd);
+    if ((fd = open(go, O_RDONLY)) >= 0 && read(fd, &c, 1)) close(fd);
+}
+C
+"$CC" -shared -fPIC -o "$tmp/libsync.so" "$tmp/sync.c" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/synced" "$tmp/exit0.c" -Wl,--no-as-needed "$tmp/libsync.so" \
+		-Wl,-rpath,"$tmp" || { bad "cannot build"; exit 1; }
+mkfifo "$tmp/loading" "$tmp/go"
+JR_LOADING=$tmp/loading JR_GO=$tmp/go timeout 20 "$RPAL" join jr "$tmp/synced" >"$tmp/synced.out" 2>&1 &
+jpid=$!
+timeout 20 cat "$tmp/loading" >/dev/null
+cut="no memfd named synced open in the host"
+for l in /proc/$hpid/fd/*; do
+	case $(readlink "$l") in
+	/memfd:synced*)
+		truncate -s 0 "$l" 2>"$tmp/trunc.err" && cut="cut to 0 bytes" ||
+			cut="not cut: $(sed 's/.*: //' "$tmp/trunc.err")" ;;
+	esac
+done
+timeout 20 sh -c 'echo go >"$1"' _ "$tmp/go"
+wait $jpid
+rc=$?
+if ! kill -0 $hpid 2>/dev/null; then
+	wait $hpid
+	bad "the host ended (status $?) after its copy of the program was $cut"
+	exit 1
+fi
+case $cut in
+"not cut: "*) ok "the host's copy of the program, open while it loads: $cut" ;;
+*) bad "the host's copy of the program, open while it loads: $cut" ;;
+esac
+[ $rc -eq 0 ] && ok "the program then runs, the host is up" || bad "join: rc $rc, $(cat "$tmp/synced.out")"
 
 kill -TERM $hpid
 wait $hpid

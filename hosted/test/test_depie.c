@@ -5,6 +5,7 @@
 
 #include <dlfcn.h>
 #include <elf.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <link.h>
 #include <string.h>
@@ -60,6 +61,8 @@ int main(void) {
     CHECK(ofd >= 0 && dyn_flags1(ofd, &of1) == 0 && (of1 & DF_1_PIE) && (of1 & ~DF_1_PIE) == f1,
           "the file on disk is untouched and only that bit differs");
     close(ofd);
+    CHECK(ftruncate(fd, 64) < 0 && errno == EPERM && pwrite(fd, "x", 1, 0) < 0 && errno == EPERM,
+          "the copy is sealed: it can be neither cut short nor written (%s)", strerror(errno));
 
     char p[64];
     snprintf(p, sizeof p, "/proc/self/fd/%d", fd);
