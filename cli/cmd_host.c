@@ -484,19 +484,25 @@ static int join_memory_limits(const struct join_req *rq, char *err, size_t errle
 	return 0;
 }
 
-/* Whether the program's process could chdir(2) to dir; errno says why not.  The host runs as the
- * joiner's uid, so its answer is the joiner's. */
-static bool dir_enterable(const char *dir)
+/* A descriptor of dir for the program's process to enter (fchdir), checked as chdir(2) would check
+ * it; -1 with errno saying why it could not.  The directory checked is the one entered, whatever is
+ * renamed or removed while the program loads.  The host runs as the joiner's uid, so its answer is
+ * the joiner's. */
+static int dir_open(const char *dir)
 {
-	struct stat st;
+	int fd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int e;
 
-	if (stat(dir, &st) < 0)
-		return false;
-	if (!S_ISDIR(st.st_mode)) {
-		errno = ENOTDIR;
-		return false;
-	}
-	return access(dir, X_OK) == 0;
+	if (fd < 0)
+		return -1;
+	/* Without faccessat2 (Linux < 5.8, or a seccomp filter): the name, just opened. */
+	if (syscall(SYS_faccessat2, fd, "", X_OK, AT_EMPTY_PATH | AT_EACCESS) == 0 ||
+	    ((errno == ENOSYS || errno == EINVAL || errno == EPERM) && access(dir, X_OK) == 0))
+		return fd;
+	e = errno;
+	close(fd);
+	errno = e;
+	return -1;
 }
 
 /* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
@@ -509,7 +515,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	hosted_spawn sp = { .umask = -1 };
 	struct hprog *hp;
 	hosted_prog *p;
-	int idx;
+	int idx, cwd_fd = -1;
 
 	memcpy(&rq, msg, sizeof(rq));
 	cur = msg + sizeof(rq);
@@ -527,7 +533,8 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	}
 	/* Checked before loading: a program loaded takes a linker namespace for good, even one whose
 	 * process then cannot start there. */
-	if (!dir_enterable(cwd)) {
+	cwd_fd = dir_open(cwd);
+	if (cwd_fd < 0) {
 		say(client, "ERROR %s: cannot enter its working directory %s: %s", path, cwd, strerror(errno));
 		goto out;
 	}
@@ -556,6 +563,7 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
 	sp.own_pgrp = 1;        /* a job of its own, which the joiner signals */
 	sp.cwd = cwd;
+	sp.cwd_fd = cwd_fd;
 	sp.umask = rq.umask;
 	sp.sigmask = rq.sigmask;
 	sp.set_sigmask = 1;
@@ -593,6 +601,8 @@ refused:
 out:
 	if (client >= 0)
 		close(client);
+	if (cwd_fd >= 0)
+		close(cwd_fd);
 	free(argv);
 	free(env);
 	if (envp) {

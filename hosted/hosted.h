@@ -94,7 +94,8 @@ typedef struct hosted_spawn {
     int fds[3];     /* become its descriptors 0, 1, 2; -1 keeps the launcher's */
     int only_std_fds; /* 1: it keeps descriptors 0, 1, 2 only; 0: all but the close-on-exec ones */
     int own_pgrp;     /* 1: it leads a process group of its own; 0: it stays in the launcher's */
-    const char *cwd; /* NULL: the launcher's */
+    const char *cwd; /* NULL: the launcher's; else the name of cwd_fd, for messages */
+    int cwd_fd;      /* with cwd: that directory (O_PATH will do), which it enters (fchdir) */
     int umask;      /* -1: the launcher's */
     _Atomic int *pid_out; /* receives its PID before main() runs; may be NULL */
     int set_sigmask;      /* 1: its main thread starts with sigmask (bit n-1: signal n) */

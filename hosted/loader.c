@@ -1296,7 +1296,7 @@ __attribute__((no_sanitize("address"), noreturn)) static int start_process(void 
     raw2(SYS_prctl, PR_SET_PTRACER, p->launcher);
     for (int i = 0; sp && !rc && i < 3; i++)
         if (sp->fds[i] >= 0 && sp->fds[i] != i && raw2(SYS_dup2, sp->fds[i], i) < 0) rc = EBADF;
-    if (sp && !rc && sp->cwd && raw1(SYS_chdir, sp->cwd) < 0) rc = ENOENT;
+    if (sp && !rc && sp->cwd && raw1(SYS_fchdir, sp->cwd_fd) < 0) rc = ENOENT;
     if (sp && !rc && sp->umask >= 0) raw1(SYS_umask, sp->umask);
     if (sp && !rc && sp->own_pgrp) raw2(SYS_setpgid, 0, 0);
     for (int i = 0; sp && !rc && i < sp->nrlimits; i++) {

@@ -8,6 +8,9 @@
 #  2. The host's copy of the program, a memfd, which the dynamic linker maps, is open in the host
 #     (/proc/HOST/fd/N) while the program loads: cut short there, stopped meanwhile by a
 #     constructor of the program's library, it is refused (sealed), and the program runs.
+#  3. The joiner's working directory renamed while its program loads (by a constructor of the
+#     program's library): the program runs there, under its new name, as a process whose
+#     directory is renamed stays in it; no namespace is taken by a program that never started.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -84,6 +87,7 @@ ok "$joins joins while the program was cut short $(cat "$tmp/cuts") times: $noex
 out=$(timeout 20 "$RPAL" join jr "$tmp/exit0" 2>&1)
 rc=$?
 [ $rc -eq 0 ] && ok "the host is up: a good join then starts and exits 0" || bad "good join: rc $rc, $out"
+started=$((rc == 0))
 
 # ---- 2. the host's copy cut short by way of /proc/HOST/fd, while a library constructor (which
 # runs in the host, inside dlmopen) waits for the word to go on
@@ -118,6 +122,7 @@ done
 timeout 20 sh -c 'echo go >"$1"' _ "$tmp/go"
 wait $jpid
 rc=$?
+[ $rc -eq 0 ] && started=$((started + 1))
 if ! kill -0 $hpid 2>/dev/null; then
 	wait $hpid
 	bad "the host ended (status $?) after its copy of the program was $cut"
@@ -128,6 +133,40 @@ case $cut in
 *) bad "the host's copy of the program, open while it loads: $cut" ;;
 esac
 [ $rc -eq 0 ] && ok "the program then runs, the host is up" || bad "join: rc $rc, $(cat "$tmp/synced.out")"
+
+# ---- 3. the working directory renamed while the program loads
+cat >"$tmp/move.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+__attribute__((constructor)) static void at_load(void) {
+    const char *from = getenv("JR_MOVE_FROM"), *to = getenv("JR_MOVE_TO");
+    if (from && to && rename(from, to) < 0) perror("rename");
+}
+C
+cat >"$tmp/pwd.c" <<'C'
+#include <limits.h>
+#include <stdio.h>
+#include <unistd.h>
+int main(void) {
+    char d[PATH_MAX];
+    if (!getcwd(d, sizeof d)) return perror("getcwd"), 1;
+    return puts(d) < 0;
+}
+C
+"$CC" -shared -fPIC -o "$tmp/libmove.so" "$tmp/move.c" &&
+	"$CC" -fPIE -pie -rdynamic -o "$tmp/pwd" "$tmp/pwd.c" -Wl,--no-as-needed "$tmp/libmove.so" \
+		-Wl,-rpath,"$tmp" || { bad "cannot build"; exit 1; }
+loaded() { "$RPAL" ps jr --json | grep -o '"programs_loaded": [0-9]*' | sed 's/.*: //'; }
+mkdir "$tmp/here"
+out=$(cd "$tmp/here" && JR_MOVE_FROM=$tmp/here JR_MOVE_TO=$tmp/moved timeout 20 "$RPAL" join jr "$tmp/pwd" 2>&1)
+rc=$?
+[ $rc -eq 0 ] && started=$((started + 1))
+[ $rc -eq 0 ] && [ "$out" = "$tmp/moved" ] &&
+	ok "a working directory renamed while the program loads: the program runs in it, now $out" ||
+	bad "a working directory renamed while the program loads: rc $rc, $out"
+n=$(loaded)
+[ "$n" = $started ] && ok "rpal ps: $n programs loaded, as many as started" ||
+	bad "rpal ps: $n programs loaded, $started started"
 
 kill -TERM $hpid
 wait $hpid
