@@ -31,6 +31,7 @@ type Listener struct {
 	once    sync.Once
 	wg      sync.WaitGroup
 	path    string // the socket's, removed by Close where it is a file
+	st      *statEntry
 
 	mu      sync.Mutex
 	refused []error
@@ -125,6 +126,11 @@ func (l *Listener) loop() {
 		go func() {
 			defer l.wg.Done()
 			c, err := l.serverHandshake(h)
+			if err != nil {
+				l.st.rx.violations.Add(1)
+			} else {
+				l.st.rx.msgs.Add(1)
+			}
 			l.mu.Lock()
 			delete(l.running, h)
 			if err != nil && len(l.refused) < 64 {
@@ -293,6 +299,7 @@ func (l *Listener) Close() error {
 		drainBacklog(l.ln)
 		l.ln.Close()
 		l.wg.Wait()
+		l.p.stat.close(l.st)
 		for {
 			select {
 			case c := <-l.conns:

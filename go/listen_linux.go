@@ -49,6 +49,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	}
 	ln.SetUnlinkOnClose(false) // Close removes the file before emptying the backlog
 	l.ln = ln
+	l.statListen()
 	l.wg.Add(1)
 	go l.loop()
 	return l, nil

@@ -26,7 +26,8 @@ const (
 	statEntrySize    = 256
 	statMaxConns     = 16384
 	statFirstEntries = 15 // the first file: the header and 15 entries, one page
-	statOpen         = 1  // an entry's state; 0 is free
+	statOpen         = 1  // an entry's state: a connection; 0 is free
+	statListen       = 2  // a listener: rx.msgs counts connections made, rx.violations handshakes failed
 	statAccepted     = 0x1
 	statPeerGone     = 0x1 // status: hang-up or exit seen
 	statError        = 0x2 // status: closed for I/O after a violation
@@ -101,6 +102,7 @@ type statEntry struct {
 
 // statID is what a new entry says of its connection.
 type statID struct {
+	listener                            bool // a listener's entry (statListen)
 	fd                                  int32
 	peerPid, peerUID, peerGID, peerSlot uint32
 	flags                               uint32
@@ -136,7 +138,7 @@ func (sp *statPage) holds(e *statEntry) bool {
 func (sp *statPage) find() *statEntry {
 	n := sp.hdr.nrEntries.Load()
 	for i := sp.free; i < n; i++ {
-		if e := sp.entry(i); e.state != statOpen {
+		if e := sp.entry(i); e.state == 0 {
 			sp.free = i + 1
 			return e
 		}
@@ -154,19 +156,24 @@ func (sp *statPage) find() *statEntry {
 	return sp.entry(n)
 }
 
-// open returns an entry for a new connection, filled with id and zeroed
-// counters: one of the page's (sp may be nil), else one of its own.
+// open returns an entry for a new connection, or a listener, filled with
+// id and zeroed counters: one of the page's (sp may be nil), else one of
+// its own.
 func (sp *statPage) open(id *statID) *statEntry {
+	state := uint32(statOpen)
+	if id.listener {
+		state = statListen
+	}
 	var e *statEntry
 	if sp != nil {
 		sp.mu.Lock()
 		defer sp.mu.Unlock()
-		if e = sp.find(); e == nil {
+		if e = sp.find(); e == nil && !id.listener {
 			sp.hdr.overflow.Add(1)
 		}
 	}
 	if e == nil {
-		return &statEntry{state: statOpen, since: id.since}
+		return &statEntry{state: state, since: id.since}
 	}
 	// Odd while the identity changes (readers retry).  The load after
 	// the add keeps the stores below after it on arm64 too, where an add
@@ -174,7 +181,7 @@ func (sp *statPage) open(id *statID) *statEntry {
 	e.seq.Add(1)
 	_ = e.seq.Load()
 	sp.ids++
-	e.state = statOpen
+	e.state = state
 	e.id = sp.ids
 	e.fd = id.fd
 	e.peerPid, e.peerUID, e.peerGID, e.peerSlot = id.peerPid, id.peerUID, id.peerGID, id.peerSlot
@@ -187,26 +194,33 @@ func (sp *statPage) open(id *statID) *statEntry {
 	e.tx = statTX{}
 	e.rx = statRX{}
 	e.seq.Add(1)
-	sp.hdr.nrOpen.Add(1)
+	if state == statOpen {
+		sp.hdr.nrOpen.Add(1)
+	}
 	return e
 }
 
-// close frees the entry of a closed connection.
+// close frees the entry of a closed connection or listener.
 func (sp *statPage) close(e *statEntry) {
 	if sp == nil {
 		return
 	}
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
+	conn := e.state == statOpen
 	if !sp.holds(e) {
-		sp.hdr.overflow.Add(^uint32(0))
+		if conn {
+			sp.hdr.overflow.Add(^uint32(0))
+		}
 		return
 	}
 	e.seq.Add(1)
 	_ = e.seq.Load() // see open
 	e.state = 0
 	e.seq.Add(1)
-	sp.hdr.nrOpen.Add(^uint32(0))
+	if conn {
+		sp.hdr.nrOpen.Add(^uint32(0))
+	}
 	if i := uint32((uintptr(unsafe.Pointer(e)) - uintptr(unsafe.Pointer(sp.entry(0)))) / statEntrySize); i < sp.free {
 		sp.free = i
 	}
@@ -315,12 +329,27 @@ func (c *Conn) statOpen(fd int32, accepted bool) {
 	if accepted {
 		id.flags = statAccepted
 	}
-	// A path names no service: its last component does, as librpal shows it.
-	id.service = c.service
-	if i := strings.LastIndexByte(c.service, '/'); c.service != "" && c.service[0] == '/' && i < len(c.service)-1 {
-		id.service = c.service[i+1:]
-	}
+	id.service = serviceLabel(c.service)
 	e := c.p.stat.open(&id)
 	c.statID = e.id
 	c.st.Store(e)
+}
+
+// serviceLabel is the service as the page shows it: a path names no
+// service, its last component does, as librpal shows it.
+func serviceLabel(service string) string {
+	if i := strings.LastIndexByte(service, '/'); service != "" && service[0] == '/' && i < len(service)-1 {
+		return service[i+1:]
+	}
+	return service
+}
+
+// statListen gives a new listener its entry: a server is found by its
+// service before its first client.
+func (l *Listener) statListen() {
+	id := statID{listener: true, fd: -1, since: time.Now().Unix(), service: serviceLabel(l.service)}
+	if rc, err := l.ln.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { id.fd = int32(fd) })
+	}
+	l.st = l.p.stat.open(&id)
 }

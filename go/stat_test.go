@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,6 +98,12 @@ func pageOfPid(t *testing.T, pid int) []pageEntry {
 
 func decodePage(t *testing.T, path string) (hdr []byte, open []pageEntry) {
 	t.Helper()
+	return decodeEntries(t, path, statOpen)
+}
+
+// decodeEntries is decodePage for the entries of one state.
+func decodeEntries(t *testing.T, path string, state uint32) (hdr []byte, open []pageEntry) {
+	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("no statistics page: %v", err)
@@ -109,7 +116,7 @@ func decodePage(t *testing.T, path string) (hdr []byte, open []pageEntry) {
 	n := min(int(le.Uint32(b[12:])), (len(b)-statHdrSize)/statEntrySize)
 	for i := 0; i < n; i++ {
 		e := b[statHdrSize+i*statEntrySize:][:statEntrySize]
-		if le.Uint32(e)&1 != 0 || le.Uint32(e[4:]) != statOpen {
+		if le.Uint32(e)&1 != 0 || le.Uint32(e[4:]) != state {
 			continue
 		}
 		pe := pageEntry{state: le.Uint32(e[4:]), peerPid: le.Uint32(e[20:]), flags: le.Uint32(e[36:]),
@@ -221,6 +228,75 @@ func TestStatPage(t *testing.T) {
 	}
 	if info := c.Info(); info.TxMsgs != want || info.RxMsgs != want {
 		t.Errorf("Info after Close: %d sent, %d received, want %d", info.TxMsgs, info.RxMsgs, want)
+	}
+}
+
+// A listener has an entry of its own from Listen to Close, so that a
+// server with no connection is found by its service: it counts the
+// connections made and the handshakes that failed, and is not counted
+// among the open connections.
+func TestStatListener(t *testing.T) {
+	p, err := ensure()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := fmt.Sprintf("%s/stat.%d", p.rundir, p.slot)
+	listeners := func() []pageEntry {
+		_, ls := decodeEntries(t, path, statListen)
+		return ls
+	}
+	of := func(name string) *pageEntry {
+		for _, e := range listeners() {
+			if e.service == name {
+				return &e
+			}
+		}
+		return nil
+	}
+	hdr, _ := readPage(t)
+	openBefore := binary.LittleEndian.Uint32(hdr[40:])
+	name, l := newService(t)
+	e := of(name)
+	if e == nil {
+		t.Fatalf("no listener entry for %s after Listen: %+v", name, listeners())
+	}
+	if e.rx[0] != 0 || e.rx[6] != 0 {
+		t.Errorf("a new listener counts %d made and %d failed", e.rx[0], e.rx[6])
+	}
+	hdr, _ = readPage(t)
+	if n := binary.LittleEndian.Uint32(hdr[40:]); n != openBefore {
+		t.Errorf("nr_open %d after Listen, was %d: a listener is no connection", n, openBefore)
+	}
+
+	// One client that says nonsense, one that gets through.
+	raw, err := net.Dial("unixpacket", l.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raw.Write([]byte("not a hello")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := readRefusal(t, raw); !ok {
+		t.Error("the nonsense was not refused")
+	}
+	raw.Close()
+	go func() {
+		if s, err := l.AcceptConn(); err == nil {
+			echoServer(s)
+		}
+	}()
+	c, err := DialConn(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	echoClient(t, c, 3)
+	c.Close()
+	if e = of(name); e == nil || e.rx[0] != 1 || e.rx[6] != 1 {
+		t.Errorf("after one refusal and one connection the entry is %+v, want rx.msgs 1 and rx.violations 1", e)
+	}
+	l.Close()
+	if e = of(name); e != nil {
+		t.Errorf("the listener's entry is still there after Close: %+v", e)
 	}
 }
 

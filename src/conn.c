@@ -66,6 +66,7 @@ struct rpal_wake_page *wake_page_create(int *fd)
 static int conn_stat_open(struct rpal_conn *c, const char *service, bool accepted)
 {
 	struct rpal_stat_conn id = {
+		.state = RPAL_STAT_OPEN,
 		.fd = c->fd,
 		.peer_pid = (uint32_t)c->peer_pid,
 		.peer_uid = (uint32_t)c->peer_uid,

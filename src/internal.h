@@ -262,6 +262,7 @@ struct rpal_listener {
 	int lockfd;                   /* held while we serve the name */
 	char path[108];
 	char service[64];             /* the name served, for the statistics page */
+	struct rpal_stat_conn *st;    /* its entry there (NULL: none, out of memory) */
 	struct rpal_policy policy;
 	uid_t *uids;
 	gid_t *gids;

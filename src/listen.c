@@ -151,6 +151,14 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 	}
 	pthread_mutex_lock(&rpal_g.lock);
 	ret = obj_set(l->fd, &l->obj);
+	if (!ret) {
+		/* Listed, so that a server is found by its service before
+		 * its first client; without an entry it serves all the same. */
+		struct rpal_stat_conn id = { .state = RPAL_STAT_LISTEN, .fd = l->fd };
+
+		memcpy(id.service, l->service, sizeof(id.service));
+		l->st = stat_conn_open(&id);
+	}
 	pthread_mutex_unlock(&rpal_g.lock);
 	if (ret)
 		goto fail;
@@ -359,10 +367,16 @@ RPAL_EXPORT int rpal_accept(int lfd, int flags)
 		for (i = 0; i < l->nr_pending;) {
 			unsigned before = l->nr_pending;
 			ret = pending_step(l, i, &out);
-			if (ret == 1)
+			if (ret == 1) {
+				if (l->st)
+					stat_add_shared(&l->st->rx.msgs, 1);
 				return out;
-			if (ret < 0)
+			}
+			if (ret < 0) {
+				if (l->st)
+					stat_add_shared(&l->st->rx.violations, 1);
 				last_err = ret;
+			}
 			if (l->nr_pending == before)
 				i++;
 		}
@@ -386,6 +400,8 @@ void listener_close(struct rpal_listener *l)
 {
 	pthread_mutex_lock(&rpal_g.lock);
 	obj_clear(l->fd);
+	if (l->st)
+		stat_conn_close(l->st);
 	pthread_mutex_unlock(&rpal_g.lock);
 	while (l->nr_pending)
 		pending_drop(l, 0);
@@ -414,6 +430,7 @@ static void listener_forget_child(struct rpal_obj *o)
 {
 	struct rpal_listener *l = (struct rpal_listener *)o;
 
+	stat_conn_forget(l->st);
 	close(l->sock);
 	close(l->timer);
 	if (l->lockfd >= 0)

@@ -162,13 +162,15 @@ static struct rpal_stat_conn *entry_find(void)
 }
 
 /*
- * An entry for a new connection, filled in with id's identity and zeroed
- * counters; a private one when the page has no room (or there is no page).
- * NULL only when memory is exhausted.  Caller holds rpal_g.lock.
+ * An entry for a new connection, or a listener where id->state is
+ * RPAL_STAT_LISTEN, filled in with id's identity and zeroed counters; a
+ * private one when the page has no room (or there is no page).  NULL only
+ * when memory is exhausted.  Caller holds rpal_g.lock.
  */
 struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id)
 {
 	struct rpal_stat_conn *e = rpal_g.stat ? entry_find() : NULL;
+	bool conn = id->state != RPAL_STAT_LISTEN;
 	uint32_t seq;
 
 	if (!e) {
@@ -176,7 +178,7 @@ struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id)
 		if (!e)
 			return NULL;
 		memset(e, 0, sizeof(*e));
-		if (rpal_g.stat)
+		if (rpal_g.stat && conn)
 			atomic_fetch_add_explicit(&rpal_g.stat->overflow, 1, memory_order_relaxed);
 	}
 	/* Odd while the identity changes (readers retry); the release fence
@@ -184,7 +186,7 @@ struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id)
 	seq = load_relaxed(&e->seq);
 	store_relaxed(&e->seq, seq + 1);
 	atomic_thread_fence(memory_order_release);
-	e->state = RPAL_STAT_OPEN;
+	e->state = conn ? RPAL_STAT_OPEN : RPAL_STAT_LISTEN;
 	e->id = ++rpal_g.stat_ids;
 	e->fd = id->fd;
 	e->peer_pid = id->peer_pid;
@@ -200,19 +202,20 @@ struct rpal_stat_conn *stat_conn_open(const struct rpal_stat_conn *id)
 	memset(&e->tx, 0, sizeof(e->tx));
 	memset(&e->rx, 0, sizeof(e->rx));
 	store_release(&e->seq, seq + 2);
-	if (rpal_g.stat && in_page(e))
+	if (rpal_g.stat && in_page(e) && conn)
 		atomic_fetch_add_explicit(&rpal_g.stat->nr_open, 1, memory_order_relaxed);
 	return e;
 }
 
-/* The connection is closed: its entry is free for the next.  Caller holds
- * rpal_g.lock. */
+/* The connection (or listener) is closed: its entry is free for the next.
+ * Caller holds rpal_g.lock. */
 void stat_conn_close(struct rpal_stat_conn *e)
 {
+	bool conn = e->state == RPAL_STAT_OPEN;
 	uint32_t seq, i;
 
 	if (!in_page(e)) {
-		if (rpal_g.stat)
+		if (rpal_g.stat && conn)
 			atomic_fetch_sub_explicit(&rpal_g.stat->overflow, 1, memory_order_relaxed);
 		free(e);
 		return;
@@ -222,7 +225,8 @@ void stat_conn_close(struct rpal_stat_conn *e)
 	atomic_thread_fence(memory_order_release);
 	e->state = RPAL_STAT_FREE;
 	store_release(&e->seq, seq + 2);
-	atomic_fetch_sub_explicit(&rpal_g.stat->nr_open, 1, memory_order_relaxed);
+	if (conn)
+		atomic_fetch_sub_explicit(&rpal_g.stat->nr_open, 1, memory_order_relaxed);
 	i = (uint32_t)(e - entry_at(0));
 	if (i < rpal_g.stat_free)
 		rpal_g.stat_free = i;

@@ -41,7 +41,7 @@ struct rpal_stat_hdr {
 	uint32_t slot;
 	uint32_t flags;              /* RPAL_STAT_HOSTED */
 	int64_t started;             /* CLOCK_REALTIME seconds at rpal_init() */
-	_Atomic uint32_t nr_open;    /* open connections */
+	_Atomic uint32_t nr_open;    /* open connections (listeners not counted) */
 	_Atomic uint32_t overflow;   /* open connections without an entry (page full) */
 	/* CLOCK_MONOTONIC ns and the cycle counter (arch.h: the TSC, or
 	 * AArch64's CNTVCT_EL0; 0 where a peer has none) at one instant of
@@ -100,7 +100,7 @@ struct rpal_stat_rx {
  */
 struct rpal_stat_conn {
 	_Atomic uint32_t seq;
-	uint32_t state;              /* RPAL_STAT_FREE or RPAL_STAT_OPEN */
+	uint32_t state;              /* RPAL_STAT_FREE, RPAL_STAT_OPEN or RPAL_STAT_LISTEN */
 	uint64_t id;                 /* the process's connection number, from 1 */
 	int32_t fd;                  /* the connection's descriptor in the owner */
 	uint32_t peer_pid;
@@ -127,6 +127,11 @@ _Static_assert(sizeof(struct rpal_stat_conn) == 256, "stat entry layout");
 
 #define RPAL_STAT_FREE 0u
 #define RPAL_STAT_OPEN 1u
+/* A listener: its identity is the service it serves, its descriptor (fd)
+ * and since when; of the counters only rx.msgs (connections accepted) and
+ * rx.violations (handshakes refused or failed) are used.  Readers that
+ * know only OPEN skip it. */
+#define RPAL_STAT_LISTEN 2u
 #define RPAL_STAT_ACCEPTED 0x1u      /* we accepted it (else we connected) */
 #define RPAL_STAT_LOCAL    0x2u      /* the peer is a program of our process (hosted) */
 #define RPAL_STAT_PEER_GONE 0x1u     /* hang-up or exit seen */
