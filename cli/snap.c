@@ -135,6 +135,17 @@ static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e,
 #undef C
 }
 
+static void listener_from_entry(struct snap_listener *o, const struct rpal_stat_conn *e)
+{
+	memset(o, 0, sizeof(*o));
+	o->id = e->id;
+	o->fd = e->fd;
+	o->since = e->since;
+	clean_string(o->service, e->service, sizeof(o->service));
+	o->accepted = atomic_load_explicit(&e->rx.msgs, memory_order_relaxed);
+	o->refused = atomic_load_explicit(&e->rx.violations, memory_order_relaxed);
+}
+
 static int id_cmp(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -142,26 +153,28 @@ static int id_cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* An owner numbers its connections once each: a page that lists one
- * twice lies, and would make every output name two connections alike
- * (the Prometheus text format refuses a series given twice). */
+/* An owner numbers its connections and listeners once each: a page that
+ * lists one twice lies, and would make every output name two alike (the
+ * Prometheus text format refuses a series given twice). */
 static int unique_ids(const struct snap_proc *p, char *why, size_t whylen)
 {
+	unsigned i, n = p->nconns + p->nlisteners;
 	uint64_t *ids;
-	unsigned i;
 	int ret = 0;
 
-	if (p->nconns < 2)
+	if (n < 2)
 		return 0;
-	ids = malloc(p->nconns * sizeof(*ids));
+	ids = malloc(n * sizeof(*ids));
 	if (!ids)
 		return snprintf(why, whylen, "out of memory"), -ENOMEM;
 	for (i = 0; i < p->nconns; i++)
 		ids[i] = p->conns[i].id;
-	qsort(ids, p->nconns, sizeof(*ids), id_cmp);
-	for (i = 1; i < p->nconns && !ret; i++)
+	for (i = 0; i < p->nlisteners; i++)
+		ids[p->nconns + i] = p->listeners[i].id;
+	qsort(ids, n, sizeof(*ids), id_cmp);
+	for (i = 1; i < n && !ret; i++)
 		if (ids[i] == ids[i - 1])
-			ret = WHY("connection %llu in two entries", (unsigned long long)ids[i]);
+			ret = WHY("connection or listener %llu in two entries", (unsigned long long)ids[i]);
 	free(ids);
 	return ret;
 }
@@ -268,6 +281,13 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 			p->busy++;
 			continue;
 		}
+		if (e.state == RPAL_STAT_LISTEN) {
+			if (p->nlisteners < SNAP_LISTENERS_MAX)
+				listener_from_entry(&p->listeners[p->nlisteners++], &e);
+			else
+				p->listeners_more++;
+			continue;
+		}
 		if (e.state != RPAL_STAT_OPEN)
 			continue;
 		conn_from_entry(&p->conns[p->nconns++], &e, &tn);
@@ -279,6 +299,7 @@ out:
 		free(p->conns);
 		p->conns = NULL;
 		p->nconns = 0;
+		p->nlisteners = p->listeners_more = 0;
 	}
 	return ret;
 }
@@ -861,7 +882,12 @@ void snap_select(struct snap *s, const struct snap_filter *f)
 				if (!strcmp(p->conns[j].service, f->service))
 					p->conns[k++] = p->conns[j];
 			p->nconns = k;
-			if (!k) {
+			for (j = k = 0; j < p->nlisteners; j++)
+				if (!strcmp(p->listeners[j].service, f->service))
+					p->listeners[k++] = p->listeners[j];
+			p->nlisteners = k;
+			p->listeners_more = 0;
+			if (!p->nconns && !p->nlisteners) {
 				free(p->conns);
 				continue;
 			}

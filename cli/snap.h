@@ -29,6 +29,18 @@ struct snap_conn {
 	int64_t in_queue, out_queue;
 };
 
+/* A service the process listens on (RPAL_STAT_LISTEN). */
+struct snap_listener {
+	uint64_t id;
+	int32_t fd;
+	int64_t since;
+	char service[64];             /* printable ASCII only */
+	uint64_t accepted, refused;   /* connections accepted; handshakes refused or failed */
+};
+
+/* Listeners a snapshot keeps of one process; more are counted, not kept. */
+#define SNAP_LISTENERS_MAX 16
+
 struct snap_proc {
 	char path[300];               /* the page */
 	char dir[256];                /* its runtime directory, printable ASCII only */
@@ -44,6 +56,9 @@ struct snap_proc {
 	char name[64];                /* printable ASCII only */
 	struct snap_conn *conns;
 	unsigned nconns;
+	struct snap_listener listeners[SNAP_LISTENERS_MAX];
+	unsigned nlisteners;
+	unsigned listeners_more;      /* listeners beyond SNAP_LISTENERS_MAX, not kept */
 	unsigned busy;                /* entries skipped: rewritten during every try */
 };
 

@@ -104,7 +104,18 @@ static void print_json(const struct snap *s)
 			printf(", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu",
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
-		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u", p->sleep_cost_ns, p->wake_cost_ns);
+		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u, \"listeners\": [", p->sleep_cost_ns,
+		       p->wake_cost_ns);
+		for (j = 0; j < p->nlisteners; j++) {
+			const struct snap_listener *l = &p->listeners[j];
+
+			printf("%s{\"id\": %llu, \"fd\": %d, \"service\": ", j ? ", " : "", (unsigned long long)l->id,
+			       l->fd);
+			json_str(l->service);
+			printf(", \"since\": %lld, \"accepted\": %llu, \"refused\": %llu}", (long long)l->since,
+			       (unsigned long long)l->accepted, (unsigned long long)l->refused);
+		}
+		printf("], \"unlisted_listeners\": %u", p->listeners_more);
 		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"busy_entries\": %u, "
 		       "\"connections\": [", p->nr_open, p->overflow, p->busy);
 		for (j = 0; j < p->nconns; j++) {
@@ -156,7 +167,7 @@ static void prom_label(const char *s)
 
 /* pid and slot name a process within its runtime directory; dir tells
  * apart those root reads from the directories of other PID namespaces. */
-static void prom_labels(const struct snap_proc *p, const struct snap_conn *c)
+static void prom_labels_of(const struct snap_proc *p, const struct snap_conn *c, const struct snap_listener *l)
 {
 	printf("{pid=\"%u\",slot=\"%u\",dir=\"", p->pid, p->slot);
 	prom_label(p->dir);
@@ -167,7 +178,16 @@ static void prom_labels(const struct snap_proc *p, const struct snap_conn *c)
 		prom_label(c->service);
 		printf("\",role=\"%s", role(c));
 	}
+	if (l) {
+		printf("\",listener=\"%llu\",service=\"", (unsigned long long)l->id);
+		prom_label(l->service);
+	}
 	printf("\"}");
+}
+
+static void prom_labels(const struct snap_proc *p, const struct snap_conn *c)
+{
+	prom_labels_of(p, c, NULL);
 }
 
 static void print_prometheus(const struct snap *s)
@@ -227,6 +247,18 @@ static void print_prometheus(const struct snap *s)
 			printf(" %lld\n", (long long)s->procs[i].f);		\
 		}
 	P(nr_open, "open_connections", "Open rpal connections of the process", true)
+/* A counter of each listener. */
+#define L(f, name, help)							\
+	printf("# HELP rpal_listener_" name "_total " help ".\n# TYPE rpal_listener_" name "_total counter\n"); \
+	for (i = 0; i < s->nprocs; i++)						\
+		for (j = 0; j < s->procs[i].nlisteners; j++) {			\
+			printf("rpal_listener_" name "_total");			\
+			prom_labels_of(&s->procs[i], NULL, &s->procs[i].listeners[j]); \
+			printf(" %llu\n", (unsigned long long)s->procs[i].listeners[j].f); \
+		}
+	L(accepted, "accepted", "Connections the listener accepted")
+	L(refused, "refused", "Clients whose handshake the listener refused, or that failed it")
+#undef L
 #define H(f, name, help)							\
 	printf("# HELP rpal_hosted_" name "_total " help ".\n# TYPE rpal_hosted_" name "_total counter\n"); \
 	for (i = 0; i < s->nprocs; i++)						\
@@ -293,6 +325,13 @@ static void print_table(const struct snap *s)
 		if (p->sleep_cost_ns || p->wake_cost_ns)
 			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait spins at most their sum)\n",
 			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
+		for (j = 0; j < p->nlisteners; j++)
+			printf("  listening on %s (fd %d): %llu accepted, %llu refused or failed\n", p->listeners[j].service,
+			       p->listeners[j].fd, (unsigned long long)p->listeners[j].accepted,
+			       (unsigned long long)p->listeners[j].refused);
+		if (p->listeners_more)
+			printf("  listening on %u more services (not listed: %u at most are)\n", p->listeners_more,
+			       SNAP_LISTENERS_MAX);
 		if (!p->nconns)
 			continue;
 		printf("  %4s %4s %7s %-16s %-9s %10s %10s %6s %6s %11s %11s %8s %8s %8s %6s %4s %4s %s\n", "ID",
@@ -376,11 +415,10 @@ int cmd_stat(int argc, char **argv)
 		print_table(&s);
 	c = 0;
 	if (none) {
-		/* A service is found by its connections: a listener alone has none. */
 		if (filter.service)
-			fprintf(stderr, "rpal stat: no open connection of service %s in %s (a server is found "
-				"by its open connections: one with none now is not listed; a process started "
-				"with another RPAL_RUNTIME_DIR is read with --dir)\n", filter.service, s.looked);
+			fprintf(stderr, "rpal stat: no process listens on or is connected to service %s in %s "
+				"(a process started with another RPAL_RUNTIME_DIR is read with --dir)\n",
+				filter.service, s.looked);
 		else if (snap_page_dir(filter.pid, why, sizeof(why)) == 0)
 			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory, "
 				"which --dir names:\n  %s\n", filter.pid, why);

@@ -42,6 +42,7 @@ struct frame {
 	struct row *rows;
 	unsigned n;
 	unsigned nprocs;
+	unsigned listeners;           /* of the processes shown: an idle server has no row */
 	uint64_t t_ns;
 	char looked[sizeof(((struct snap *)0)->looked)]; /* where snap_take() looked */
 };
@@ -265,8 +266,10 @@ static int frame_take(const struct snap_where *w, const struct snap_filter *filt
 	f->t_ns = mono_ns();
 	memcpy(f->looked, s.looked, sizeof(f->looked));
 	f->nprocs = s.nprocs;
-	for (i = 0; i < s.nprocs; i++)
+	for (i = 0; i < s.nprocs; i++) {
 		f->n += s.procs[i].nconns;
+		f->listeners += s.procs[i].nlisteners + s.procs[i].listeners_more;
+	}
 	f->rows = calloc(f->n ? f->n : 1, sizeof(*f->rows));
 	if (!f->rows) {
 		snap_free(&s);
@@ -386,7 +389,8 @@ static void frame_print(struct frame *f, unsigned max_lines, const char *eol)
 	/* An empty frame says where it looked: a mistyped name or another
 	 * runtime directory would read as an idle server. */
 	if (!f->n)
-		fprintf(out, "(no open connection%s%s in %s)%s", *asked ? " of " : "", asked, f->looked, eol);
+		fprintf(out, "(no open connection%s%s in %s; %u listener%s)%s", *asked ? " of " : "", asked, f->looked,
+			f->listeners, f->listeners == 1 ? "" : "s", eol);
 	free(sorted);
 }
 

@@ -3,7 +3,9 @@
  * Description: `rpal stat` and `rpal top --batch` against live processes
  * and forged pages.
  *   stat RPAL: a process that sent N messages of S bytes shows exactly
- *     those counts (--json, by pid and by service), and no wait costs; one
+ *     those counts (--json, by pid and by service), and no wait costs; a
+ *     server with no client is found by its service, its listener counting
+ *     the clients it accepted and refused; one
  *     whose receiver slept for a message shows the costs of a sleep and a
  *     wake-up (--json, the table and --prometheus); a busy pair's counters
  *     grow between two calls a second apart; --prometheus has a HELP and
@@ -274,7 +276,7 @@ static void exact(const char *rpal)
 }
 
 /* A pid or service that matches nothing: exit 1, nothing on stdout, and
- * stderr says what was looked for (a server alone is not found by name). */
+ * stderr says what was looked for. */
 static void unmatched(const char *rpal)
 {
 	char *by_name[] = { (char *)rpal, "stat", "no-such-service", NULL };
@@ -285,7 +287,7 @@ static void unmatched(const char *rpal)
 
 	/* It names where it looked: a process of another runtime directory
 	 * is not there. */
-	snprintf(where, sizeof(where), "no open connection of service no-such-service in %s", dir);
+	snprintf(where, sizeof(where), "no process listens on or is connected to service no-such-service in %s", dir);
 	CHECK(!runcmd(by_name, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], where) &&
 	      strstr(o.buf[1], "--dir"),
 	      "rpal stat no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
@@ -381,6 +383,98 @@ static void gone(const char *rpal)
 	fflush(stdout);
 	rpal_close(fd);
 	rpal_close(lfd);
+}
+
+static void no_repeated_series(char *text);
+
+/* The listener of this process, found by its service in the JSON. */
+static const struct jval *listener_of(const struct jval *doc, const char *service)
+{
+	const struct jval *ls = json_get(proc_of(doc, getpid()), "listeners");
+	size_t i;
+
+	for (i = 0; ls && ls->t == J_ARR && i < ls->n; i++)
+		if (!strcmp(str(ls->items[i], "service"), service))
+			return ls->items[i];
+	return NULL;
+}
+
+/* A server is found by its service before its first client and after its
+ * last: its listener is listed, with the connections it accepted and the
+ * handshakes it refused (JSON, the table, Prometheus); once it stops
+ * listening, the service is not found. */
+static void listening(const char *rpal)
+{
+	char service[64], path[400], want[300];
+	int lfd, a, b, raw;
+	struct out o;
+	struct jval *doc;
+	const struct jval *l;
+	pthread_t t;
+	void *r;
+
+	snprintf(service, sizeof(service), "stat-listen-%d", (int)getpid());
+	lfd = rpal_listen(service, NULL);
+	if (lfd < 0)
+		die("rpal_listen", lfd);
+	doc = stat_json(rpal, service, &o);
+	l = doc ? listener_of(doc, service) : NULL;
+	CHECK(l && num(l, "fd") == lfd && num(l, "accepted") == 0 && num(l, "refused") == 0 &&
+	      num(proc_of(doc, getpid()), "open_connections") == 0,
+	      "rpal stat --json %s, a server with no client yet: no listener of fd %d with 0 accepted and refused, "
+	      "or open connections\n%s", service, lfd, o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	printf("stat: a server with no client yet is found by its service, as a listener\n");
+
+	/* A client that sends garbage is refused; one that speaks is accepted. */
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	if (snprintf(path, sizeof(path), "%s/%s.sock", dir, service) >= (int)sizeof(sa.sun_path)) {
+		printf("FAIL: the socket path %s, which rpal_listen bound, is too long\n", path);
+		exit(1);
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	raw = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (raw < 0 || connect(raw, (struct sockaddr *)&sa, sizeof(sa)) < 0 || write(raw, "garbage", 7) != 7) {
+		printf("FAIL: a raw client of %s: %s\n", path, strerror(errno));
+		exit(1);
+	}
+	CHECK(rpal_accept(lfd, RPAL_NONBLOCK) < 0, "rpal_accept took a client that sent garbage");
+	close(raw);
+	pthread_create(&t, NULL, accept_one, &lfd);
+	a = rpal_connect(service, NULL, 0);
+	pthread_join(t, &r);
+	b = (int)(intptr_t)r;
+	if (a < 0 || b < 0)
+		die("connect or accept", a < 0 ? a : b);
+	rpal_close(a);
+	rpal_close(b);
+	doc = stat_json(rpal, service, &o);
+	l = doc ? listener_of(doc, service) : NULL;
+	CHECK(l && num(l, "accepted") == 1 && num(l, "refused") == 1,
+	      "rpal stat --json %s: the listener does not count 1 accepted and 1 refused\n%s", service, o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	char *table[] = { (char *)rpal, "stat", service, NULL };
+	snprintf(want, sizeof(want), "  listening on %s (fd %d): 1 accepted, 1 refused or failed\n", service, lfd);
+	CHECK(!runcmd(table, &o) && o.status == 0 && strstr(o.buf[0], want),
+	      "rpal stat %s: status %d, no line '%s' in\n%s", service, o.status, want, o.buf[0]);
+	out_free(&o);
+	char *prom[] = { (char *)rpal, "stat", "--prometheus", service, NULL };
+	snprintf(want, sizeof(want), "\",service=\"%s\"} 1\n", service);
+	CHECK(!runcmd(prom, &o) && o.status == 0 && strstr(o.buf[0], "\nrpal_listener_accepted_total{") &&
+	      strstr(strstr(o.buf[0], "\nrpal_listener_accepted_total{"), want) &&
+	      strstr(o.buf[0], "# TYPE rpal_listener_refused_total counter\n"),
+	      "rpal stat --prometheus %s: no listener counters\n%s", service, o.buf[0]);
+	no_repeated_series(o.buf[0]);
+	out_free(&o);
+	printf("stat: the listener counts 1 accepted and 1 refused (JSON, the table, Prometheus)\n");
+
+	rpal_close(lfd);
+	CHECK(!runcmd(table, &o) && o.status == 1 && !o.len[0], "rpal stat %s after the listener closed: status %d\n%s",
+	      service, o.status, o.buf[0]);
+	out_free(&o);
+	printf("stat: a service nobody listens on any more is not found\n");
 }
 
 /* A service given as a long path shows its last component at both ends,
@@ -1299,7 +1393,8 @@ static void twice(const char *rpal)
 	char sub[300], err[200];
 	struct out o;
 
-	printf("stat: a page that lists a connection twice is skipped; --prometheus repeats no series\n");
+	printf("stat: a page that lists a connection twice, or a listener under a connection's id, is skipped; "
+	       "--prometheus repeats no series\n");
 	snprintf(sub, sizeof(sub), "%s/twice", dir);
 	mkdir(sub, 0700);
 	struct forged_page f = forge(4480, 1, 3);
@@ -1307,15 +1402,20 @@ static void twice(const char *rpal)
 	int fd = forge_write(sub, "stat.1", &f);
 	struct forged_page g = forge(4481, 2, 2);
 	int fd2 = forge_write(sub, "stat.2", &g);
+	struct forged_page h = forge(4482, 3, 2);
+	h.e[1].state = RPAL_STAT_LISTEN;
+	h.e[1].id = 1;
+	int fd3 = forge_write(sub, "stat.3", &h);
 
 	char *json[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
 	CHECK(!runcmd(json, &o) && o.status == 0, "rpal stat --json --dir TWICE: status %d", o.status);
 	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
 	const struct jval *sk = doc ? json_get(doc, "skipped") : NULL;
-	CHECK(doc && !proc_of(doc, 4480) && proc_of(doc, 4481), "the lying page is listed, or the honest one not:\n%s",
-	      o.buf[0]);
-	CHECK(sk && sk->t == J_ARR && sk->n == 1 && strstr(str(sk->items[0], "reason"), "connection 2 in two entries"),
-	      "the lying page is not skipped for its repeated connection:\n%s", o.buf[0]);
+	CHECK(doc && !proc_of(doc, 4480) && !proc_of(doc, 4482) && proc_of(doc, 4481),
+	      "a lying page is listed, or the honest one not:\n%s", o.buf[0]);
+	CHECK(sk && sk->t == J_ARR && sk->n == 2 && strstr(o.buf[0], "listener 2 in two entries") &&
+	      strstr(o.buf[0], "listener 1 in two entries"),
+	      "the lying pages are not skipped for their repeated ids:\n%s", o.buf[0]);
 	json_free(doc);
 	out_free(&o);
 
@@ -1325,8 +1425,45 @@ static void twice(const char *rpal)
 	out_free(&o);
 	close(fd);
 	close(fd2);
+	close(fd3);
 	free(f.h);
 	free(g.h);
+	free(h.h);
+	forge_clean(sub);
+}
+
+/* A page of 20 listeners shows 16 and counts the rest; an entry of a
+ * state that readers do not know is passed over. */
+static void many_listeners(const char *rpal)
+{
+	char sub[300], err[200];
+	struct out o;
+
+	snprintf(sub, sizeof(sub), "%s/listeners", dir);
+	mkdir(sub, 0700);
+	struct forged_page f = forge(4490, 1, 22);
+	for (unsigned i = 0; i < 21; i++) {
+		f.e[i].state = i < 20 ? RPAL_STAT_LISTEN : 7;
+		f.e[i].rx.msgs = i;
+	}
+	int fd = forge_write(sub, "stat.1", &f);
+	char *json[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
+	CHECK(!runcmd(json, &o) && o.status == 0, "rpal stat --json --dir LISTENERS: status %d", o.status);
+	struct jval *doc = json_parse(o.buf[0], err, sizeof(err));
+	const struct jval *p = doc ? proc_of(doc, 4490) : NULL;
+	const struct jval *ls = p ? json_get(p, "listeners") : NULL, *cs = p ? json_get(p, "connections") : NULL;
+	CHECK(ls && ls->t == J_ARR && ls->n == 16 && num(p, "unlisted_listeners") == 4 && cs &&
+	      cs->t == J_ARR && cs->n == 1 && num(ls->items[3], "accepted") == 3,
+	      "a page of 20 listeners, an entry of state 7 and a connection:\n%s", o.buf[0]);
+	json_free(doc);
+	out_free(&o);
+	char *table[] = { (char *)rpal, "stat", "--dir", sub, NULL };
+	CHECK(!runcmd(table, &o) && o.status == 0 && strstr(o.buf[0], "  listening on 4 more services"),
+	      "the table does not count the listeners it leaves out:\n%s", o.buf[0]);
+	out_free(&o);
+	printf("stat: a page of 20 listeners shows 16 and counts 4 more; an entry of an unknown state is passed over\n");
+	close(fd);
+	free(f.h);
 	forge_clean(sub);
 }
 
@@ -1752,6 +1889,7 @@ int main(int argc, char **argv)
 		unmatched(argv[1]);
 		costs(argv[1]);
 		gone(argv[1]);
+		listening(argv[1]);
 		queues(argv[1]);
 		names(argv[1]);
 		growing(argv[1]);
@@ -1763,6 +1901,7 @@ int main(int argc, char **argv)
 		zero_names(argv[1]);
 		one_pair(argv[1]);
 		twice(argv[1]);
+		many_listeners(argv[1]);
 		linked_dirs(argv[1]);
 		same_pid_two_dirs(argv[1]);
 		foreign_dirs(argv[1]);

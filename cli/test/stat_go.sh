@@ -2,7 +2,8 @@
 # stat_go.sh PATH/TO/rpal - `rpal stat` sees Go processes: while `rpal bench
 # -t rpal-go -w spin` runs, both of its Go processes are listed with their
 # connection, whose message counts grow between two snapshots and whose two
-# ends are paired (their queues shown), and the
+# ends are paired (their queues shown), the server's listener with the one
+# client it accepted, and the
 # server, which spins for every request, counts time spinning.  Once they
 # have exited, their pages read as stale.  Skipped where rpal-bench-go was
 # not built (no Go).
@@ -44,6 +45,11 @@ spin=$("$RPAL" stat --prometheus 2>/dev/null |
 	sed -n 's/^rpal_rx_spin_ns_total{.*name="rpal-bench-go".*role="accepted"} \([0-9]*\)$/\1/p')
 echo "the server's time spinning for requests: ${spin:-none} ns"
 [ -n "$spin" ] && [ "$spin" -gt 0 ] || { echo "FAIL: the spinning Go server counts no spin time"; fail=1; }
+# The Go server's listener is listed, with the one client it accepted.
+accepted=$("$RPAL" stat --prometheus 2>/dev/null |
+	sed -n 's/^rpal_listener_accepted_total{.*name="rpal-bench-go".*} \([0-9]*\)$/\1/p')
+echo "connections the Go server's listener accepted: ${accepted:-no listener listed}"
+[ "$accepted" = 1 ] || { echo "FAIL: the Go server's listener is not listed with 1 connection accepted"; fail=1; }
 # A Go program leaves its page behind when it exits (it has no
 # rpal_fini()); unlocked, it reads as stale: not listed, and removed.
 wait $bench
@@ -55,5 +61,5 @@ stale=$(echo "$after" | sed -n 's/.*"stale_pages": \([0-9]*\).*/\1/p')
 [ -n "$stale" ] && [ "$stale" -ge 2 ] || { echo "FAIL: ${stale:-no} stale pages counted for the two exited Go processes"; fail=1; }
 left=$(ls "${RPAL_RUNTIME_DIR:-/nonexistent}" 2>/dev/null | grep -c '^stat\.')
 echo "pages left in the runtime directory: $left"
-[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes, their counts grow, spins are counted; their pages go stale when they exit"
+[ $fail -eq 0 ] && echo "PASS: rpal stat lists Go processes and their listeners, their counts grow, spins are counted; their pages go stale when they exit"
 exit $fail
