@@ -29,6 +29,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -507,35 +508,172 @@ static int dir_open(const char *dir)
 
 /* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
  * rlimits and signal mask, and answer STARTED or ERROR. */
-static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3])
-{
+/*
+ * A join whose program the loader thread loads.  Loading runs the constructors of the program's
+ * libraries for as long as they take, while the main loop goes on answering rpal ps, passing
+ * joiners' signals on and reaping.  One load at a time, as glibc's loader runs them anyway: a join
+ * request that comes meanwhile waits, unread, among the pending connections.
+ */
+struct joining {
+	char *msg;                      /* the request, copied: the strings below point into it */
+	char *path, *cwd, **argv, **env, **envp;
 	struct join_req rq;
-	char **argv = NULL, **env = NULL, **envp = NULL, *cur, *end = msg + n, *path, *cwd;
+	int client, fds[3], cwd_fd, idx;
+	hosted_prog *p;                 /* what the loader thread loaded, or NULL with err */
 	char err[HOSTED_ERR_MAX];
+};
+static struct joining *loading;         /* the join whose program is loading, if any */
+static pthread_t loader;
+static int load_done[2] = { -1, -1 };   /* a pipe: the loader thread's byte says it is done */
+
+static void joining_free(struct joining *j)
+{
+	if (j->client >= 0)
+		close(j->client);
+	for (int i = 0; i < 3; i++)
+		if (j->fds[i] >= 0)
+			close(j->fds[i]);
+	if (j->cwd_fd >= 0)
+		close(j->cwd_fd);
+	free(j->argv);
+	free(j->env);
+	if (j->envp) {
+		/* hosted_load copied it; the last entry, RPAL_HOST, is the only
+		 * one hosted_host_environ allocated. */
+		size_t k = 0;
+
+		while (j->envp[k])
+			k++;
+		if (k)
+			free(j->envp[k - 1]);
+		free(j->envp);
+	}
+	free(j->msg);
+	free(j);
+}
+
+static void *load_thread(void *arg)
+{
+	struct joining *j = arg;
+
+	j->p = hosted_load(j->path, (int)j->rq.argc, j->argv, j->envp, j->err, sizeof(j->err));
+	(void)!write(load_done[1], "", 1);
+	return NULL;
+}
+
+/* The program of j is loaded, or could not be: start it, or say why not. */
+static void join_finish(struct rpal_host *h, struct joining *j, bool stopping)
+{
 	hosted_spawn sp = { .umask = -1 };
 	struct hprog *hp;
-	hosted_prog *p;
-	int idx, cwd_fd = -1;
 
-	memcpy(&rq, msg, sizeof(rq));
-	cur = msg + sizeof(rq);
-	if (rq.version != JOIN_VERSION || rq.argc < 1 || rq.argc > 4096 || rq.envc > 65536 ||
-	    rq.nrlimits > 16 || !(argv = calloc(rq.argc + 1, sizeof(*argv))) ||
-	    !(env = calloc(rq.envc + 1, sizeof(*env))) || !take_strings(&cur, end, &cwd, 1) ||
-	    !take_strings(&cur, end, &path, 1) || !take_strings(&cur, end, argv, rq.argc) ||
-	    !take_strings(&cur, end, env, rq.envc) || path[0] != '/') {
+	if (!j->p) {
+		say(j->client, "ERROR %s", j->err);
+		goto refused;
+	}
+	if (stopping) {
+		say(j->client, "ERROR host \"%s\" is stopping", host_name);
+		goto refused;
+	}
+	hosted_host_set_code(h, j->idx, j->p);
+	memcpy(sp.fds, j->fds, sizeof(sp.fds));
+	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
+	sp.own_pgrp = 1;        /* a job of its own, which the joiner signals */
+	sp.cwd = j->cwd;
+	sp.cwd_fd = j->cwd_fd;
+	sp.umask = j->rq.umask;
+	sp.sigmask = j->rq.sigmask;
+	sp.set_sigmask = 1;
+	sp.ignored = j->rq.ignored;
+	sp.set_ignored = 1;
+	sp.pid_out = &h->progs[j->idx].pid;
+	sp.nrlimits = (int)j->rq.nrlimits;
+	for (uint32_t i = 0; i < j->rq.nrlimits; i++) {
+		sp.rlimits[i].resource = j->rq.rlimits[i].resource;
+		sp.rlimits[i].cur = j->rq.rlimits[i].cur;
+		sp.rlimits[i].max = j->rq.rlimits[i].max;
+	}
+	if (hosted_start_spawn(j->p, &sp, j->err, sizeof(j->err)) < 0) {
+		say(j->client, "ERROR %s", j->err);
+		goto refused;
+	}
+	hp = &progs[nprogs++];
+	hp->state = P_RUNNING;
+	hp->idx = j->idx;
+	hp->p = j->p;
+	hp->client = j->client;
+	hp->argc = (int)j->rq.argc;
+	hp->argv = calloc(j->rq.argc, sizeof(char *));
+	for (uint32_t i = 0; hp->argv && i < j->rq.argc; i++)
+		hp->argv[i] = strdup(j->argv[i]);
+	if (!hp->argv)
+		hp->argc = 0;
+	say(j->client, "STARTED %d", hosted_pid(j->p));
+	j->client = -1;
+	joining_free(j);
+	return;
+refused:
+	/* A join that never started a program gives its entry of the host block back. */
+	hosted_host_unadd(h, j->idx);
+	joining_free(j);
+}
+
+/* The loader thread is done: finish its join. */
+static void load_finished(struct rpal_host *h, bool stopping)
+{
+	char c;
+	struct joining *j = loading;
+
+	while (read(load_done[0], &c, 1) > 0)
+		;
+	pthread_join(loader, NULL);
+	loading = NULL;
+	join_finish(h, j, stopping);
+}
+
+/* A join request: checked, and its program's load begun.  Takes client and the descriptors. */
+static void join(struct rpal_host *h, int client, const char *msg, size_t n, int fds[3])
+{
+	struct joining *j = calloc(1, sizeof(*j));
+	char *cur, *end;
+
+	if (!j) {
+		say(client, "ERROR out of memory");
+		close(client);
+		return;
+	}
+	j->client = client;
+	j->cwd_fd = j->idx = -1;
+	for (int i = 0; i < 3; i++) {
+		j->fds[i] = fds[i];
+		fds[i] = -1;
+	}
+	j->msg = malloc(n);
+	if (!j->msg) {
+		say(client, "ERROR out of memory");
+		goto out;
+	}
+	memcpy(j->msg, msg, n);
+	memcpy(&j->rq, j->msg, sizeof(j->rq));
+	cur = j->msg + sizeof(j->rq);
+	end = j->msg + n;
+	if (j->rq.version != JOIN_VERSION || j->rq.argc < 1 || j->rq.argc > 4096 || j->rq.envc > 65536 ||
+	    j->rq.nrlimits > 16 || !(j->argv = calloc(j->rq.argc + 1, sizeof(*j->argv))) ||
+	    !(j->env = calloc(j->rq.envc + 1, sizeof(*j->env))) || !take_strings(&cur, end, &j->cwd, 1) ||
+	    !take_strings(&cur, end, &j->path, 1) || !take_strings(&cur, end, j->argv, j->rq.argc) ||
+	    !take_strings(&cur, end, j->env, j->rq.envc) || j->path[0] != '/') {
 		say(client, "ERROR malformed join request (this rpal join and host do not match?)");
 		goto out;
 	}
-	if (rq.umask < 0 || rq.umask > 0777) {
-		say(client, "ERROR malformed join request: umask %d is not one of 0 to 0777", (int)rq.umask);
+	if (j->rq.umask < 0 || j->rq.umask > 0777) {
+		say(client, "ERROR malformed join request: umask %d is not one of 0 to 0777", (int)j->rq.umask);
 		goto out;
 	}
 	/* Checked before loading: a program loaded takes a linker namespace for good, even one whose
 	 * process then cannot start there. */
-	cwd_fd = dir_open(cwd);
-	if (cwd_fd < 0) {
-		say(client, "ERROR %s: cannot enter its working directory %s: %s", path, cwd, strerror(errno));
+	j->cwd_fd = dir_open(j->cwd);
+	if (j->cwd_fd < 0) {
+		say(client, "ERROR %s: cannot enter its working directory %s: %s", j->path, j->cwd, strerror(errno));
 		goto out;
 	}
 	if (hosted_ns_limit() <= 0 || nprogs == HOSTED_NNS - 1 || h->nprogs >= RPAL_HOST_MAX_PROGS) {
@@ -544,78 +682,29 @@ static void join(struct rpal_host *h, int client, char *msg, size_t n, int fds[3
 		    "start another host", host_name, ns_used(), HOSTED_NNS);
 		goto out;
 	}
-	if (join_memory_limits(&rq, err, sizeof(err)) < 0) {
-		say(client, "ERROR %s", err);
+	if (join_memory_limits(&j->rq, j->err, sizeof(j->err)) < 0) {
+		say(client, "ERROR %s", j->err);
 		goto out;
 	}
-	idx = hosted_host_add(h, path);
-	if (idx < 0 || !(envp = hosted_host_environ(h, idx, env))) {
+	j->idx = hosted_host_add(h, j->path);
+	if (j->idx < 0 || !(j->envp = hosted_host_environ(h, j->idx, j->env))) {
 		say(client, "ERROR out of memory");
-		goto refused;
+		if (j->idx >= 0)
+			hosted_host_unadd(h, j->idx);
+		goto out;
 	}
-	p = hosted_load(path, (int)rq.argc, argv, envp, err, sizeof(err));
-	if (!p) {
-		say(client, "ERROR %s", err);
-		goto refused;
+	if (load_done[0] < 0 && pipe2(load_done, O_CLOEXEC | O_NONBLOCK) < 0) {
+		load_done[0] = load_done[1] = -1;
+	} else if (pthread_create(&loader, NULL, load_thread, j) == 0) {
+		loading = j;
+		return;
 	}
-	hosted_host_set_code(h, idx, p);
-	memcpy(sp.fds, fds, sizeof(sp.fds));
-	sp.only_std_fds = 1;    /* the joiner's three, none of the host's */
-	sp.own_pgrp = 1;        /* a job of its own, which the joiner signals */
-	sp.cwd = cwd;
-	sp.cwd_fd = cwd_fd;
-	sp.umask = rq.umask;
-	sp.sigmask = rq.sigmask;
-	sp.set_sigmask = 1;
-	sp.ignored = rq.ignored;
-	sp.set_ignored = 1;
-	sp.pid_out = &h->progs[idx].pid;
-	sp.nrlimits = (int)rq.nrlimits;
-	for (uint32_t i = 0; i < rq.nrlimits; i++) {
-		sp.rlimits[i].resource = rq.rlimits[i].resource;
-		sp.rlimits[i].cur = rq.rlimits[i].cur;
-		sp.rlimits[i].max = rq.rlimits[i].max;
-	}
-	if (hosted_start_spawn(p, &sp, err, sizeof(err)) < 0) {
-		say(client, "ERROR %s", err);
-		goto refused;
-	}
-	hp = &progs[nprogs++];
-	hp->state = P_RUNNING;
-	hp->idx = idx;
-	hp->p = p;
-	hp->client = client;
-	hp->argc = (int)rq.argc;
-	hp->argv = calloc(rq.argc, sizeof(char *));
-	for (uint32_t i = 0; hp->argv && i < rq.argc; i++)
-		hp->argv[i] = strdup(argv[i]);
-	if (!hp->argv)
-		hp->argc = 0;
-	say(client, "STARTED %d", hosted_pid(p));
-	client = -1;
-	goto out;
-refused:
-	/* A join that never started a program gives its entry of the host block back. */
-	if (idx >= 0)
-		hosted_host_unadd(h, idx);
+	/* No thread to load it on: load it here, holding the loop meanwhile. */
+	j->p = hosted_load(j->path, (int)j->rq.argc, j->argv, j->envp, j->err, sizeof(j->err));
+	join_finish(h, j, false);
+	return;
 out:
-	if (client >= 0)
-		close(client);
-	if (cwd_fd >= 0)
-		close(cwd_fd);
-	free(argv);
-	free(env);
-	if (envp) {
-		/* hosted_load copied it; the last entry, RPAL_HOST, is the only
-		 * one hosted_host_environ allocated. */
-		size_t k = 0;
-
-		while (envp[k])
-			k++;
-		if (k)
-			free(envp[k - 1]);
-		free(envp);
-	}
+	joining_free(j);
 }
 
 /*
@@ -693,7 +782,9 @@ static void joiner_said(struct hprog *hp)
 }
 
 /* The request a new connection has sent (the main loop waited for it). */
-static void serve(struct rpal_host *h, int client, double tsc_hz)
+/* Serve a connection whose request has come, and close it, or keep it as a running program's.
+ * False, with the request left unread, for a join that must wait for the load under way. */
+static bool serve(struct rpal_host *h, int client, double tsc_hz)
 {
 	static char msg[JOIN_MAX];
 	char cbuf[CMSG_SPACE(3 * sizeof(int))];
@@ -703,11 +794,14 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	struct ucred uc;
 	socklen_t ul = sizeof(uc);
 	int fds[3] = { -1, -1, -1 }, nfds = 0;
-	ssize_t n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	ssize_t n;
 
+	if (loading && recv(client, msg, 8, MSG_PEEK | MSG_DONTWAIT) == 8 && !memcmp(msg, JOIN_MAGIC, 8))
+		return false;
+	n = recvmsg(client, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
 	if (n < 0) {
 		close(client);
-		return;
+		return true;
 	}
 	/* An empty request may still carry descriptors: they are closed below. */
 	/* Checked after the request is read: closing a socket with unread data
@@ -739,6 +833,7 @@ static void serve(struct rpal_host *h, int client, double tsc_hz)
 	for (int i = 0; i < 3; i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
+	return true;
 }
 
 /*
@@ -757,6 +852,7 @@ static struct pending {
 	int fd;
 	pid_t pid;              /* that connected it (SO_PEERCRED) */
 	uint64_t deadline;      /* mono_ns */
+	bool queued;            /* a join request, unread until the load under way is done */
 } pending[PENDING_MAX];
 static int npending;
 
@@ -778,12 +874,16 @@ static void pending_add(struct rpal_host *h, int fd, double tsc_hz)
 				out = i;
 			}
 		}
-		serve(h, pending[out].fd, tsc_hz);      /* closes it if nothing came */
+		if (!serve(h, pending[out].fd, tsc_hz)) {       /* closes it if nothing came */
+			say(pending[out].fd, "ERROR host \"%s\" has %d connections waiting while it loads a "
+			    "program; try again", host_name, PENDING_MAX);
+			close(pending[out].fd);
+		}
 		memmove(&pending[out], &pending[out + 1], (size_t)(npending - out - 1) * sizeof(pending[0]));
 		npending--;
 	}
 	getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul);
-	pending[npending++] = (struct pending){ fd, uc.pid, mono_ns() + PENDING_MS * 1000000ull };
+	pending[npending++] = (struct pending){ fd, uc.pid, mono_ns() + PENDING_MS * 1000000ull, false };
 }
 
 /* The poll timeout, ms, that wakes the loop for the next pending deadline, or dflt. */
@@ -795,6 +895,11 @@ static int pending_timeout(int dflt)
 	for (int i = 0; i < npending; i++) {
 		int left = pending[i].deadline > now ? (int)((pending[i].deadline - now + 999999) / 1000000) : 0;
 
+		/* A join waiting for the load under way is due when it ends, and at once after. */
+		if (pending[i].queued && loading)
+			continue;
+		if (pending[i].queued)
+			left = 0;
 		if (t < 0 || left < t)
 			t = left;
 	}
@@ -898,33 +1003,43 @@ int cmd_host(int argc, char **argv)
 	signal(SIGPIPE, SIG_IGN);
 	fprintf(stderr, "rpal host %s: pid %d, listening on %s\n", host_name, (int)getpid(), a.sun_path);
 	for (;;) {
-		struct pollfd pfd[2 + HOSTED_NNS + PENDING_MAX] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 } };
-		int running = 0, npfd = 2, who[HOSTED_NNS], first_pending, nwaiting;
+		struct pollfd pfd[3 + HOSTED_NNS + PENDING_MAX] = { { sfd, POLLIN, 0 }, { lfd, POLLIN, 0 },
+								     { loading ? load_done[0] : -1, POLLIN, 0 } };
+		int running = 0, npfd = 3, who[HOSTED_NNS], first_pending, nwaiting;
 		struct pending waiting[PENDING_MAX];
 
 		for (int i = 0; i < nprogs; i++)
 			if ((progs[i].state == P_RUNNING || progs[i].held) && progs[i].client >= 0) {
-				who[npfd - 2] = i;
+				who[npfd - 3] = i;
 				pfd[npfd++] = (struct pollfd){ progs[i].client, POLLIN, 0 };
 			}
 		first_pending = npfd;
 		for (int i = 0; i < npending; i++)
-			pfd[npfd++] = (struct pollfd){ pending[i].fd, POLLIN, 0 };
+			pfd[npfd++] = (struct pollfd){ pending[i].queued ? -1 : pending[i].fd, POLLIN, 0 };
 		if (stopping)
 			pfd[1].fd = -1;
 		poll(pfd, (nfds_t)npfd, pending_timeout(stopping ? 100 : nprogs ? HOSTED_UNREAD_SWEEP_MS : -1));
-		for (int k = 2; k < first_pending; k++)
+		for (int k = 3; k < first_pending; k++)
 			if (pfd[k].revents)
-				joiner_said(&progs[who[k - 2]]);
-		/* Serve those whose request came, drop those past their time. */
+				joiner_said(&progs[who[k - 3]]);
+		if (pfd[2].revents)
+			load_finished(h, stopping);
+		/* Serve those whose request came, drop those past their time; a join that came during a
+		 * load waits for its end. */
 		nwaiting = 0;
 		for (int i = 0; i < npending; i++) {
-			if (pfd[first_pending + i].revents && !stopping)
-				serve(h, pending[i].fd, tsc_hz);
-			else if (stopping || mono_ns() >= pending[i].deadline)
+			bool due = pfd[first_pending + i].revents || (pending[i].queued && !loading);
+
+			if (due && !stopping) {
+				if (!serve(h, pending[i].fd, tsc_hz)) {
+					pending[i].queued = true;
+					waiting[nwaiting++] = pending[i];
+				}
+			} else if (stopping || (!pending[i].queued && mono_ns() >= pending[i].deadline)) {
 				close(pending[i].fd);
-			else
+			} else {
 				waiting[nwaiting++] = pending[i];
+			}
 		}
 		memcpy(pending, waiting, (size_t)nwaiting * sizeof(pending[0]));
 		npending = nwaiting;
@@ -953,7 +1068,7 @@ int cmd_host(int argc, char **argv)
 		}
 		for (int i = 0; i < nprogs; i++)
 			running += progs[i].state == P_RUNNING || progs[i].held;
-		if (stopping && !running)
+		if (stopping && !running && !loading)
 			break;
 		if (stopping && mono_ns() > stop_deadline) {
 			/* A joiner that does not hang up (stopped: Ctrl-Z) holds the host no longer. */

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# run_join_slow.sh RPAL PROGDIR - a program that takes 2 s to load (prog_ctor's library constructor
+# sleeps, CTOR_MODE=libslow) holds up nothing else the host does:
+#  1. rpal ps answers within 1 s while it loads;
+#  2. a join that comes meanwhile waits for that load, then starts, and both programs run;
+#  3. a host told to stop during a load stops once it is done, and that join is refused with a
+#     sentence that says so.
+# Prints what it checks; exits 0 pass, 1 fail.
+set -u
+RPAL=$1 PD=$2
+. "$(dirname "$0")/hostlib.sh"
+now() { date +%s%N; }
+start_host slow
+t0=$(now)
+CTOR_MODE=libslow "$RPAL" join slow "$PD/hosted_prog_ctor" slow </dev/null >"$tmp/slow.out" 2>&1 &
+slow=$!
+sleep 0.3
+
+# ---- 1
+ps_start=$(now)
+"$RPAL" ps slow >"$tmp/ps.out" 2>&1
+rc=$?
+ms=$((($(now) - ps_start) / 1000000))
+[ $rc -eq 0 ] && [ $ms -lt 1000 ] && ok "rpal ps answers in $ms ms while a program loads for 2 s" ||
+	bad "rpal ps while a program loads: exit $rc after $ms ms: $(cat "$tmp/ps.out")"
+
+# ---- 2
+"$RPAL" join slow "$PD/hosted_prog_ctor" quick </dev/null >"$tmp/quick.out" 2>&1
+rc=$?
+ms=$((($(now) - t0) / 1000000))
+grep -q "argc 2" "$tmp/quick.out" && [ $rc -eq 0 ] && [ $ms -ge 1500 ] &&
+	ok "a join during the load ran once the load was done ($ms ms after the slow one began)" ||
+	bad "a join during the load: exit $rc after $ms ms: $(cat "$tmp/quick.out")"
+for _ in $(seq 500); do grep -q "libslow" "$tmp/slow.out" && break; sleep 0.01; done
+grep -q "CTOR_MODE=libslow" "$tmp/slow.out" && ok "the slow program started and runs" ||
+	bad "the slow program did not start: $(cat "$tmp/slow.out")"
+kill -TERM $slow 2>/dev/null
+wait $slow 2>/dev/null
+
+# ---- 3
+CTOR_MODE=libslow "$RPAL" join slow "$PD/hosted_prog_ctor" late </dev/null >"$tmp/late.out" 2>&1 &
+late=$!
+sleep 0.3
+kill -TERM $hpid
+t0=$(now)
+wait $late
+rc=$?
+for _ in $(seq 1000); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
+ms=$((($(now) - t0) / 1000000))
+kill -0 $hpid 2>/dev/null && bad "the host still runs $ms ms after SIGTERM" ||
+	ok "the host told to stop during a load stopped $ms ms later"
+[ $rc -ne 0 ] && grep -q 'host "slow" is stopping' "$tmp/late.out" &&
+	ok "the join whose load it waited for is refused (exit $rc): $(cat "$tmp/late.out")" ||
+	bad "the join during the stop: exit $rc: $(cat "$tmp/late.out")"
+exit $fail
