@@ -275,6 +275,24 @@ static bool hold_ended = true;  /* false once a stopping host stops waiting for 
 static const char *host_name;
 static char host_rundir[PATH_MAX];      /* where the programs' slots.lock is */
 
+/*
+ * A join whose program the loader thread loads.  Loading runs the constructors of the program's
+ * libraries for as long as they take, while the main loop goes on answering rpal ps, passing
+ * joiners' signals on and reaping.  One load at a time, as glibc's loader runs them anyway: a join
+ * request that comes meanwhile waits, unread, among the pending connections.
+ */
+struct joining {
+	char *msg;                      /* the request, copied: the strings below point into it */
+	char *path, *cwd, **argv, **env, **envp;
+	struct join_req rq;
+	int client, fds[3], cwd_fd, idx;
+	hosted_prog *p;                 /* what the loader thread loaded, or NULL with err */
+	char err[HOSTED_ERR_MAX];
+};
+static struct joining *loading;         /* the join whose program is loading, if any */
+static pthread_t loader;
+static int load_done[2] = { -1, -1 };   /* a pipe: the loader thread's byte says it is done */
+
 /* The linker namespaces this host has used: every program it loaded, including one that loaded
  * but then failed to start (a namespace is never unloaded). */
 static int ns_used(void)
@@ -331,6 +349,44 @@ static bool arg_shown(const char *a, size_t *left, size_t *n)
 	return false;
 }
 
+/* A program's arguments, ending its row of the table: one line, whatever they hold (put_shown). */
+static void ps_argv_table(FILE *f, int argc, char *const *argv)
+{
+	size_t left = ARGV_SHOWN, n;
+
+	for (int k = 0; k < argc; k++) {
+		bool all = arg_shown(argv[k], &left, &n);
+
+		fputc(' ', f);
+		if (all || n)
+			put_shown(f, argv[k], n, SHOW_ARG);
+		if (!all) {
+			fputs("...", f);
+			break;
+		}
+	}
+	fputc('\n', f);
+}
+
+/* A program's arguments as a JSON array; false if they are cut. */
+static bool ps_argv_json(FILE *f, int argc, char *const *argv)
+{
+	size_t left = ARGV_SHOWN, n;
+	bool all = true;
+
+	fputc('[', f);
+	for (int k = 0; k < argc && all; k++) {
+		all = arg_shown(argv[k], &left, &n);
+		if (!all && !n)
+			break;  /* none of it shown */
+		if (k)
+			fputs(", ", f);
+		put_jstr(f, argv[k], n);
+	}
+	fputc(']', f);
+	return all;
+}
+
 /* The answer to PST: what `rpal ps` prints. */
 static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 {
@@ -348,20 +404,11 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 		fprintf(f, "%8d %-8s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), prog_state(hp, h),
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
-		/* One line per program, whatever its arguments hold (put_shown). */
-		size_t left = ARGV_SHOWN, n;
-		for (int k = 0; k < hp->argc; k++) {
-			bool all = arg_shown(hp->argv[k], &left, &n);
-
-			fputc(' ', f);
-			if (all || n)
-				put_shown(f, hp->argv[k], n, SHOW_ARG);
-			if (!all) {
-				fputs("...", f);
-				break;
-			}
-		}
-		fputc('\n', f);
+		ps_argv_table(f, hp->argc, hp->argv);
+	}
+	if (loading) {
+		fprintf(f, "%8s %-8s %12d %12d %9d %12.3f ", "-", "loading", 0, 0, 0, 0.0);
+		ps_argv_table(f, (int)loading->rq.argc, loading->argv);
 	}
 }
 
@@ -378,18 +425,9 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 		uint64_t calls, tsc;
 
 		rpal_host_prog_calls(bp, &calls, &tsc);
-		fprintf(f, "%s{\"pid\": %d, \"argv\": [", i ? ", " : "", hosted_pid(hp->p));
-		size_t left = ARGV_SHOWN, n;
-		bool all = true;
-		for (int k = 0; k < hp->argc && all; k++) {
-			all = arg_shown(hp->argv[k], &left, &n);
-			if (!all && !n)
-				break;  /* none of it shown */
-			if (k)
-				fputs(", ", f);
-			put_jstr(f, hp->argv[k], n);
-		}
-		fprintf(f, "], \"state\": \"%s\"", prog_state(hp, h));
+		fprintf(f, "%s{\"pid\": %d, \"argv\": ", i ? ", " : "", hosted_pid(hp->p));
+		bool all = ps_argv_json(f, hp->argc, hp->argv);
+		fprintf(f, ", \"state\": \"%s\"", prog_state(hp, h));
 		if (hp->state == P_ENDED)
 			fprintf(f, ", \"exit_status\": %d", hp->status);
 		fprintf(f, ", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu, "
@@ -397,6 +435,12 @@ static void ps_json(FILE *f, const struct rpal_host *h, double tsc_hz)
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs),
 			(unsigned long long)(tsc_hz > 0 ? (double)tsc * 1e9 / tsc_hz : 0), all ? "false" : "true");
+	}
+	if (loading) {
+		fprintf(f, "%s{\"pid\": null, \"argv\": ", nprogs ? ", " : "");
+		bool all = ps_argv_json(f, (int)loading->rq.argc, loading->argv);
+		fprintf(f, ", \"state\": \"loading\", \"calls_in\": 0, \"calls_out\": 0, \"handoffs\": 0, "
+			"\"callee_cpu_ns\": 0, \"argv_cut\": %s}", all ? "false" : "true");
 	}
 	fprintf(f, "]}\n");
 }
@@ -508,24 +552,6 @@ static int dir_open(const char *dir)
 
 /* A JOIN: load the program, start its process with the joiner's descriptors, directory, umask,
  * rlimits and signal mask, and answer STARTED or ERROR. */
-/*
- * A join whose program the loader thread loads.  Loading runs the constructors of the program's
- * libraries for as long as they take, while the main loop goes on answering rpal ps, passing
- * joiners' signals on and reaping.  One load at a time, as glibc's loader runs them anyway: a join
- * request that comes meanwhile waits, unread, among the pending connections.
- */
-struct joining {
-	char *msg;                      /* the request, copied: the strings below point into it */
-	char *path, *cwd, **argv, **env, **envp;
-	struct join_req rq;
-	int client, fds[3], cwd_fd, idx;
-	hosted_prog *p;                 /* what the loader thread loaded, or NULL with err */
-	char err[HOSTED_ERR_MAX];
-};
-static struct joining *loading;         /* the join whose program is loading, if any */
-static pthread_t loader;
-static int load_done[2] = { -1, -1 };   /* a pipe: the loader thread's byte says it is done */
-
 static void joining_free(struct joining *j)
 {
 	if (j->client >= 0)
@@ -1542,8 +1568,8 @@ int cmd_ps(int argc, char **argv)
 			fprintf(help ? stdout : stderr,
 "usage: rpal ps NAME [--json]\n"
 "\n"
-"Lists the programs of host NAME: pid, state (running, exited, killed,\n"
-"failed), RPAL calls into and out of each, system calls handed back to it\n"
+"Lists the programs of host NAME: pid, state (loading, with no pid yet;\n"
+"running, exited, killed, failed), RPAL calls into and out of each, system calls handed back to it\n"
 "from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
 "\"programs\": [{\"pid\", \"argv\" (its first 600 bytes, with a NUL each), \"state\",\n"

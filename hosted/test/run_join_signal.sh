@@ -38,7 +38,7 @@ signal_waiting() {
 		bad "SIG$1 while the joiner waits: rc $rc after $ms ms, $(cat "$tmp/j.out")"
 	for _ in $(seq 100); do
 		st=$(state "$3")
-		[ -n "$st" ] && [ "$st" != running ] && break
+		[ -n "$st" ] && [ "$st" != running ] && [ "$st" != loading ] && break
 		sleep 0.1
 	done
 	[ "$st" = killed ] && ok "the program, once started, got SIG$1: rpal ps says $st" ||
@@ -92,7 +92,7 @@ rc=$? ms=$((($(now) - t0) / 1000000))
 	bad "RPAL_JOIN_TIMEOUT=1 and a 2 s load: exit $rc after $ms ms: $(cat "$tmp/j.err")"
 for _ in $(seq 100); do
 	st=$(state "$n")
-	[ -n "$st" ] && [ "$st" != running ] && break
+	[ -n "$st" ] && [ "$st" != running ] && [ "$st" != loading ] && break
 	sleep 0.1
 done
 code=$("$RPAL" ps js --json | grep -o '"exit_status": [0-9]*' | sed -n "$((n + 1))s/.*: //p")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # run_join_slow.sh RPAL PROGDIR - a program that takes 2 s to load (prog_ctor's library constructor
 # sleeps, CTOR_MODE=libslow) holds up nothing else the host does:
-#  1. rpal ps answers within 1 s while it loads;
+#  1. rpal ps answers within 1 s while it loads, and lists it as loading (the table and --json);
 #  2. a join that comes meanwhile waits for that load, then starts, and both programs run;
 #  3. a host told to stop during a load stops once it is done, and that join is refused with a
 #     sentence that says so.
@@ -23,6 +23,14 @@ rc=$?
 ms=$((($(now) - ps_start) / 1000000))
 [ $rc -eq 0 ] && [ $ms -lt 1000 ] && ok "rpal ps answers in $ms ms while a program loads for 2 s" ||
 	bad "rpal ps while a program loads: exit $rc after $ms ms: $(cat "$tmp/ps.out")"
+grep -Eq '^ +- loading .* [^ ]*hosted_prog_ctor slow$' "$tmp/ps.out" && ok "rpal ps lists it: $(grep loading "$tmp/ps.out")" ||
+	bad "rpal ps does not list the program loading: $(cat "$tmp/ps.out")"
+json=$("$RPAL" ps slow --json)
+echo "$json" | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["programs"]
+sys.exit(not (len(p) == 1 and p[0]["pid"] is None and p[0]["state"] == "loading" and p[0]["argv"][1] == "slow"))' &&
+	ok "rpal ps --json lists it with pid null and state loading" || bad "rpal ps --json during the load: $json"
 
 # ---- 2
 "$RPAL" join slow "$PD/hosted_prog_ctor" quick </dev/null >"$tmp/quick.out" 2>&1
