@@ -19,12 +19,12 @@ import (
 // is safe for concurrent use; one send and one receive proceed in parallel,
 // other callers of the same direction queue behind them.
 //
-// Memory ordering: every index and sequence word in an arena is accessed
-// with sync/atomic, whose operations are sequentially consistent (the Go
-// memory model); on amd64 an atomic store is an XCHG, so the store of a
-// slot's seq and tail followed by the load of the peer's waiting word is the
-// full barrier W1 of docs/PROTOCOL.md §6, and W0 is the locked RMW on our
-// waiting word.
+// Memory ordering: every index and sequence word in an arena is loaded
+// with sync/atomic (acquire, and more), and a slot's seq, tail and head
+// are stored with storeRelease, as librpal stores them.  Before a send or
+// receive looks at the peer's waiting word, a sequentially consistent
+// store (on amd64 an XCHG) of tail or head is the full barrier W1 of
+// docs/PROTOCOL.md §6; W0 is the locked RMW on our waiting word.
 type Conn struct {
 	p       *process
 	service string

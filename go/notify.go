@@ -34,12 +34,18 @@ func (c *Conn) ringBell(w uint64, futexBit, bellBit uint64, last, rung *atomic.U
 // notifyRX wakes the consumer if it advertised sleep; caller holds txMu.
 func (c *Conn) notifyRX() {
 	c.published = c.tail
+	// W1: a sequentially consistent store of tail, after the stores of
+	// the slots and of tail (release stores: storeRelease), keeps the
+	// load of the peer's waiting word in wakeRX after them (pairs with W0
+	// in the peer's wait).  Once per call, not per message.
+	atomic.StoreUint64(c.u64(c.me, bTail), c.tail)
 	c.wakeRX()
 }
 
+// wakeRX rings the peer's receiver if it sleeps.  The caller has made the
+// full barrier W1 after what the receiver must see (notifyRX; Close's
+// sequentially consistent stores).
 func (c *Conn) wakeRX() {
-	// W1: the sequentially consistent stores of seq and tail come before
-	// this load (pairs with W0 in the peer's wait).
 	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
 	st := c.st.Load()
 	if w&waitRX == 0 || !c.ringBell(w, waitRXFutex, waitRXBell, &c.lastRungRX, &st.tx.wakeups) {
@@ -48,7 +54,7 @@ func (c *Conn) wakeRX() {
 }
 
 // notifyTX wakes a producer waiting for room or acks; every quarter ring,
-// or when forced (acks, an emptied ring).  Caller holds rxMu or ackMu.
+// or when forced (acks, an emptied ring).  Caller holds rxMu.
 func (c *Conn) notifyTX(force bool, rxHead uint64) {
 	if !force && rxHead-c.rxChecked < (c.pringMask+1)/4 {
 		return
@@ -56,7 +62,10 @@ func (c *Conn) notifyTX(force bool, rxHead uint64) {
 	if !force {
 		c.rxChecked = rxHead
 	}
-	w := atomic.LoadUint64(c.u64(c.pb, bWaiting)) // after a seq-cst store: W1
+	// W1: a sequentially consistent store of our head, after its release
+	// stores (consume), keeps this load after them.  Caller holds rxMu.
+	atomic.StoreUint64(c.u64(c.me, bRxHead), rxHead)
+	w := atomic.LoadUint64(c.u64(c.pb, bWaiting))
 	if w&waitTX != 0 {
 		c.ringBell(w, waitTXFutex, waitTXBell, &c.lastRungTX, &c.st.Load().rx.wakeups)
 	}

@@ -95,7 +95,7 @@ func (c *Conn) checkBufCopy() error {
 
 func (c *Conn) consume(n uint32) {
 	c.rxHead++
-	atomic.StoreUint64(c.u64(c.me, bRxHead), c.rxHead) // R1
+	storeRelease64(c.u64(c.me, bRxHead), c.rxHead) // R1
 	st := c.st.Load()
 	bump(&st.rx.msgs, 1)
 	bump(&st.rx.bytes, uint64(n))

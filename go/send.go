@@ -33,9 +33,9 @@ func (c *Conn) publish(data []byte, n uint32, addr uint64, flags uint32) {
 	if flags == slotInline {
 		copy(unsafe.Slice((*byte)(unsafe.Add(s, sData)), InlineMax), data)
 	}
-	atomic.StoreUint32(c.u32(s, sSeq), uint32(c.tail+1)) // R0: contents before seq
+	storeRelease32(c.u32(s, sSeq), uint32(c.tail+1)) // R0: contents before seq
 	c.tail++
-	atomic.StoreUint64(c.u64(c.me, bTail), c.tail)
+	storeRelease64(c.u64(c.me, bTail), c.tail)
 	st := c.st.Load()
 	bump(&st.tx.msgs, 1)
 	bump(&st.tx.bytes, uint64(n))

@@ -264,7 +264,9 @@ func (e *statEntry) counters() *[16]atomic.Uint64 {
 
 // bump adds n to a counter with one writer (the direction's lock holder):
 // a load and a store, no locked instruction on the message path.
-func bump(a *atomic.Uint64, n uint64) { a.Store(a.Load() + n) }
+func bump(a *atomic.Uint64, n uint64) {
+	storeRelease64((*uint64)(unsafe.Pointer(a)), a.Load()+n)
+}
 
 // rings counts the wake-ups we made for the peer, both directions.
 func (c *Conn) rings() uint64 {
