@@ -10,11 +10,16 @@ set -u
 RPAL=$1 PD=$2
 . "$(dirname "$0")/hostlib.sh"
 now() { date +%s%N; }
+# loading: wait (5 s at most) until rpal ps lists a program loading.
+loading() {
+	for _ in $(seq 500); do "$RPAL" ps slow 2>/dev/null | grep -q ' loading ' && return 0; sleep 0.01; done
+	return 1
+}
 start_host slow
 t0=$(now)
 CTOR_MODE=libslow "$RPAL" join slow "$PD/hosted_prog_ctor" slow </dev/null >"$tmp/slow.out" 2>&1 &
 slow=$!
-sleep 0.3
+loading || bad "rpal ps never listed the slow program as loading"
 
 # ---- 1
 ps_start=$(now)
@@ -48,7 +53,7 @@ wait $slow 2>/dev/null
 # ---- 3
 CTOR_MODE=libslow "$RPAL" join slow "$PD/hosted_prog_ctor" late </dev/null >"$tmp/late.out" 2>&1 &
 late=$!
-sleep 0.3
+loading || bad "rpal ps never listed the third program as loading"
 kill -TERM $hpid
 t0=$(now)
 wait $late
