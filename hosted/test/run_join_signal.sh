@@ -19,6 +19,16 @@ start_host js
 now() { date +%s%N; }
 # state N: program N's state in rpal ps --json
 state() { "$RPAL" ps js --json | grep -o '"state": "[a-z]*"' | sed -n "$(($1 + 1))s/.*: \"\(.*\)\"/\1/p"; }
+# ended_state N: program N's state once it has ended (10 s at most; else its last state, or nothing).
+ended_state() {
+	local st
+	for _ in $(seq 100); do
+		st=$(state "$1")
+		[ -n "$st" ] && [ "$st" != running ] && [ "$st" != loading ] && break
+		sleep 0.1
+	done
+	echo "$st"
+}
 
 # signal_waiting SIG STATUS N: a slow join gets SIG 0.5 s in; it must end with STATUS within 1 s,
 # and program N must end killed within 10 s.
@@ -36,11 +46,7 @@ signal_waiting() {
 	ms=$((($(now) - t0) / 1000000))
 	[ $rc -eq "$2" ] && [ $ms -lt 1000 ] && ok "SIG$1 while the joiner waits: it exits $rc after $ms ms" ||
 		bad "SIG$1 while the joiner waits: rc $rc after $ms ms, $(cat "$tmp/j.out")"
-	for _ in $(seq 100); do
-		st=$(state "$3")
-		[ -n "$st" ] && [ "$st" != running ] && [ "$st" != loading ] && break
-		sleep 0.1
-	done
+	st=$(ended_state "$3")
 	[ "$st" = killed ] && ok "the program, once started, got SIG$1: rpal ps says $st" ||
 		bad "program $3 after SIG$1 to its joiner: ${st:-not listed}"
 }
@@ -90,11 +96,7 @@ rc=$? ms=$((($(now) - t0) / 1000000))
 [ $rc -eq 2 ] && [ $ms -ge 900 ] && [ $ms -lt 1900 ] && grep -q 'host "js" did not answer within 1 s' "$tmp/j.err" &&
 	ok "RPAL_JOIN_TIMEOUT=1 and a 2 s load: exit 2 after $ms ms: $(cat "$tmp/j.err")" ||
 	bad "RPAL_JOIN_TIMEOUT=1 and a 2 s load: exit $rc after $ms ms: $(cat "$tmp/j.err")"
-for _ in $(seq 100); do
-	st=$(state "$n")
-	[ -n "$st" ] && [ "$st" != running ] && [ "$st" != loading ] && break
-	sleep 0.1
-done
+st=$(ended_state "$n")
 code=$("$RPAL" ps js --json | grep -o '"exit_status": [0-9]*' | sed -n "$((n + 1))s/.*: //p")
 [ "$st" = killed ] && [ "$code" = 137 ] && ok "the program started after it gave up: killed by SIGKILL (status $code)" ||
 	bad "the program started after its joiner gave up: ${st:-not listed} (status ${code:-none})"
