@@ -53,15 +53,15 @@ func (c *Conn) wakeRX() {
 	}
 }
 
-// notifyTX wakes a producer waiting for room or acks; every quarter ring,
-// or when forced (acks, an emptied ring).  Caller holds rxMu.
-func (c *Conn) notifyTX(force bool, rxHead uint64) {
-	if !force && rxHead-c.rxChecked < (c.pringMask+1)/4 {
+// notifyTX wakes a producer waiting for room, once a quarter ring has been
+// consumed since the last look: that loses no wake-up (docs/PROTOCOL.md,
+// section 6), and keeps the barrier off the per-message path.  Acks look
+// at every push (ackPush).  Caller holds rxMu.
+func (c *Conn) notifyTX(rxHead uint64) {
+	if rxHead-c.rxChecked < (c.pringMask+1)/4 {
 		return
 	}
-	if !force {
-		c.rxChecked = rxHead
-	}
+	c.rxChecked = rxHead
 	// W1: a sequentially consistent store of our head, after its release
 	// stores (consume), keeps this load after them.  Caller holds rxMu.
 	atomic.StoreUint64(c.u64(c.me, bRxHead), rxHead)

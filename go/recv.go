@@ -140,10 +140,6 @@ func (c *Conn) next(s *slotCopy, block bool) error {
 		if ok {
 			return nil
 		}
-		if c.rxChecked != c.rxHead {
-			c.rxChecked = c.rxHead
-			c.notifyTX(true, c.rxHead)
-		}
 		if c.updatePeerState()&stateShutWr != 0 {
 			// A3: state was stored after the last slot; look once more.
 			if !c.readable() {
@@ -190,7 +186,7 @@ func (c *Conn) Recv(b []byte) (int, error) {
 	if s.flags == slotInline {
 		copy(b, s.data[:s.n])
 		c.consume(s.n)
-		c.notifyTX(false, c.rxHead)
+		c.notifyTX(c.rxHead)
 		return int(s.n), nil
 	}
 	copy(b, unsafe.Slice((*byte)(c.peerPtr(s.addr)), s.n))
@@ -226,7 +222,7 @@ func (c *Conn) readMsg(peekOnly, block bool) (*Message, error) {
 	}
 	if !peekOnly {
 		c.consume(s.n)
-		c.notifyTX(false, c.rxHead)
+		c.notifyTX(c.rxHead)
 	}
 	return m, nil
 }

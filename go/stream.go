@@ -167,7 +167,7 @@ func (s *Stream) Read(b []byte) (int, error) {
 			if sc.flags == slotInline {
 				s.addr = 0
 				copy(s.inline[:], sc.data[:sc.n])
-				c.notifyTX(false, c.rxHead)
+				c.notifyTX(c.rxHead)
 			} else {
 				s.addr = sc.addr
 			}

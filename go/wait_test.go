@@ -6,7 +6,9 @@ package rpal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"fmt"
 	"golang.org/x/sys/unix"
 	"io"
 	"os"
@@ -780,5 +782,86 @@ func TestWrittenNearReads(t *testing.T) {
 	read(false)
 	if n := written(); n != writtenWaits-1 {
 		t.Fatalf("then a wait without: written near for %d more waits, want %d", n, writtenWaits-1)
+	}
+}
+
+// A sender that keeps finding the ring full sleeps for room, and the
+// receiver, which looks for it only every quarter ring it consumes, wakes
+// it every time, also when it runs the ring empty between bursts and
+// sleeps itself (docs/PROTOCOL.md, section 6).  A lost wake-up hangs the
+// sender: the test's deadline fails it.
+func TestRoomWakeQuarterRing(t *testing.T) {
+	bothSleeps(t, roomWakes)
+}
+
+func roomWakes(t *testing.T) {
+	a, b := connPair(t)
+	a.txMu.Lock()
+	a.txSpin.init(0, WaitSleep)
+	a.txMu.Unlock()
+	b.rxMu.Lock()
+	b.rxSpin.init(0, WaitSleep)
+	b.rxMu.Unlock()
+	ring := int(a.ringMask + 1)
+	total := 40 * ring
+	// An uneven pace: now and then one side lets the other run a while.
+	pause := func(x *uint32) {
+		*x ^= *x << 13
+		*x ^= *x >> 17
+		*x ^= *x << 5
+		switch r := *x % 16; {
+		case r == 0:
+			time.Sleep(time.Duration(*x%50) * time.Microsecond)
+		case r < 4:
+			runtime.Gosched()
+		}
+	}
+	done := make(chan error, 1)
+	go func() {
+		x := uint32(2463534242)
+		buf := make([]byte, 8)
+		for want := 0; want < total; want++ {
+			if _, err := b.Recv(buf); err != nil {
+				done <- err
+				return
+			}
+			if got := int(binary.LittleEndian.Uint64(buf)); got != want {
+				done <- fmt.Errorf("received %d, want %d", got, want)
+				return
+			}
+			pause(&x)
+		}
+		done <- nil
+	}()
+	sent := make(chan error, 1)
+	go func() {
+		x := uint32(88172645)
+		msg := make([]byte, 8)
+		for i := 0; i < total; {
+			burst := 1 + int(x%uint32(3*ring))
+			for ; burst > 0 && i < total; burst, i = burst-1, i+1 {
+				binary.LittleEndian.PutUint64(msg, uint64(i))
+				if err := a.Send(msg); err != nil {
+					sent <- err
+					return
+				}
+			}
+			pause(&x)
+		}
+		sent <- nil
+	}()
+	timeout := time.After(30 * time.Second)
+	for _, ch := range []chan error{sent, done} {
+		select {
+		case err := <-ch:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-timeout:
+			t.Fatal("stuck: a sender asleep for room was not woken")
+		}
+	}
+	if n := a.st.Load().tx.sleeps.Load(); n == 0 {
+		t.Fatal("the sender never slept for room: the test did not exercise the room wake-up")
 	}
 }

@@ -783,17 +783,6 @@ void call_rcv_retire(struct rpal_host_rcv *r)
 	atomic_store(&r->state, RCV_DEAD);
 }
 
-/* Are we, c's consumer, running on its producer's thread, in a call that
- * producer made on c?  Then the producer cannot be waiting for room.  Only
- * our own block is read: the receiver record is never freed. */
-bool call_from_producer(const struct rpal_conn *c)
-{
-	const struct rpal_host_rcv *r = (const struct rpal_host_rcv *)(uintptr_t)load_relaxed(&c->me->hosted_rcv);
-
-	return r && r->sender && r->sender == (struct rpal_host_sender *)rpal_rdgsbase() && r->cookie &&
-	       r->cookie == load_relaxed(&c->me->hosted_cookie);
-}
-
 /* The program failed in a call: hang up its connections, end its thread. */
 static void __attribute__((noreturn)) idle_dead(struct rpal_host_rcv *r)
 {

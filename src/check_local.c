@@ -21,6 +21,5 @@ int call_end(struct call_step *k) { (void)k; return 1; }
 void hosted_switch_wrfs(struct hosted_ctx *from, struct hosted_ctx *to) { (void)from; (void)to; }
 struct rpal_host_rcv *call_rcv_create(int top) { (void)top; return NULL; }
 void call_rcv_retire(struct rpal_host_rcv *r) { (void)r; }
-bool call_from_producer(const struct rpal_conn *c) { (void)c; return false; }
 void call_signal_allow_syscalls(void) {}
 #endif

@@ -632,9 +632,13 @@ bool conn_sleeps_in_poll(const struct rpal_conn *c);
 
 /*
  * After consuming or acking: wake a producer waiting for room.  It sleeps
- * only with a full ring, so checking every quarter ring (or when forced:
- * acks, an emptied ring) keeps the barrier off the per-message path without
- * losing a wake-up.
+ * for a slot only after it found the ring full with its flag already
+ * advertised (W0).  If our last check missed the flag, that look saw our
+ * head as of that check or later, so a whole ring was queued beyond it: we
+ * consume a quarter of it before we can run empty, and the check there sees
+ * the flag (W1).  So checking every quarter ring, and after every ack
+ * (force), loses no wake-up and keeps the barrier off the per-message path,
+ * also for a consumer that runs the ring empty after each message.
  */
 static inline void notify_peer_tx(struct rpal_conn *c, bool force)
 {

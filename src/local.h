@@ -83,7 +83,6 @@ static inline __attribute__((always_inline)) int call_deliver(struct rpal_conn *
 
 struct rpal_host_rcv *call_rcv_create(int top);         /* where a set's waiter parks */
 void call_rcv_retire(struct rpal_host_rcv *r);
-bool call_from_producer(const struct rpal_conn *c);
 void call_signal_allow_syscalls(void);         /* a signal handler inside a call */
 #else
 static inline int host_setup(struct rpal_config *cfg) { (void)cfg; return 0; }
@@ -98,7 +97,6 @@ static inline bool host_prog_failed(int prog) { (void)prog; return false; }
 static inline int call_deliver(struct rpal_conn *c, bool may_call) { (void)c; (void)may_call; return 0; }
 static inline struct rpal_host_rcv *call_rcv_create(int top) { (void)top; return NULL; }
 static inline void call_rcv_retire(struct rpal_host_rcv *r) { (void)r; }
-static inline bool call_from_producer(const struct rpal_conn *c) { (void)c; return false; }
 static inline void call_signal_allow_syscalls(void) {}
 #endif
 

@@ -289,10 +289,6 @@ static RPAL_HOT int recv_empty(struct rpal_conn *c, int flags, bool *eof)
 	*eof = false;
 	if (conn_err(c))
 		return -conn_err(c);
-	/* The consumer went idle: a producer stuck on a full ring must hear
-	 * (not one that is calling us: it waits for us to park, not for room). */
-	if (c->rx_checked != c->rx_head && !(c->local && call_from_producer(c)))
-		notify_peer_tx(c, true);
 	if (peer_update(c) & RPAL_STATE_SHUT_WR) {
 		/* A3: state was stored after the last slot (R3); look once more. */
 		if (ring_readable(c))
