@@ -135,6 +135,14 @@ static void conn_from_entry(struct snap_conn *o, const struct rpal_stat_conn *e,
 #undef C
 }
 
+void snap_proc_free(struct snap_proc *p)
+{
+	free(p->conns);
+	free(p->listeners);
+	p->conns = NULL;
+	p->listeners = NULL;
+}
+
 static void listener_from_entry(struct snap_listener *o, const struct rpal_stat_conn *e)
 {
 	memset(o, 0, sizeof(*o));
@@ -262,7 +270,8 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 	if (n > RPAL_STAT_MAX_CONNS)
 		n = RPAL_STAT_MAX_CONNS;
 	p->conns = calloc(n ? n : 1, sizeof(*p->conns));
-	if (!p->conns) {
+	p->listeners = calloc(n ? n : 1, sizeof(*p->listeners));
+	if (!p->conns || !p->listeners) {
 		snprintf(why, whylen, "out of memory");
 		ret = -ENOMEM;
 		goto out;
@@ -282,10 +291,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 			continue;
 		}
 		if (e.state == RPAL_STAT_LISTEN) {
-			if (p->nlisteners < SNAP_LISTENERS_MAX)
-				listener_from_entry(&p->listeners[p->nlisteners++], &e);
-			else
-				p->listeners_more++;
+			listener_from_entry(&p->listeners[p->nlisteners++], &e);
 			continue;
 		}
 		if (e.state != RPAL_STAT_OPEN)
@@ -296,10 +302,8 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 out:
 	munmap(m, (size_t)st.st_size);
 	if (ret) {
-		free(p->conns);
-		p->conns = NULL;
-		p->nconns = 0;
-		p->nlisteners = p->listeners_more = 0;
+		snap_proc_free(p);
+		p->nconns = p->nlisteners = 0;
 	}
 	return ret;
 }
@@ -514,19 +518,19 @@ static int scan_dir(int dfd, const char *dir, struct snap *s)
 		p.uid = st.st_uid;
 		if ((p.flags & RPAL_STAT_HOSTED) && !owner_alive(p.pid, p.init_mono_ns)) {
 			s->stale++;     /* its host holds it: left for the slot's next owner */
-			free(p.conns);
+			snap_proc_free(&p);
 			continue;
 		}
 		if (p.slot != (uint32_t)slot) {
 			snprintf(why, sizeof(why), "names slot %u in the page of slot %ld", p.slot, slot);
 			add_skip(s, path, why);
-			free(p.conns);
+			snap_proc_free(&p);
 			continue;
 		}
 		clean_string(p.dir, dir, sizeof(p.dir));
 		np = realloc(s->procs, (s->nprocs + 1) * sizeof(*np));
 		if (!np) {
-			free(p.conns);
+			snap_proc_free(&p);
 			closedir(dp);
 			return -ENOMEM;
 		}
@@ -770,7 +774,7 @@ void snap_free(struct snap *s)
 	unsigned i;
 
 	for (i = 0; i < s->nprocs; i++)
-		free(s->procs[i].conns);
+		snap_proc_free(&s->procs[i]);
 	free(s->procs);
 	free(s->skips);
 	free(s->files);
@@ -874,7 +878,7 @@ void snap_select(struct snap *s, const struct snap_filter *f)
 		struct snap_proc *p = &s->procs[i];
 
 		if (f->pid >= 0 && p->pid != (uint32_t)f->pid) {
-			free(p->conns);
+			snap_proc_free(p);
 			continue;
 		}
 		if (f->service) {
@@ -886,9 +890,8 @@ void snap_select(struct snap *s, const struct snap_filter *f)
 				if (!strcmp(p->listeners[j].service, f->service))
 					p->listeners[k++] = p->listeners[j];
 			p->nlisteners = k;
-			p->listeners_more = 0;
 			if (!p->nconns && !p->nlisteners) {
-				free(p->conns);
+				snap_proc_free(p);
 				continue;
 			}
 		}

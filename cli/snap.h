@@ -38,7 +38,8 @@ struct snap_listener {
 	uint64_t accepted, refused;   /* connections accepted; handshakes refused or failed */
 };
 
-/* Listeners a snapshot keeps of one process; more are counted, not kept. */
+/* Listeners the outputs list of one process; more are counted, not listed
+ * (a snapshot keeps them all, so that a service selects any of them). */
 #define SNAP_LISTENERS_MAX 16
 
 struct snap_proc {
@@ -56,11 +57,21 @@ struct snap_proc {
 	char name[64];                /* printable ASCII only */
 	struct snap_conn *conns;
 	unsigned nconns;
-	struct snap_listener listeners[SNAP_LISTENERS_MAX];
+	struct snap_listener *listeners;
 	unsigned nlisteners;
-	unsigned listeners_more;      /* listeners beyond SNAP_LISTENERS_MAX, not kept */
 	unsigned busy;                /* entries skipped: rewritten during every try */
 };
+
+/* How many of p's listeners the outputs list, and how many they only count. */
+static inline unsigned snap_listeners_listed(const struct snap_proc *p)
+{
+	return p->nlisteners < SNAP_LISTENERS_MAX ? p->nlisteners : SNAP_LISTENERS_MAX;
+}
+
+static inline unsigned snap_listeners_unlisted(const struct snap_proc *p)
+{
+	return p->nlisteners - snap_listeners_listed(p);
+}
 
 struct snap_skip {
 	char path[300];               /* printable ASCII only */
@@ -112,6 +123,7 @@ struct snap_filter {
 int snap_filter_parse(const char *arg, struct snap_filter *f);
 /* Drop what the filter does not select. */
 void snap_select(struct snap *s, const struct snap_filter *f);
+void snap_proc_free(struct snap_proc *p);     /* what snap_read_page() allocated */
 
 /* Command entry points (main.c). */
 int cmd_stat(int argc, char **argv);

@@ -106,7 +106,7 @@ static void print_json(const struct snap *s)
 			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
 		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u, \"listeners\": [", p->sleep_cost_ns,
 		       p->wake_cost_ns);
-		for (j = 0; j < p->nlisteners; j++) {
+		for (j = 0; j < snap_listeners_listed(p); j++) {
 			const struct snap_listener *l = &p->listeners[j];
 
 			printf("%s{\"id\": %llu, \"fd\": %d, \"service\": ", j ? ", " : "", (unsigned long long)l->id,
@@ -115,7 +115,7 @@ static void print_json(const struct snap *s)
 			printf(", \"since\": %lld, \"accepted\": %llu, \"refused\": %llu}", (long long)l->since,
 			       (unsigned long long)l->accepted, (unsigned long long)l->refused);
 		}
-		printf("], \"unlisted_listeners\": %u", p->listeners_more);
+		printf("], \"unlisted_listeners\": %u", snap_listeners_unlisted(p));
 		printf(", \"open_connections\": %u, \"unlisted_connections\": %u, \"busy_entries\": %u, "
 		       "\"connections\": [", p->nr_open, p->overflow, p->busy);
 		for (j = 0; j < p->nconns; j++) {
@@ -251,7 +251,7 @@ static void print_prometheus(const struct snap *s)
 #define L(f, name, help)							\
 	printf("# HELP rpal_listener_" name "_total " help ".\n# TYPE rpal_listener_" name "_total counter\n"); \
 	for (i = 0; i < s->nprocs; i++)						\
-		for (j = 0; j < s->procs[i].nlisteners; j++) {			\
+		for (j = 0; j < snap_listeners_listed(&s->procs[i]); j++) {	\
 			printf("rpal_listener_" name "_total");			\
 			prom_labels_of(&s->procs[i], NULL, &s->procs[i].listeners[j]); \
 			printf(" %llu\n", (unsigned long long)s->procs[i].listeners[j].f); \
@@ -325,12 +325,12 @@ static void print_table(const struct snap *s)
 		if (p->sleep_cost_ns || p->wake_cost_ns)
 			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait spins at most their sum)\n",
 			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
-		for (j = 0; j < p->nlisteners; j++)
+		for (j = 0; j < snap_listeners_listed(p); j++)
 			printf("  listening on %s (fd %d): %llu accepted, %llu refused or failed\n", p->listeners[j].service,
 			       p->listeners[j].fd, (unsigned long long)p->listeners[j].accepted,
 			       (unsigned long long)p->listeners[j].refused);
-		if (p->listeners_more)
-			printf("  listening on %u more services (not listed: %u at most are)\n", p->listeners_more,
+		if (snap_listeners_unlisted(p))
+			printf("  listening on %u more services (not listed: %u at most are)\n", snap_listeners_unlisted(p),
 			       SNAP_LISTENERS_MAX);
 		if (!p->nconns)
 			continue;

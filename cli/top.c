@@ -268,7 +268,7 @@ static int frame_take(const struct snap_where *w, const struct snap_filter *filt
 	f->nprocs = s.nprocs;
 	for (i = 0; i < s.nprocs; i++) {
 		f->n += s.procs[i].nconns;
-		f->listeners += s.procs[i].nlisteners + s.procs[i].listeners_more;
+		f->listeners += s.procs[i].nlisteners;
 	}
 	f->rows = calloc(f->n ? f->n : 1, sizeof(*f->rows));
 	if (!f->rows) {

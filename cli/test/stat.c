@@ -1446,6 +1446,7 @@ static void many_listeners(const char *rpal)
 		f.e[i].state = i < 20 ? RPAL_STAT_LISTEN : 7;
 		f.e[i].rx.msgs = i;
 	}
+	snprintf(f.e[19].service, sizeof(f.e[19].service), "last-listener");
 	int fd = forge_write(sub, "stat.1", &f);
 	char *json[] = { (char *)rpal, "stat", "--json", "--dir", sub, NULL };
 	CHECK(!runcmd(json, &o) && o.status == 0, "rpal stat --json --dir LISTENERS: status %d", o.status);
@@ -1461,7 +1462,14 @@ static void many_listeners(const char *rpal)
 	CHECK(!runcmd(table, &o) && o.status == 0 && strstr(o.buf[0], "  listening on 4 more services"),
 	      "the table does not count the listeners it leaves out:\n%s", o.buf[0]);
 	out_free(&o);
-	printf("stat: a page of 20 listeners shows 16 and counts 4 more; an entry of an unknown state is passed over\n");
+	/* One the outputs leave out is still found by its service. */
+	char *named[] = { (char *)rpal, "stat", "--dir", sub, "last-listener", NULL };
+	CHECK(!runcmd(named, &o) && o.status == 0 && strstr(o.buf[0], "listening on last-listener (fd ") &&
+	      strstr(o.buf[0], ": 19 accepted") && !strstr(o.buf[0], "more services"),
+	      "rpal stat SERVICE does not find the 20th listener (status %d):\n%s%s", o.status, o.buf[0], o.buf[1]);
+	out_free(&o);
+	printf("stat: a page of 20 listeners shows 16 and counts 4 more, and the 20th is found by its service; "
+	       "an entry of an unknown state is passed over\n");
 	close(fd);
 	free(f.h);
 	forge_clean(sub);
