@@ -740,6 +740,9 @@ RPAL_EXPORT int rpal_conn_stats(int fd, struct rpal_conn_stats *st)
 		return err;
 	if (!st)
 		return rpal_fail(EINVAL, "rpal_conn_stats: st is NULL");
+	/* Acks the peer pushed count as taken: bufs_out is what it holds. */
+	MPK_REENTER(c, rpal_conn_stats(fd, st));
+	acks_drain(c);
 	e = c->st;
 	memset(st, 0, sizeof(*st));
 	st->id = e->id;

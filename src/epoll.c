@@ -382,9 +382,23 @@ static int park_wait(struct rpal_ep *ep, struct epoll_event *events, int max, ui
 }
 #endif
 
+/*
+ * A spin of the set, in counter cycles since tsc0, into its connections'
+ * statistics (rx.spin_tsc, what rpal stat and rpal top show): an equal
+ * share each, as the set spun for them all.  Atomic adds: a blocking
+ * receive on one of them may count its own spin meanwhile.  Lock held.
+ */
+static void spin_count(struct rpal_ep *ep, uint64_t tsc0)
+{
+	uint64_t share = ep->nregs ? (cycles_now() - tsc0) / ep->nregs : 0;
+
+	for (unsigned i = 0; share && i < ep->nregs; i++)
+		stat_add_shared(&ep->regs[i]->c->st->rx.spin_tsc, share);
+}
+
 static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int max, int timeout, bool *fast)
 {
-	uint64_t t0 = 0, deadline = UINT64_MAX, budget;
+	uint64_t t0 = 0, tsc0 = 0, deadline = UINT64_MAX, budget;
 	/* Only one thread parks in a set; others wait as in connected mode.
 	 * pthread_self() is the parked thread's also on a borrower's thread. */
 	bool mine = ep->rcv && (!load_relaxed(&ep->park_owner) || set_is_owner(ep));
@@ -453,6 +467,8 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 	 * adaptive policy learns from, or a deadline. */
 	if ((budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE) && !t0)
 		t0 = now_ns();
+	if (budget)
+		tsc0 = cycles_now();
 	for (i = 1; budget && ep->nregs; i++) {
 		if (yield) {
 			lock_give(&ep->lock);
@@ -474,13 +490,16 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 			n = k ? k : scan(ep, events, max);
 		}
 		if (n) {
+			spin_count(ep, tsc0);
 			spin_caught(&ep->spin, t0);
 			return n;
 		}
 		if (yield || !(i & 63)) {
 			uint64_t now = now_ns();
-			if (now - t0 > budget || now >= deadline)
+			if (now - t0 > budget || now >= deadline) {
+				spin_count(ep, tsc0);
 				break;
+			}
 		}
 	}
 

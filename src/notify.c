@@ -320,12 +320,12 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		else
 			cpu_relax();
 		if (wait_done(c, what)) {
-			stat_add(spun, cycles_now() - tsc0);
+			stat_add_shared(spun, cycles_now() - tsc0);
 			spin_caught(spin, t0);
 			return wait_left(c);
 		}
 		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
-			stat_add(spun, cycles_now() - tsc0);
+			stat_add_shared(spun, cycles_now() - tsc0);
 			break;
 		}
 	}

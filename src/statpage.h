@@ -85,7 +85,8 @@ struct rpal_stat_rx {
 	_Atomic uint64_t bytes;      /* their payload bytes */
 	_Atomic uint64_t wakeups;    /* wake-ups made for the peer's sender (room) */
 	_Atomic uint64_t sleeps;     /* sleeps waiting for messages (epoll's included) */
-	_Atomic uint64_t spin_tsc;   /* counter cycles spent spinning for messages */
+	_Atomic uint64_t spin_tsc;   /* counter cycles spent spinning for messages, an epoll
+	                                set's shared among its connections (atomic add) */
 	_Atomic uint64_t bufs_held;  /* the peer's buffers received zero-copy, not released */
 	_Atomic uint64_t violations; /* protocol violations seen (any thread: atomic add) */
 	uint64_t reserved;
