@@ -30,9 +30,9 @@ static void usage(FILE *f)
 /*
  * Output that did not all reach stdout (a full disk; a closed pipe where
  * SIGPIPE is ignored) fails the command: `rpal stat --prometheus > f.$$ &&
- * mv f.$$ f` must not install a cut file.
+ * mv f.$$ f` must not install a cut file.  cmd: the command, for the message.
  */
-static int finish(int ret)
+static int finish(const char *cmd, int ret)
 {
 	/* A write that failed while the command printed set errno, and stdio
 	 * drops the buffer it could not write: fclose() may then have nothing
@@ -46,7 +46,8 @@ static int finish(int ret)
 		return ret;
 	if (!err && (last == ENOSPC || last == EPIPE || last == EIO || last == EFBIG || last == EDQUOT))
 		err = last;
-	fprintf(stderr, "rpal: cannot write the output: %s\n", err ? strerror(err) : "write error");
+	fprintf(stderr, "rpal%s%s: cannot write the output: %s\n", cmd ? " " : "", cmd ? cmd : "",
+		err ? strerror(err) : "write error");
 	return ret ? ret : 1;
 }
 
@@ -87,5 +88,8 @@ static int run(int argc, char **argv)
 
 int main(int argc, char **argv)
 {
-	return finish(run(argc, argv));
+	const char *cmd = argc > 1 ? argv[1] : NULL;   /* a command may rewrite its argv */
+	int ret = run(argc, argv);
+
+	return finish(cmd, ret);
 }

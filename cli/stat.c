@@ -416,9 +416,9 @@ int cmd_stat(int argc, char **argv)
 	c = 0;
 	if (none) {
 		if (filter.service)
-			fprintf(stderr, "rpal stat: no process listens on or is connected to service %s in %s "
-				"(a process started with another RPAL_RUNTIME_DIR is read with --dir)\n",
-				filter.service, s.looked);
+			fprintf(stderr, "rpal stat: no process listens on or is connected to service %s in %s%s\n",
+				filter.service, s.looked,
+				where.dir ? "" : " (a process started with another RPAL_RUNTIME_DIR is read with --dir)");
 		else if (snap_page_dir(filter.pid, why, sizeof(why)) == 0)
 			fprintf(stderr, "rpal stat: pid %ld has its statistics page in another runtime directory, "
 				"which --dir names:\n  %s\n", filter.pid, why);

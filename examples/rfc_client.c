@@ -19,6 +19,10 @@ int main(int argc, char **argv)
 	char hello[MSG_LEN], reply[MSG_LEN];
 	int fd;
 
+	if (count <= 0) {                          /* --help, or a typo */
+		fprintf(stderr, "usage: rfc_client [count]\n");
+		return 2;
+	}
 	fd = rpal_connect("rfc-sample", NULL, 0);  /* connect + rpal_request_service + rpal_uds_fdmap */
 	if (fd < 0) {
 		fprintf(stderr, "connect: %s\n", rpal_strerror(fd));

@@ -22,6 +22,10 @@ int main(int argc, char **argv)
 	char msg[MSG_LEN];
 	int lfd, fd, ep;
 
+	if (count <= 0) {                                           /* --help, or a typo */
+		fprintf(stderr, "usage: rfc_server [count]\n");
+		return 2;
+	}
 	if (rpal_init(NULL) < 0)                                    /* rpal_init(1, 0, &err) */
 		return 1;
 	lfd = rpal_listen("rfc-sample", NULL);                      /* socket, bind, listen */

@@ -292,6 +292,11 @@ static void unmatched(const char *rpal)
 	      strstr(o.buf[1], "--dir"),
 	      "rpal stat no-such-service: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);
 	out_free(&o);
+	/* Given --dir, it does not suggest --dir. */
+	char *in_dir[] = { (char *)rpal, "stat", "--dir", (char *)dir, "no-such-service", NULL };
+	CHECK(!runcmd(in_dir, &o) && o.status == 1 && strstr(o.buf[1], where) && !strstr(o.buf[1], "--dir"),
+	      "rpal stat --dir DIR no-such-service: status %d, stderr '%s'", o.status, o.buf[1]);
+	out_free(&o);
 	snprintf(where, sizeof(where), "no rpal process has pid 4000000 in %s", dir);
 	CHECK(!runcmd(by_pid, &o) && o.status == 1 && !o.len[0] && strstr(o.buf[1], where),
 	      "rpal stat 4000000: status %d, stdout '%s', stderr '%s'", o.status, o.buf[0], o.buf[1]);

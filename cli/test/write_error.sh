@@ -25,6 +25,8 @@ for args in "stat" "stat --json" "stat --prometheus" "top --batch -n 1 -d 0.05" 
 	[ $rc -ne 0 ] || { echo "FAIL: rpal $args exits 0 though none of its output was written"; fail=1; }
 	echo "$err" | grep -q "No space left on device" ||
 		{ echo "FAIL: rpal $args does not say why its output is lost"; fail=1; }
+	echo "$err" | grep -q "^rpal ${args%% *}: " ||
+		{ echo "FAIL: rpal $args does not name its command in the message"; fail=1; }
 done
 # A reader that goes away, with SIGPIPE ignored as some supervisors leave it.
 start=$(date +%s)

@@ -21,6 +21,10 @@ int main(int argc, char **argv)
 	char buf[65536];
 	int lfd, ep;
 
+	if (argc > 1 && argv[1][0] == '-') {           /* --help, or a typo */
+		fprintf(stderr, "usage: uds_echo_server [path]\n");
+		return 2;
+	}
 	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
 	unlink(path);
 	lfd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
