@@ -35,14 +35,7 @@ func testSharedDoorbellNoLostWakeup(t *testing.T) {
 	sa, sb := NewStream(a), NewStream(b)
 	defer sa.Close()
 	defer sb.Close()
-	for _, c := range []*Conn{a, b} {
-		c.rxMu.Lock()
-		c.rxSpin.init(0, WaitSleep)
-		c.rxMu.Unlock()
-		c.txMu.Lock()
-		c.txSpin.init(0, WaitSleep)
-		c.txMu.Unlock()
-	}
+	sleepAtOnce(a, b)
 	run := 3 * time.Second
 	if testing.Short() {
 		run = time.Second

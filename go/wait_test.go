@@ -325,6 +325,18 @@ func TestStreamSlotsAndBuffers(t *testing.T) {
 	}
 }
 
+// sleepAtOnce makes every waiter of the conns sleep with no spin.
+func sleepAtOnce(conns ...*Conn) {
+	for _, c := range conns {
+		c.rxMu.Lock()
+		c.rxSpin.init(0, WaitSleep)
+		c.rxMu.Unlock()
+		c.txMu.Lock()
+		c.txSpin.init(0, WaitSleep)
+		c.txMu.Unlock()
+	}
+}
+
 // connPair returns the two ends of one connection (streamPair's), closed
 // when the test ends.
 func connPair(t *testing.T) (a, b *Conn) {
@@ -796,12 +808,7 @@ func TestRoomWakeQuarterRing(t *testing.T) {
 
 func roomWakes(t *testing.T) {
 	a, b := connPair(t)
-	a.txMu.Lock()
-	a.txSpin.init(0, WaitSleep)
-	a.txMu.Unlock()
-	b.rxMu.Lock()
-	b.rxSpin.init(0, WaitSleep)
-	b.rxMu.Unlock()
+	sleepAtOnce(a, b)
 	ring := int(a.ringMask + 1)
 	total := 40 * ring
 	// An uneven pace: now and then one side lets the other run a while.
