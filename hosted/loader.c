@@ -47,6 +47,7 @@
 #include <sys/wait.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <unistd.h>
 
 #define MAX_EXE_SIZE ((off_t)1 << 32) /* refuse larger files */
@@ -78,6 +79,14 @@ struct ksigaction {
 
 /* glibc's signal for changing the ids of every thread (__SIGRTMIN + 1). */
 #define GLIBC_SIGSETXID 33
+
+/* Read leases on a loading program's libraries (lease_libraries). */
+#define LEASED_MAX 256
+
+struct leases {
+    int fd[LEASED_MAX];
+    int n;
+};
 
 struct hosted_prog {
     char *path;
@@ -119,6 +128,9 @@ struct hosted_prog {
      * range is published for the program's threads (hosted_libc_code). */
     uintptr_t libc_lo, libc_hi, libc_sigreturn;
     _Atomic int libc_published;
+    /* Held from before its load until its process has started: the launcher reads its libraries'
+     * pages until then. */
+    struct leases leases;
 };
 
 /* Programs live as long as the process: their namespace keeps pointers into them (argv, environ,
@@ -1071,6 +1083,111 @@ int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int m
     return n;
 }
 
+/* ---------------------------------------------------------------- libraries held whole while they load */
+
+/* The dynamic linker maps a program's libraries from their files, and the launcher runs their
+ * constructors: a library cut short meanwhile (a cp over it writes it in place) faults there, and
+ * the launcher ends with every program.  So each library the program needs is held by a read
+ * lease from before the load until the program's process has started: an open for writing (cp,
+ * truncate) then waits until then (a blocking open) or fails (a non-blocking one, as truncate(1)
+ * makes), and the program, once running, is the only one its file can hurt.  A rename over a library, as package managers and
+ * install(1) replace files, never touched the mapped one.  The list comes from the dynamic
+ * linker's own --list in a child, with the launcher's environment: the one it searches with. */
+
+static void leases_release(struct leases *l) {
+    for (int i = 0; i < l->n; i++) close(l->fd[i]); /* a lease ends with its descriptor */
+    l->n = 0;
+}
+
+/* The running dynamic linker's file: the launcher's namespaces use it, whatever a program asks. */
+static int find_ldso(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)size;
+    if (info->dlpi_addr != getauxval(AT_BASE) || !info->dlpi_name || info->dlpi_name[0] != '/') return 0;
+    snprintf(data, PATH_MAX, "%s", info->dlpi_name);
+    return 1;
+}
+
+/* The libraries of the executable at /proc/self/fd/mfd, by `ld.so --list`, into out (one path per
+ * line, what follows "=> "); -1 where the list could not be had. */
+static int list_libraries(int mfd, char *out, size_t outlen) {
+    char ldso[PATH_MAX] = "/lib64/ld-linux-x86-64.so.2", fdpath[64];
+    dl_iterate_phdr(find_ldso, ldso);
+    snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
+    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, mfd, mfd); /* the same number, without close-on-exec */
+    char *argv[] = { ldso, "--list", fdpath, NULL };
+    extern char **environ;
+    pid_t pid;
+    int e = posix_spawn(&pid, ldso, &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    if (e) {
+        close(pfd[0]);
+        return -1;
+    }
+    size_t len = 0;
+    ssize_t r;
+    while ((r = read(pfd[0], out + len, outlen - 1 - len)) > 0 || (r < 0 && errno == EINTR))
+        if (r > 0 && (len += (size_t)r) == outlen - 1) break;
+    close(pfd[0]);
+    out[len] = '\0';
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
+}
+
+/* Lease every library the program at /proc/self/fd/mfd needs.  0, or -1 with err where one is
+ * being written and stays so: loading it could end the launcher.  A library that cannot be leased
+ * for any other reason (another owner, a file system without leases) loads as before. */
+static int lease_libraries(const char *path, int mfd, struct leases *l, char *err, size_t errlen) {
+    static char list[64 << 10];     /* the loader loads one program at a time */
+    l->n = 0;
+    if (list_libraries(mfd, list, sizeof list) < 0) return 0;
+    for (char *line = list, *next; *line && l->n < LEASED_MAX; line = next) {
+        next = strchr(line, '\n');
+        if (next) *next++ = '\0';
+        else next = line + strlen(line);
+        char *lib = strstr(line, " => "), *end = strstr(line, " (0x");
+        if (!lib || !end || end < lib + 4) continue; /* the vDSO, the linker, "not found" */
+        lib += 4;
+        *end = '\0';
+        if (lib[0] != '/') continue;
+        int fd = open(lib, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0) continue;
+        if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+            close(fd);
+            continue;
+        }
+        /* No SIGIO for a lease break (its default ends a process): SIGURG's default ignores it. */
+        fcntl(fd, F_SETSIG, SIGURG);
+        int r, tries = 0;
+        while ((r = fcntl(fd, F_SETLEASE, F_RDLCK)) < 0 && errno == EAGAIN && ++tries < 40)
+            usleep(25000); /* open for writing now: a cp that ends soon */
+        if (r < 0 && errno == EAGAIN) {
+            close(fd);
+            leases_release(l);
+            seterr(err, errlen,
+                   "%s: its library %s stayed open for writing for 1 s: not loaded, as a library cut "
+                   "short while it loads would end the host (replace libraries by renaming a new "
+                   "file over them)",
+                   path, lib);
+            return -1;
+        }
+        if (r < 0) {
+            close(fd);
+            continue;
+        }
+        l->fd[l->n++] = fd;
+    }
+    return 0;
+}
+
 hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *const envp[],
                          char *err, size_t errlen) {
     if (argc < 1 || !argv || !argv[0]) {
@@ -1101,6 +1218,11 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
     p->relro_memsz = copy.relro_memsz;
     char fdpath[64];
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
+    if (lease_libraries(path, mfd, &p->leases, err, errlen) < 0) {
+        close(mfd);
+        free(copy.tls_names);
+        goto fail;
+    }
     dlerror();
     /* The constructors of its libraries run inside dlmopen, here: let them see the program's
      * environment (dlmopen hands the caller's environ to the new namespace's libc). */
@@ -1200,6 +1322,7 @@ hosted_prog *hosted_load(const char *path, int argc, char *const argv[], char *c
 
 fail:
     /* The namespace (if any) is left loaded: dlclose of a namespace whose libc ran is not safe. */
+    leases_release(&p->leases);
     if (p->argv) for (int i = 0; i < p->argc; i++) free(p->argv[i]);
     free(p->argv);
     if (p->envp) for (int i = 0; p->envp[i]; i++) free(p->envp[i]);
@@ -1399,7 +1522,16 @@ int hosted_start(hosted_prog *p, char *err, size_t errlen) {
     return hosted_start_spawn(p, NULL, err, errlen);
 }
 
+static int start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t errlen);
+
 int hosted_start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t errlen) {
+    int ret = start_spawn(p, sp, err, errlen);
+    /* Its process runs, or it will not: nothing of ours reads its libraries from now on. */
+    leases_release(&p->leases);
+    return ret;
+}
+
+static int start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t errlen) {
     if (launcher_threaded(err, errlen) < 0) return -1;
     if (atomic_load(&p->state) != ST_LOADED) {
         seterr(err, errlen, "%s: already started", p->path);
