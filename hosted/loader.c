@@ -1136,9 +1136,10 @@ static int list_libraries(int mfd, char *out, size_t outlen) {
         if (r > 0 && (len += (size_t)r) == outlen - 1) break;
     close(pfd[0]);
     out[len] = '\0';
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
+    int status = 0;
+    pid_t w;
+    while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+    return w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
 }
 
 /* Lease every library the program at /proc/self/fd/mfd needs.  0, or -1 with err where one is
