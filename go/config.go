@@ -152,7 +152,8 @@ func (c *Config) check() error {
 	case c.ConnBudget != 0 && (c.ConnBudget < 64<<10 || c.ConnBudget > c.ArenaSize):
 		return fmt.Errorf("config: connection budget %d must be in 64 KiB..arena size (0: a quarter of the arena)%s", c.ConnBudget, envNote("RPAL_CONN_BUDGET", c.ConnBudget))
 	case c.HandshakeTimeout <= 0 || c.HandshakeTimeout > time.Minute:
-		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s", c.HandshakeTimeout)
+		return fmt.Errorf("config: handshake timeout %v must be in 1ms..60s%s", c.HandshakeTimeout,
+			envNote("RPAL_HANDSHAKE_MS", uint64(c.HandshakeTimeout/time.Millisecond)))
 	case len(c.RuntimeDir) >= 108:
 		return fmt.Errorf("config: runtime directory name is too long")
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,6 +43,12 @@ func TestConfigEnv(t *testing.T) {
 		t.Fatalf("RPAL_ARENA_SIZE=12: %v", err)
 	}
 	t.Setenv("RPAL_ARENA_SIZE", "")
+	t.Setenv("RPAL_HANDSHAKE_MS", "0")
+	c = DefaultConfig()
+	if err := c.check(); err == nil || !strings.Contains(err.Error(), "from RPAL_HANDSHAKE_MS=0") {
+		t.Fatalf("RPAL_HANDSHAKE_MS=0: %v", err)
+	}
+	t.Setenv("RPAL_HANDSHAKE_MS", "")
 	c = DefaultConfig()
 	c.ArenaSize = 12
 	if err := c.check(); err == nil || strings.Contains(err.Error(), "RPAL_") {
@@ -1284,6 +1291,61 @@ func TestInitAfterFirstUse(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "already initialised") || !strings.Contains(err.Error(), "call Init before") {
 		t.Fatalf("Init after first use: %v; want it to say the process is initialised and Init comes first", err)
 	}
+}
+
+// Listen removes only a stale listener's socket: a file or a directory at
+// the path, or a lock file that is not an empty one, stay as they were, and
+// Listen fails with EEXIST; a stale socket is taken over.
+func TestListenLeavesOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "svc")
+	lock := path + ".lock"
+	if err := os.WriteFile(path, []byte("important"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); !errors.Is(err, syscall.EEXIST) || !strings.Contains(err.Error(), "is in the way") {
+		t.Fatalf("Listen over a file: %v, want EEXIST", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "important" {
+		t.Fatalf("the file now holds %q", b)
+	}
+	if _, err := os.Lstat(lock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a lock file is left beside the file (%v)", err)
+	}
+	os.Remove(path)
+	if err := os.Mkdir(path, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("Listen over a directory: %v, want EEXIST", err)
+	}
+	if st, err := os.Lstat(path); err != nil || !st.IsDir() {
+		t.Fatalf("the directory is gone (%v)", err)
+	}
+	os.Remove(path)
+	if err := os.WriteFile(lock, []byte("notes"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("Listen beside a foreign lock file: %v, want EEXIST", err)
+	}
+	if b, _ := os.ReadFile(lock); string(b) != "notes" {
+		t.Fatalf("the lock file now holds %q", b)
+	}
+	os.Remove(lock)
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Bind(s, &unix.SockaddrUnix{Name: path}); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(s) // a stale socket: nobody listens on it
+	l, err := Listen(path)
+	if err != nil {
+		t.Fatalf("Listen over a stale socket: %v", err)
+	}
+	l.Close()
 }
 
 // A listener removes its socket and lock files when it closes, so a

@@ -33,8 +33,17 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 		if err != nil {
 			return nil, err
 		}
+		if err := lockFileOurs(fd, lockPath); err != nil {
+			unix.Close(fd) // someone's file: not removed
+			return nil, err
+		}
 		l.lock = os.NewFile(uintptr(fd), lockPath)
-		_ = os.Remove(path) // holding the lock proves it stale
+		// Holding the lock proves a socket there stale.
+		if err := removeStaleSocket(path); err != nil {
+			l.releaseName(false)
+			l.lock.Close()
+			return nil, err
+		}
 	}
 	ln, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
 	if err != nil {
@@ -78,6 +87,35 @@ func lockName(lockPath, service string) (int, error) {
 			return -1, fmt.Errorf("the lock file %s keeps being replaced: %w", lockPath, syscall.EAGAIN)
 		}
 	}
+}
+
+// lockFileOurs says whether fd is a name's lock file: an empty regular file
+// (none is ever written).  Anything else at "<socket path>.lock" is
+// someone's, and stays.
+func lockFileOurs(fd int, lockPath string) error {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s is in the way: it is not a lock file of rpal (an empty file), and is left alone: %w",
+		lockPath, syscall.EEXIST)
+}
+
+// removeStaleSocket removes the socket at path that a listener which has
+// stopped left; it fails, removing nothing, where anything else is there.
+func removeStaleSocket(path string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		if err == unix.ENOENT {
+			return nil
+		}
+		return fmt.Errorf("cannot look at %s: %w", path, err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
+		return fmt.Errorf("%s is in the way: it is not a socket, and is left alone: %w", path, syscall.EEXIST)
+	}
+	_ = os.Remove(path)
+	return nil
 }
 
 // sameFile says whether the file at path (not followed) is fd's.

@@ -145,7 +145,8 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: conn_budget %" PRIu64 " must be 0 (arena_size / 4) or in 64 KiB..arena_size%s",
 				 c->conn_budget, env_note("RPAL_CONN_BUDGET", c->conn_budget));
 	if (c->handshake_ms == 0 || c->handshake_ms > 60000)
-		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000", c->handshake_ms);
+		return rpal_fail(EINVAL, "config: handshake_ms %u must be in 1..60000%s", c->handshake_ms,
+				 env_note("RPAL_HANDSHAKE_MS", c->handshake_ms));
 	if (memchr(c->runtime_dir, 0, sizeof(c->runtime_dir)) == NULL)
 		return rpal_fail(EINVAL, "config: runtime_dir is not NUL-terminated");
 	if (c->protect_peers > RPAL_PROTECT_REQUIRE)

@@ -57,6 +57,32 @@ static int name_lock(const char *lockpath, const char *service)
 	}
 }
 
+/* Is the file a name's lock (an empty regular file: none is ever written)?
+ * Anything else at <socket path>.lock is someone's, and stays. */
+static int lock_file_ours(int fd, const char *lockpath)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0)
+		return 0;
+	return rpal_fail(EEXIST, "%s is in the way: it is not a lock file of rpal (an empty file), and is left alone",
+			 lockpath);
+}
+
+/* Remove the socket at path that a listener which has stopped left; fail,
+ * removing nothing, where anything else is there. */
+static int stale_socket_remove(const char *path)
+{
+	struct stat st;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : rpal_fail(errno, "cannot look at %s", path);
+	if (!S_ISSOCK(st.st_mode))
+		return rpal_fail(EEXIST, "%s is in the way: it is not a socket, and is left alone", path);
+	unlink(path);
+	return 0;
+}
+
 /* Give a name up: its socket file where we bound it, then its lock file,
  * which we hold (the lock keeps anyone from taking the name until the file
  * is gone). */
@@ -104,14 +130,20 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 		goto fail;
 
 	if (lockpath[0]) {
-		/* Holding the lock proves any socket file there is stale. */
 		l->lockfd = name_lock(lockpath, service);
 		if (l->lockfd < 0) {
 			ret = l->lockfd;
 			goto fail;
 		}
-		unlink(sa.sun_path);
+		if ((ret = lock_file_ours(l->lockfd, lockpath)) < 0) {
+			close(l->lockfd);       /* someone's file: not removed */
+			l->lockfd = -1;
+			goto fail;
+		}
 		snprintf(l->path, sizeof(l->path), "%s", sa.sun_path);
+		/* Holding the lock proves a socket there stale. */
+		if ((ret = stale_socket_remove(sa.sun_path)) < 0)
+			goto fail;
 	}
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (l->sock < 0) {

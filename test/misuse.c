@@ -10,8 +10,14 @@
  * message) returns -EINVAL and sends the peer nothing, so the connection
  * keeps working.  rpal_epoll_ctl() mistakes (a second set, removal from
  * a set the connection is not in) leave their own detail for
- * rpal_strerror(), not an earlier call's of the same errno.
+ * rpal_strerror(), not an earlier call's of the same errno.  A path
+ * service's rpal_listen() removes a stale listener's socket only: a file,
+ * a directory or a foreign lock file in the way stay, and it fails EEXIST.
  */
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+
 #include "helpers.h"
 
 static void echo_works(int a, int b, const char *after)
@@ -20,6 +26,66 @@ static void echo_works(int a, int b, const char *after)
 
 	t_ok(rpal_send(a, "ping", 4, 0));
 	t_check(rpal_recv(b, buf, sizeof(buf), 0) == 4 && !memcmp(buf, "ping", 4), "no echo after %s", after);
+}
+
+/* The text of file path, or "" (at most 63 bytes). */
+static const char *file_text(const char *path)
+{
+	static char buf[64];
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd < 0 ? 0 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	buf[n > 0 ? n : 0] = '\0';
+	return buf;
+}
+
+/* A path service never removes what is not a stale listener's: a file, a
+ * directory, or a lock file that is not an empty one, are left as they
+ * were, and the listen fails with EEXIST; a stale socket is taken over. */
+static void listen_paths(void)
+{
+	char dir[] = "/tmp/rpal-misuse-XXXXXX", path[128], lock[140];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd, e;
+
+	printf("a path service leaves a file, a directory or a foreign lock file where it is (EEXIST)\n");
+	t_check(mkdtemp(dir), "mkdtemp");
+	snprintf(path, sizeof(path), "%s/svc", dir);
+	snprintf(lock, sizeof(lock), "%s.lock", path);
+	fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	t_check(fd >= 0 && write(fd, "important", 9) == 9, "write %s", path);
+	close(fd);
+	e = rpal_listen(path, NULL);
+	printf("  a file: %s\n", rpal_strerror(e));
+	t_check(e == -EEXIST && strstr(rpal_strerror(e), "is in the way"), "listen over a file: %d", e);
+	t_check(!strcmp(file_text(path), "important") && access(lock, F_OK) < 0, "the file was touched, or a lock left");
+	unlink(path);
+
+	t_check(mkdir(path, 0700) == 0, "mkdir");
+	e = rpal_listen(path, NULL);
+	t_check(e == -EEXIST && access(path, F_OK) == 0, "listen over an empty directory: %d", e);
+	rmdir(path);
+
+	fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	t_check(fd >= 0 && write(fd, "notes", 5) == 5, "write %s", lock);
+	close(fd);
+	e = rpal_listen(path, NULL);
+	printf("  a foreign lock file: %s\n", rpal_strerror(e));
+	t_check(e == -EEXIST && !strcmp(file_text(lock), "notes") && access(path, F_OK) < 0,
+		"listen beside a foreign lock file: %d", e);
+	unlink(lock);
+
+	printf("a stale socket at the path is taken over\n");
+	memcpy(sa.sun_path, path, strlen(path) + 1);     /* well under sun_path's 108 bytes */
+	fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	t_check(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0, "bind a stale socket");
+	close(fd);
+	fd = t_ok(rpal_listen(path, NULL));
+	rpal_close(fd);
+	t_check(access(path, F_OK) < 0 && access(lock, F_OK) < 0, "the listener's files outlive it");
+	rmdir(dir);
 }
 
 int main(void)
@@ -137,6 +203,7 @@ int main(void)
 	printf("both connections still work\n");
 	echo_works(a, b, "bad releases");
 	echo_works(a2, b2, "bad releases");
+	listen_paths();
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }

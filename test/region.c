@@ -92,6 +92,12 @@ static void config_checks(void)
 	unsetenv("RPAL_SPIN_US");
 	unsetenv("RPAL_SLOT_SIZE");
 	unsetenv("RPAL_RING_ENTRIES");
+	setenv("RPAL_HANDSHAKE_MS", "0", 1);
+	rpal_config_default(&c);
+	e = rpal_init(&c);
+	t_check(e == -EINVAL && strstr(rpal_strerror(e), "(from RPAL_HANDSHAKE_MS=0)"), "RPAL_HANDSHAKE_MS=0: %s",
+		rpal_strerror(e));
+	unsetenv("RPAL_HANDSHAKE_MS");
 
 	printf("under an RLIMIT_AS smaller than the region, the error names the limit\n");
 	pid_t pid = 0;
