@@ -1146,9 +1146,13 @@ static int list_libraries(int mfd, char *out, size_t outlen) {
  * being written and stays so: loading it could end the launcher.  A library that cannot be leased
  * for any other reason (another owner, a file system without leases) loads as before. */
 static int lease_libraries(const char *path, int mfd, struct leases *l, char *err, size_t errlen) {
-    static char list[64 << 10];     /* the loader loads one program at a time */
+    size_t size = 64 << 10;
+    char *list = malloc(size);
     l->n = 0;
-    if (list_libraries(mfd, list, sizeof list) < 0) return 0;
+    if (!list || list_libraries(mfd, list, size) < 0) {
+        free(list);
+        return 0;
+    }
     for (char *line = list, *next; *line && l->n < LEASED_MAX; line = next) {
         next = strchr(line, '\n');
         if (next) *next++ = '\0';
@@ -1178,6 +1182,7 @@ static int lease_libraries(const char *path, int mfd, struct leases *l, char *er
                    "short while it loads would end the host (replace libraries by renaming a new "
                    "file over them)",
                    path, lib);
+            free(list);
             return -1;
         }
         if (r < 0) {
@@ -1186,6 +1191,7 @@ static int lease_libraries(const char *path, int mfd, struct leases *l, char *er
         }
         l->fd[l->n++] = fd;
     }
+    free(list);
     return 0;
 }
 
