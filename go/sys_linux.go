@@ -32,8 +32,16 @@ var oneByte = []byte{0}
 // pipe: a pipe's every read and write takes its mutex, which the peer could
 // hold indefinitely (a splice from an idle socket into the pipe waits with
 // it held), and the ring would hang.
+//
+// The wake-up calls here (this one, wakeFutex, wakeFutexPrivate, osYield)
+// never block, so they are raw: a system call made through the runtime's
+// entersyscall also wakes the runtime's sysmon thread when it sleeps, as
+// it does whenever the process was idle, and on small VMs that futex
+// wake-up and the thread switch it starts cost more than the call itself,
+// on every message that follows a pause.
 func ringSocket(fd int) {
-	_ = unix.Sendto(fd, oneByte, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, nil)
+	_, _, _ = unix.RawSyscall6(unix.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&oneByte[0])), 1,
+		unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL, 0, 0)
 }
 
 // bellsRefuseFds: our doorbell ends refuse passed descriptors (SO_PASSRIGHTS,
@@ -86,14 +94,15 @@ func drainBell(fd int, buf []byte) bool {
 // our arena and the waiter in another process.
 const futexWake = 1
 
-// wakeFutex wakes every waiter on the futex word at addr.
+// wakeFutex wakes every waiter on the futex word at addr (raw: see ringSocket).
 func wakeFutex(addr *uint32) {
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake,
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake,
 		uintptr(math.MaxInt32), 0, 0, 0)
 }
 
-// osYield gives the CPU to another runnable thread, if any (sched_yield).
-func osYield() { _, _, _ = unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
+// osYield gives the CPU to another runnable thread, if any (sched_yield;
+// raw, as the runtime's own yield is: see ringSocket).
+func osYield() { _, _, _ = unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }
 
 // closeFd closes a descriptor we hold outside an *os.File.
 func closeFd(fd int) { _ = unix.Close(fd) }
@@ -146,8 +155,9 @@ func futexWaitv(peer *uint32, peerVal uint32, kick *uint32, kickVal uint32, time
 	return nil
 }
 
-// wakeFutexPrivate wakes every waiter of this process on the word at addr.
+// wakeFutexPrivate wakes every waiter of this process on the word at addr
+// (raw: see ringSocket).
 func wakeFutexPrivate(addr *uint32) {
-	_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePriv,
+	_, _, _ = unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWakePriv,
 		uintptr(math.MaxInt32), 0, 0, 0)
 }
