@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -1295,7 +1296,9 @@ func TestInitAfterFirstUse(t *testing.T) {
 
 // Listen removes only a stale listener's socket: a file or a directory at
 // the path, or a lock file that is not an empty one, stay as they were, and
-// Listen fails with EEXIST; a stale socket is taken over.
+// Listen fails with EEXIST; a live socket without a lock file (another
+// program's, or a listener's whose lock file was removed) stays and still
+// answers, and Listen fails with EADDRINUSE; a stale socket is taken over.
 func TestListenLeavesOtherFiles(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "svc")
@@ -1333,6 +1336,49 @@ func TestListenLeavesOtherFiles(t *testing.T) {
 		t.Fatalf("the lock file now holds %q", b)
 	}
 	os.Remove(lock)
+
+	// A live socket without a lock file: another program's, or a
+	// listener's whose lock file was removed.  Left serving.
+	foreign, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); !errors.Is(err, syscall.EADDRINUSE) || !strings.Contains(err.Error(), "is live") {
+		t.Fatalf("Listen over another program's live socket: %v, want EADDRINUSE", err)
+	}
+	if c, err := net.Dial("unix", path); err != nil {
+		t.Fatalf("the foreign listener no longer answers: %v", err)
+	} else {
+		c.Close()
+	}
+	foreign.Close()
+	first, err := Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Listen(path); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("a second listener of one path, the first's lock file removed: %v, want EADDRINUSE", err)
+	}
+	go func() {
+		if c, err := first.Accept(); err == nil {
+			c.Write([]byte("ping"))
+			c.Close()
+		}
+	}()
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatalf("the first listener no longer answers: %v", err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("the first listener's connection: %q, %v", buf, err)
+	}
+	c.Close()
+	first.Close()
+
 	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)

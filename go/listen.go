@@ -76,10 +76,11 @@ func Listen(service string) (*Listener, error) {
 
 // Listen serves a service name: "<runtime dir>/<name>.sock", a path
 // starting with '/', or an abstract name starting with '@'.  It fails with
-// EADDRINUSE while a live process serves the name; a stale socket left by a
-// dead one is removed, and anything else in the way (a file, a directory, a
-// lock file that is not an empty one) is left alone: Listen then fails with
-// EEXIST.
+// EADDRINUSE while a live process serves the name (it holds the lock file,
+// or its socket at the path accepts connections); a stale socket left by a
+// dead one (a connection to it is refused) is removed, and anything else in
+// the way (a file, a directory, a lock file that is not an empty one) is
+// left alone: Listen then fails with EEXIST.
 func (lc *ListenConfig) Listen(service string) (*Listener, error) {
 	if err := checkOS(); err != nil {
 		return nil, err

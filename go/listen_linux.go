@@ -13,9 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// listen takes the service's lock file (a live server holds it, so a
-// socket found without its lock held is stale), binds the unixpacket socket
-// and starts the accept loop.
+// listen takes the service's lock file (a live rpal server holds it),
+// removes a stale socket left at the path, binds the unixpacket socket and
+// starts the accept loop.
 func (lc *ListenConfig) listen(service string) (*Listener, error) {
 	p, err := ensure()
 	if err != nil {
@@ -38,8 +38,7 @@ func (lc *ListenConfig) listen(service string) (*Listener, error) {
 			return nil, err
 		}
 		l.lock = os.NewFile(uintptr(fd), lockPath)
-		// Holding the lock proves a socket there stale.
-		if err := removeStaleSocket(path); err != nil {
+		if err := removeStaleSocket(path, service); err != nil {
 			l.releaseName(false)
 			l.lock.Close()
 			return nil, err
@@ -103,7 +102,12 @@ func lockFileOurs(fd int, lockPath string) error {
 
 // removeStaleSocket removes the socket at path that a listener which has
 // stopped left; it fails, removing nothing, where anything else is there.
-func removeStaleSocket(path string) error {
+// Our lock says no rpal listener holds the name, not that nobody serves
+// there (a listener whose lock file was removed, another program's
+// socket): only a refused connection shows the socket stale, and any
+// other answer leaves it serving (EADDRINUSE).  unlink, not os.Remove,
+// which would remove an empty directory put there meanwhile.
+func removeStaleSocket(path, service string) error {
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err != nil {
 		if err == unix.ENOENT {
@@ -114,8 +118,40 @@ func removeStaleSocket(path string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
 		return fmt.Errorf("%s is in the way: it is not a socket, and is left alone: %w", path, syscall.EEXIST)
 	}
-	_ = os.Remove(path)
-	return nil
+	err := probeSocket(path)
+	switch err {
+	case unix.ECONNREFUSED:
+		_ = unix.Unlink(path)
+		return nil
+	case unix.ENOENT:
+		return nil
+	case nil:
+		return fmt.Errorf("service %s is in use: its socket %s is live (a connect was accepted), and is left alone: %w",
+			service, path, syscall.EADDRINUSE)
+	}
+	var probe probeError
+	if errors.As(err, &probe) {
+		return fmt.Errorf("cannot probe the socket %s: %w", path, probe.err)
+	}
+	return fmt.Errorf("service %s is in use: its socket %s is live (a connect failed: %v), and is left alone: %w",
+		service, path, err, syscall.EADDRINUSE)
+}
+
+// probeError: no probe could be made (no socket for it).
+type probeError struct{ err error }
+
+func (e probeError) Error() string { return e.err.Error() }
+
+// probeSocket connects to the socket at path and closes the connection at
+// once (a listener of ours drops it as an empty handshake): nil if it was
+// accepted, else the connect error, or a probeError.
+func probeSocket(path string) error {
+	s, err := unix.Socket(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return probeError{err}
+	}
+	defer unix.Close(s)
+	return unix.Connect(s, &unix.SockaddrUnix{Name: path})
 }
 
 // sameFile says whether the file at path (not followed) is fd's.

@@ -69,16 +69,50 @@ static int lock_file_ours(int fd, const char *lockpath)
 			 lockpath);
 }
 
+/*
+ * Does a socket still listen at path?  Our lock says no rpal listener holds
+ * the name, not that nobody serves there: a listener whose lock file was
+ * removed, or another program's socket.  Only a refused connection shows
+ * the file stale; any other answer (accepted, another socket type, a full
+ * backlog, no permission) leaves it alone.  The probe's connection closes
+ * at once: a listener of ours drops it as an empty handshake.  Returns 0
+ * (accepted), the connect error, or -errno where no probe could be made.
+ */
+static int socket_probe(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int s, err = 0;
+
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", path);
+	s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	if (connect(s, (struct sockaddr *)&sa, sizeof(sa)) < 0)
+		err = errno;
+	close(s);
+	return err;
+}
+
 /* Remove the socket at path that a listener which has stopped left; fail,
  * removing nothing, where anything else is there. */
-static int stale_socket_remove(const char *path)
+static int stale_socket_remove(const char *path, const char *service)
 {
 	struct stat st;
+	int err;
 
 	if (lstat(path, &st) < 0)
 		return errno == ENOENT ? 0 : rpal_fail(errno, "cannot look at %s", path);
 	if (!S_ISSOCK(st.st_mode))
 		return rpal_fail(EEXIST, "%s is in the way: it is not a socket, and is left alone", path);
+	err = socket_probe(path);
+	if (err < 0)
+		return rpal_fail(-err, "cannot probe the socket %s", path);
+	if (err == ENOENT)
+		return 0;
+	if (err != ECONNREFUSED)
+		return rpal_fail(EADDRINUSE, "service %s is in use: its socket %s is live (a connect %s%s), "
+				 "and is left alone", service, path, err ? "failed: " : "was accepted",
+				 err ? strerror(err) : "");
 	unlink(path);
 	return 0;
 }
@@ -141,8 +175,7 @@ RPAL_EXPORT int rpal_listen(const char *service, const struct rpal_policy *polic
 			goto fail;
 		}
 		snprintf(l->path, sizeof(l->path), "%s", sa.sun_path);
-		/* Holding the lock proves a socket there stale. */
-		if ((ret = stale_socket_remove(sa.sun_path)) < 0)
+		if ((ret = stale_socket_remove(sa.sun_path, service)) < 0)
 			goto fail;
 	}
 	l->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);

@@ -12,7 +12,10 @@
  * a set the connection is not in) leave their own detail for
  * rpal_strerror(), not an earlier call's of the same errno.  A path
  * service's rpal_listen() removes a stale listener's socket only: a file,
- * a directory or a foreign lock file in the way stay, and it fails EEXIST.
+ * a directory or a foreign lock file in the way stay, and it fails EEXIST;
+ * a live socket there without its lock file (another program's, or an
+ * rpal listener's whose lock file was removed) stays and still answers,
+ * and it fails EADDRINUSE.
  */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -76,6 +79,39 @@ static void listen_paths(void)
 	t_check(e == -EEXIST && !strcmp(file_text(lock), "notes") && access(path, F_OK) < 0,
 		"listen beside a foreign lock file: %d", e);
 	unlink(lock);
+
+	printf("a live socket at the path, with no lock file, is left serving (EADDRINUSE)\n");
+	memcpy(sa.sun_path, path, strlen(path) + 1);     /* well under sun_path's 108 bytes */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	t_check(fd >= 0 && bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 && listen(fd, 4) == 0,
+		"a foreign stream listener");
+	e = rpal_listen(path, NULL);
+	printf("  another program's socket: %s\n", rpal_strerror(e));
+	t_check(e == -EADDRINUSE && strstr(rpal_strerror(e), "is live"), "listen over a live socket: %d", e);
+	t_check(access(lock, F_OK) < 0, "a lock file was left");
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	t_check(probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+		"the foreign listener no longer answers: %s", strerror(errno));
+	close(probe);
+	close(fd);
+	unlink(path);
+
+	int first = t_ok(rpal_listen(path, NULL));
+	t_check(unlink(lock) == 0, "remove the first listener's lock file");
+	e = rpal_listen(path, NULL);
+	printf("  an rpal listener's whose lock file was removed: %s\n", rpal_strerror(e));
+	t_check(e == -EADDRINUSE, "a second listener of one path: %d", e);
+	pthread_t th;
+	void *r;
+	t_check(pthread_create(&th, NULL, t_accept_one, &first) == 0, "pthread_create");
+	int c = rpal_connect(path, NULL, 0);
+	t_check(c >= 0, "the first listener no longer answers: %s", rpal_strerror(c));
+	pthread_join(th, &r);
+	int s = (int)(intptr_t)r;
+	echo_works(c, s, "a second listen");
+	rpal_close(c);
+	rpal_close(s);
+	rpal_close(first);
 
 	printf("a stale socket at the path is taken over\n");
 	memcpy(sa.sun_path, path, strlen(path) + 1);     /* well under sun_path's 108 bytes */
