@@ -775,6 +775,15 @@ void hosted_reexec_with_tunables(int argc, char **argv) {
     setenv("GLIBC_TUNABLES", val, 1);
     setenv(REEXEC_MARK, "1", 1);
     fflush(NULL);
+    /* By the binary's own path where it still has one: the kernel names the
+     * process after the file it executes, and ps, pgrep and top would list
+     * the launcher as "exe". */
+    char self[PATH_MAX];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len > 0) {
+        self[len] = '\0';
+        execv(self, argv);
+    }
     execv("/proc/self/exe", argv);
     fprintf(stderr,
             "rpal hosted: re-exec with GLIBC_TUNABLES failed (%s); static TLS will limit the number "

@@ -8,6 +8,8 @@
 #  2. The same through rpal join from another directory.
 #  3. A symlink to the program pointed elsewhere while it loads (by a library constructor): the
 #     name is still that of the file loaded.
+#  4. The launcher itself (rpal host, after its re-exec for the loader's tunables) is named after
+#     its own file, as ps, pgrep and top show it: "rpal", not "exe".
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 CC=$2
@@ -59,6 +61,10 @@ for _ in $(seq 500); do grep -q listening "$tmp/host.err" 2>/dev/null && break; 
 mkdir "$tmp/elsewhere"
 out=$(cd "$tmp/elsewhere" && timeout 30 "$RPAL" join sn ../self 2>&1)
 [ $? = 0 ] && ok "rpal join: $out" || bad "rpal join: $out"
+want=$(basename "$(realpath "$RPAL")" | cut -c1-15)
+comm=$(cat /proc/$hpid/comm 2>/dev/null)
+[ "$comm" = "$want" ] && ok "the launcher's process name: $comm" ||
+	bad "the launcher's process name: '${comm:-?}', not '$want'"
 kill -TERM $hpid 2>/dev/null
 wait $hpid 2>/dev/null
 
