@@ -393,21 +393,28 @@ static void ps_table(FILE *f, const struct rpal_host *h, double tsc_hz)
 	fputs("host ", f);
 	put_shown(f, host_name, strlen(host_name), 0);
 	fprintf(f, ": pid %d, %d of %d programs loaded\n", (int)getpid(), ns_used(), HOSTED_NNS - 1);
-	fprintf(f, "%8s %-8s %12s %12s %9s %12s  %s\n", "PID", "STATE", "CALLS_IN", "CALLS_OUT",
+	fprintf(f, "%8s %-10s %12s %12s %9s %12s  %s\n", "PID", "STATE", "CALLS_IN", "CALLS_OUT",
 		"HANDOFFS", "CALLEE_MS", "COMMAND");
 	for (int i = 0; i < nprogs; i++) {
 		const struct hprog *hp = &progs[i];
 		const struct rpal_host_prog *bp = &h->progs[hp->idx];
+		const char *state = prog_state(hp, h);
 		uint64_t calls, tsc;
+		char shown[24];
 
+		/* An ended program's exit status, or the signal that killed it. */
+		if (hp->state == P_ENDED && strcmp(state, "failed"))
+			snprintf(shown, sizeof(shown), "%s %d", state, hp->signal ? hp->signal : hp->status);
+		else
+			snprintf(shown, sizeof(shown), "%s", state);
 		rpal_host_prog_calls(bp, &calls, &tsc);
-		fprintf(f, "%8d %-8s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), prog_state(hp, h),
+		fprintf(f, "%8d %-10s %12llu %12llu %9llu %12.3f ", hosted_pid(hp->p), shown,
 			(unsigned long long)calls, (unsigned long long)rpal_host_prog_calls_out(bp),
 			(unsigned long long)atomic_load(&bp->handoffs), tsc_hz > 0 ? (double)tsc * 1e3 / tsc_hz : 0);
 		ps_argv_table(f, hp->argc, hp->argv);
 	}
 	if (loading) {
-		fprintf(f, "%8s %-8s %12d %12d %9d %12.3f ", "-", "loading", 0, 0, 0, 0.0);
+		fprintf(f, "%8s %-10s %12d %12d %9d %12.3f ", "-", "loading", 0, 0, 0, 0.0);
 		ps_argv_table(f, (int)loading->rq.argc, loading->argv);
 	}
 }
@@ -1569,7 +1576,8 @@ int cmd_ps(int argc, char **argv)
 "usage: rpal ps NAME [--json]\n"
 "\n"
 "Lists the programs of host NAME: pid, state (loading, with no pid yet;\n"
-"running, exited, killed, failed), RPAL calls into and out of each, system calls handed back to it\n"
+"running, exited N with its exit status, killed N with the signal, failed), RPAL\n"
+"calls into and out of each, system calls handed back to it\n"
 "from calls (handoffs), and the CPU time its code ran on callers' threads.\n"
 "--json: {\"host\": {\"name\", \"pid\", \"programs_loaded\", \"programs_max\"},\n"
 "\"programs\": [{\"pid\", \"argv\" (its first 600 bytes, with a NUL each), \"state\",\n"

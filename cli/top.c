@@ -198,10 +198,12 @@ static int usage(FILE *f)
 "  -h, --help           this text\n"
 "\n"
 "Keys: q quits; m, b, w, s, p sort as --sort does.\n"
-"Columns: OUT/s and IN/s messages, INQ messages the peer sent that are not yet\n"
-"received (- where the peer's page is not found), BYTES/s both ways, WAKE%% the\n"
-"share of sent messages that needed a wake-up system call, SLEEP/s, FULL/s\n"
-"sends that met a full ring, SPIN%% the share of the interval spent spinning.\n");
+"Columns: PID and NAME the process, CONN its connection's number (not a count),\n"
+"PEER the peer's pid, SERVICE the name; OUT/s and IN/s messages, INQ messages\n"
+"the peer sent that are not yet received (- where the peer's page is not\n"
+"found), BYTES/s both ways, WAKE%% the share of sent messages that needed a\n"
+"wake-up system call, WAKE/s those calls, SLEEP/s, FULL/s sends that met a\n"
+"full ring, SPIN%% the share of the interval spent spinning (see rpal-top(1)).\n");
 	return f == stdout ? 0 : 2;
 }
 

@@ -3,7 +3,8 @@
 # joiner passes signals on to that pid (and its process group) until it exits, and a pid reaped
 # before then could name another process by the time a signal comes.
 #  1. A program that exits 3 after 0.3 s, its joiner stopped (SIGSTOP) meanwhile: 1 s later the
-#     program's process is a zombie of the host (state Z), rpal ps says "exited"; after SIGCONT
+#     program's process is a zombie of the host (state Z), rpal ps says "exited" (its table
+#     "exited 3", the exit status); after SIGCONT
 #     the joiner exits 3 and the host reaps the process (its pid is gone).
 #  2. The same with the joiner killed (SIGKILL) while stopped: the host reaps at once.
 #  3. A host stopped (SIGTERM) while a joiner of an ended program is stopped: it waits for it at
@@ -38,10 +39,11 @@ start_host jx
 join_stopped jx
 sleep 1
 st=$(pstate "$pid") ps=$("$RPAL" ps jx --json | grep -o "\"pid\": $pid, [^}]*\"state\": \"[a-z]*\"" | grep -o '"state": "[a-z]*"')
-if [ -n "$pid" ] && [ "$st" = Z ] && [ "$ps" = '"state": "exited"' ]; then
-	ok "with its joiner stopped, the ended program (pid $pid) is held: state $st, rpal ps $ps"
+row=$("$RPAL" ps jx | awk -v p="$pid" '$1 == p { print $2, $3 }')
+if [ -n "$pid" ] && [ "$st" = Z ] && [ "$ps" = '"state": "exited"' ] && [ "$row" = "exited 3" ]; then
+	ok "with its joiner stopped, the ended program (pid $pid) is held: state $st, rpal ps $ps, table '$row'"
 else
-	bad "with its joiner stopped, the ended program (pid ${pid:-?}): state ${st:-gone}, rpal ps ${ps:-?}"
+	bad "with its joiner stopped, the ended program (pid ${pid:-?}): state ${st:-gone}, rpal ps ${ps:-?}, table '$row'"
 fi
 kill -CONT $j
 wait $j

@@ -122,9 +122,9 @@ args=($'\xc0\xaf' $'\xed\xa0\x80' $'\xf4\x90\x80\x80' $'\xe2(\xa1' $'\x80' $'\a'
 	' lead' 'trail ' '' $'\xc3\xa9\xe4\xb8\xad\xf0\x9f\x98\x80' "$row")
 timeout 20 "$RPAL" join "$name" "$PD/hosted_prog_exit" main 0 "${args[@]}" >/dev/null 2>&1
 timeout 10 "$RPAL" ps "$name" >"$tmp/ps.out" 2>&1
-# The command column: after the 67 bytes of the other columns and a space.
+# The command column: after the 69 bytes of the other columns and a space.
 lines=$(wc -l <"$tmp/ps.out")
-col=$(sed -n 3p "$tmp/ps.out" | cut -c69-)
+col=$(sed -n 3p "$tmp/ps.out" | cut -c71-)
 got=${col#"$PD/hosted_prog_exit main 0 "}
 want='\xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80 \xe2(\xa1 \x80 \x07 \x1b[31m a\x09b a\x0ab a\x0db \x7f'
 want+=' \u{85} \u{202e} \u{2066} \u{2028} \u{2029} \u{a0} \u{200b} a\\b x\x20\x20\x20y \x20lead trail\x20 '"''"

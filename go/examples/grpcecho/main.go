@@ -10,7 +10,7 @@
 //	go run . -stopped 30         # 30 clients stopped mid-call; does another get through?
 //	go run . -both               # one address: rpal to a local server, TCP to a TCP-only one
 //	go run . -serve both :8080   # serve TCP port 8080, and rpal for local clients
-//	go run . -dial host:8080     # call it: over rpal on its machine, TCP elsewhere
+//	go run . -dial host:8080     # call it -n times, back to back: over rpal on its machine, TCP elsewhere
 //
 // The service has one unary method, /rpal.Echo/Echo, whose messages are raw
 // bytes (a pass-through codec: no protobuf code generation needed).  The
@@ -235,9 +235,9 @@ func main() {
 	hogFlag := flag.String("hog", "", "be one of -stopped's clients, of the rpal service given")
 	bothFlag := flag.Bool("both", false, "instead of the benchmark: check that one dialer reaches a server on this machine over rpal and a TCP-only one over TCP")
 	dialFlag := flag.String("dial", "", "instead of the benchmark: call the echo service at this gRPC target (host:port) and say which transport was used")
-	n := flag.Int("n", 20000, "requests per transport")
+	n := flag.Int("n", 20000, "requests per transport (the benchmark); calls made by -dial")
 	size := flag.Int("size", 32, "request and response payload bytes")
-	rate := flag.Float64("rate", 0, "calls per second, each started at a fixed time (0: back to back)")
+	rate := flag.Float64("rate", 0, "the benchmark's calls per second, each started at a fixed time (0: back to back; -dial's calls always are)")
 	order := flag.String("transports", "unix,rpal,unix,rpal", "transports to run, in order")
 	flag.Parse()
 	if *serveFlag != "" {
