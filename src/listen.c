@@ -75,7 +75,7 @@ static int lock_file_ours(int fd, const char *lockpath)
  * removed, or another program's socket.  Only a refused connection shows
  * the file stale; any other answer (accepted, another socket type, a full
  * backlog, no permission) leaves it alone.  The probe's connection closes
- * at once: a listener of ours drops it as an empty handshake.  Returns 0
+ * at once: a listener of ours drops it without a word (pending_step).  Returns 0
  * (accepted), the connect error, or -errno where no probe could be made.
  */
 static int socket_probe(const char *path)
@@ -252,7 +252,8 @@ static void pending_drop(struct rpal_listener *l, unsigned i)
 	l->pending[i] = l->pending[--l->nr_pending];
 }
 
-/* Try to finish pending handshake i.  1: done (*out set), 0: not yet, <0: failed (dropped). */
+/* Try to finish pending handshake i.  1: done (*out set), 0: not yet, or the client went
+ * away before its hello (dropped), <0: failed (dropped). */
 static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 {
 	int sock = l->pending[i].fd, fds[3], nfds, n, ret, bell, ring, pagefd = -1;
@@ -278,9 +279,19 @@ static int pending_step(struct rpal_listener *l, unsigned i, int *out)
 		return rpal_fail(ETIMEDOUT, "a client connected but sent no hello within %u ms",
 				 rpal_g.cfg.handshake_ms);
 	}
+	if (n == -ECONNRESET) {
+		/* Nothing read: the client went away, or sent an empty message.
+		 * Gone without a word is nothing to report: a probe of whether
+		 * the name is served (stale_socket_remove) is one. */
+		struct pollfd hup = { .fd = sock, .events = POLLRDHUP };
+		bool gone = poll(&hup, 1, 0) == 1 && (hup.revents & (POLLHUP | POLLRDHUP));
+
+		pending_drop(l, i);
+		return gone ? 0 : rpal_fail(EPROTO, "a client's hello was an empty message");
+	}
 	if (n < 0) {
 		pending_drop(l, i);
-		return rpal_fail(-n, "a client hung up during the handshake");
+		return rpal_fail(-n, "a client's hello could not be read");
 	}
 	ret = cred_check(sock, &l->policy, &uc, why, sizeof(why));
 	if (ret) {

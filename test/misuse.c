@@ -15,7 +15,8 @@
  * a directory or a foreign lock file in the way stay, and it fails EEXIST;
  * a live socket there without its lock file (another program's, or an
  * rpal listener's whose lock file was removed) stays and still answers,
- * and it fails EADDRINUSE.
+ * and it fails EADDRINUSE; the connection it probed with is no news to
+ * that listener's rpal_accept().
  */
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -101,6 +102,8 @@ static void listen_paths(void)
 	e = rpal_listen(path, NULL);
 	printf("  an rpal listener's whose lock file was removed: %s\n", rpal_strerror(e));
 	t_check(e == -EADDRINUSE, "a second listener of one path: %d", e);
+	e = rpal_accept(first, RPAL_NONBLOCK);
+	t_check(e == -EAGAIN, "the probe's connection reached the first listener's accept: %s", rpal_strerror(e));
 	pthread_t th;
 	void *r;
 	t_check(pthread_create(&th, NULL, t_accept_one, &first) == 0, "pthread_create");
