@@ -1579,9 +1579,21 @@ static int start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t
         seterr(err, errlen, "%s: clone: %s", p->path, strerror(errno));
         return -1;
     }
-    /* The new process runs on this thread's TCB until it says so: wait without touching TLS. */
-    while (!atomic_load(&p->spawned))
-        raw6(SYS_futex, (long)&p->spawned, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
+    /* The new process runs on this thread's TCB until it says so: wait without touching TLS.  A
+     * process killed before it said so never will: look for its end every 10 ms (without reaping
+     * it, which the failure path below does). */
+    siginfo_t died;
+    while (!atomic_load(&p->spawned)) {
+        struct timespec tick = { 0, 10 * 1000 * 1000 };
+        raw6(SYS_futex, (long)&p->spawned, FUTEX_WAIT_PRIVATE, 0, (long)&tick, 0, 0);
+        if (atomic_load(&p->spawned)) break;
+        died.si_pid = 0;
+        if (raw6(SYS_waitid, P_PID, pid, (long)&died, WEXITED | WNOHANG | WNOWAIT, 0, 0) == 0 &&
+            died.si_pid == pid) {
+            if (!atomic_load(&p->spawned)) p->create_rc = ECHILD; /* else its own word stands */
+            break;
+        }
+    }
     p->pid = pid;
     p->spawn = NULL;
     if (p->create_rc) {
@@ -1592,6 +1604,11 @@ static int start_spawn(hosted_prog *p, const hosted_spawn *sp, char *err, size_t
         p->pid = 0;
         if (rc == ESRCH) seterr(err, errlen, "%s: the launcher went away", p->path);
         else if (rc == EBADF) seterr(err, errlen, "%s: cannot set up its standard descriptors", p->path);
+        else if (rc == ECHILD && died.si_code != CLD_EXITED)
+            seterr(err, errlen, "%s: its process was killed by signal %d before it started", p->path,
+                   died.si_status);
+        else if (rc == ECHILD)
+            seterr(err, errlen, "%s: its process ended before it started", p->path);
         else if (rc == ENOENT && sp && sp->cwd)
             seterr(err, errlen, "%s: cannot enter its working directory %s", p->path, sp->cwd);
         else seterr(err, errlen, "%s: pthread_create: %s", p->path, strerror(rc));
