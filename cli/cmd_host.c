@@ -55,6 +55,8 @@
 
 #define JOIN_MAGIC "RPALJOIN"
 #define JOIN_VERSION 1u
+#define JOIN_MAX_ARGS 4096u     /* arguments of a program a host takes */
+#define JOIN_MAX_ENV 65536u     /* environment strings */
 #define JOIN_MAX (256u << 10)    /* a request: argv and environment */
 #define REPLY_MAX (64u << 10)   /* a reply: ps of 15 programs */
 #define JOIN_ANSWER_S 30        /* rpal join waits this long for STARTED or ERROR (RPAL_JOIN_TIMEOUT) */
@@ -690,7 +692,7 @@ static void join(struct rpal_host *h, int client, const char *msg, size_t n, int
 	memcpy(&j->rq, j->msg, sizeof(j->rq));
 	cur = j->msg + sizeof(j->rq);
 	end = j->msg + n;
-	if (j->rq.version != JOIN_VERSION || j->rq.argc < 1 || j->rq.argc > 4096 || j->rq.envc > 65536 ||
+	if (j->rq.version != JOIN_VERSION || j->rq.argc < 1 || j->rq.argc > JOIN_MAX_ARGS || j->rq.envc > JOIN_MAX_ENV ||
 	    j->rq.nrlimits > 16 || !(j->argv = calloc(j->rq.argc + 1, sizeof(*j->argv))) ||
 	    !(j->env = calloc(j->rq.envc + 1, sizeof(*j->env))) || !take_strings(&cur, end, &j->cwd, 1) ||
 	    !take_strings(&cur, end, &j->path, 1) || !take_strings(&cur, end, j->argv, j->rq.argc) ||
@@ -1427,6 +1429,12 @@ int cmd_join(int argc, char **argv)
 	rq.argc = (uint32_t)(argc - 2);
 	for (char **e = environ; *e; e++)
 		rq.envc++;
+	if (rq.argc > JOIN_MAX_ARGS || rq.envc > JOIN_MAX_ENV) {
+		fprintf(stderr, "rpal join: %u %s: a host takes at most %u arguments and %u environment strings\n",
+			rq.argc > JOIN_MAX_ARGS ? rq.argc : rq.envc,
+			rq.argc > JOIN_MAX_ARGS ? "arguments" : "environment strings", JOIN_MAX_ARGS, JOIN_MAX_ENV);
+		return 2;
+	}
 	rq.umask = (int32_t)umask(022);
 	umask((mode_t)rq.umask);
 	sigprocmask(SIG_SETMASK, NULL, &mask);

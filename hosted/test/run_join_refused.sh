@@ -8,6 +8,7 @@
 #  4. A join of a FIFO is refused at once, and the host answers `rpal ps` meanwhile.
 #  5. Requests built by hand: 16 with a working directory that does not exist are refused
 #     before loading (a good join then starts); an umask out of range is refused.
+#  6. A join with more arguments than a host takes (5000) is refused by rpal join, saying why.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -107,6 +108,11 @@ PY
 else
 	echo "SKIP (part): no python3 to build join requests by hand"
 fi
+
+out=$(timeout 20 "$RPAL" join r "$PD/hosted_prog_exit" $(seq 4999) 2>&1)
+rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "5000 arguments: a host takes at most 4096 arguments" &&
+	ok "5000 arguments refused: $out" || bad "5000 arguments: rc $rc: $out"
 
 kill -TERM $hpid
 for _ in $(seq 1000); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
