@@ -964,6 +964,7 @@ int cmd_host(int argc, char **argv)
 	sigset_t sigs;
 	int lfd, sfd, stopping = 0;
 	uint64_t stop_deadline = 0;
+	bool load_abandoned = false;
 	double tsc_hz;
 
 	hosted_reexec_with_tunables(argc, argv - 1);
@@ -1103,16 +1104,23 @@ int cmd_host(int argc, char **argv)
 		}
 		for (int i = 0; i < nprogs; i++)
 			running += progs[i].state == P_RUNNING || progs[i].held;
-		if (stopping && !running && !loading)
+		if (stopping && !running && (!loading || load_abandoned))
 			break;
 		if (stopping && mono_ns() > stop_deadline) {
-			/* A joiner that does not hang up (stopped: Ctrl-Z) holds the host no longer. */
+			/* A joiner that does not hang up (stopped: Ctrl-Z) holds the host no longer, and
+			 * neither does a load that never ends (a constructor that waits for ever, or the
+			 * dynamic linker's lock held by a program killed inside it). */
 			hold_ended = false;
 			for (int i = 0; i < nprogs; i++)
 				if (progs[i].state == P_RUNNING)
 					kill(hosted_pid(progs[i].p), SIGKILL);
 				else if (progs[i].held)
 					release(&progs[i]);
+			if (loading) {
+				fprintf(stderr, "rpal host %s: the load of %s did not end within 5 s of the stop: "
+					"stopping without it\n", host_name, loading->path);
+				load_abandoned = true;
+			}
 			stop_deadline = UINT64_MAX;
 		}
 	}

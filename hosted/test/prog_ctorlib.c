@@ -5,8 +5,11 @@
 
 const char *ctorlib_saw;
 
-/* CTOR_MODE=libslow: a load that takes 2 s (the launcher waits in dlmopen meanwhile). */
+/* CTOR_MODE=libslow: a load that takes 2 s (the launcher waits in dlmopen meanwhile);
+ * libstuck: one that never ends. */
 __attribute__((constructor)) static void ctorlib_init(void) {
     ctorlib_saw = getenv("CTOR_MODE");
     if (ctorlib_saw && !strcmp(ctorlib_saw, "libslow")) sleep(2);
+    if (ctorlib_saw && !strcmp(ctorlib_saw, "libstuck"))
+        for (;;) pause();
 }

@@ -4,7 +4,9 @@
 #  1. rpal ps answers within 1 s while it loads, and lists it as loading (the table and --json);
 #  2. a join that comes meanwhile waits for that load, then starts, and both programs run;
 #  3. a host told to stop during a load stops once it is done, and that join is refused with a
-#     sentence that says so.
+#     sentence that says so;
+#  4. a host told to stop during a load that never ends (CTOR_MODE=libstuck) stops 5 s later
+#     without it, saying so, and that joiner is told the host went away.
 # Prints what it checks; exits 0 pass, 1 fail.
 set -u
 RPAL=$1 PD=$2
@@ -65,4 +67,25 @@ kill -0 $hpid 2>/dev/null && bad "the host still runs $ms ms after SIGTERM" ||
 [ $rc -ne 0 ] && grep -q 'host "slow" is stopping' "$tmp/late.out" &&
 	ok "the join whose load it waited for is refused (exit $rc): $(cat "$tmp/late.out")" ||
 	bad "the join during the stop: exit $rc: $(cat "$tmp/late.out")"
+
+# ---- 4
+start_host slow
+CTOR_MODE=libstuck "$RPAL" join slow "$PD/hosted_prog_ctor" stuck </dev/null >"$tmp/stuck.out" 2>&1 &
+stuck=$!
+loading || bad "rpal ps never listed the stuck program as loading"
+kill -TERM $hpid
+t0=$(now)
+for _ in $(seq 1500); do kill -0 $hpid 2>/dev/null || break; sleep 0.01; done
+ms=$((($(now) - t0) / 1000000))
+if kill -0 $hpid 2>/dev/null; then
+	bad "the host still runs $ms ms after SIGTERM during a load that never ends"
+	kill -9 $hpid
+else
+	grep -q "did not end within 5 s of the stop: stopping without it" "$tmp/slow.err" &&
+		ok "the host told to stop during a load that never ends stopped $ms ms later: $(grep 'did not end' "$tmp/slow.err")" ||
+		bad "the host stopped without saying why: $(cat "$tmp/slow.err")"
+fi
+wait $stuck
+rc=$?
+[ $rc -ne 0 ] && ok "its joiner exits $rc: $(cat "$tmp/stuck.out")" || bad "its joiner: exit $rc: $(cat "$tmp/stuck.out")"
 exit $fail
