@@ -11,9 +11,6 @@ set -u
 RPAL=$1 CC=$2
 . "$(dirname "$0")/hostlib.sh"
 
-cat >"$tmp/quick.c" <<'C'
-int main(void) { return 0; }
-C
 cat >"$tmp/killer.c" <<'C'
 /* killer HOSTPID NAME: SIGKILL every child of HOSTPID named NAME as soon as /proc shows it. */
 #include <dirent.h>
@@ -50,7 +47,7 @@ int main(int argc, char **argv) {
     }
 }
 C
-"$CC" -fPIE -pie -rdynamic -o "$tmp/quick" "$tmp/quick.c" && "$CC" -O2 -o "$tmp/killer" "$tmp/killer.c" ||
+"$CC" -fPIE -pie -rdynamic -o "$tmp/quick" "$tmp/exit0.c" && "$CC" -O2 -o "$tmp/killer" "$tmp/killer.c" ||
 	{ bad "cannot build"; exit 1; }
 [ -r /proc/self/task/$$/children ] || { echo "SKIP: no /proc/PID/task/TID/children here"; exit 77; }
 

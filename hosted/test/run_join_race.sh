@@ -16,9 +16,6 @@ set -u
 RPAL=$1 CC=$2
 . "$(dirname "$0")/hostlib.sh"
 
-cat >"$tmp/exit0.c" <<'C'
-int main(void) { return 0; }
-C
 # cutter FILE MS: FILE cut to 64 bytes and written whole again, for MS milliseconds.
 cat >"$tmp/cutter.c" <<'C'
 #include <fcntl.h>
