@@ -543,7 +543,7 @@ void block_retire(struct rpal_block *b);   /* a reading peer sees it is no longe
 void block_destroy(struct rpal_block *b);
 int ring_reserve_slow(struct rpal_conn *c);
 void ring_publish(struct rpal_conn *c, const void *data, uint32_t len, uint64_t addr, uint32_t flags);
-int ring_peek(struct rpal_conn *c, struct rpal_slot *out);   /* 1 ready, 0 empty, <0 violation */
+int ring_peek(struct rpal_conn *c, struct rpal_slot *out, void *dst, size_t room); /* 1 ready, 0 empty, <0 violation */
 int ring_check_buf_copy(struct rpal_conn *c);                /* after copying a buffer: 0 or -EPROTO */
 bool ring_published(struct rpal_conn *c, uint64_t idx);
 bool ring_writable(const struct rpal_conn *c, uint64_t *head);

@@ -333,7 +333,7 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	for (;;) {
 		bool eof;
 
-		r = ring_peek(c, &s);
+		r = ring_peek(c, &s, buf, len);
 		if (r < 0)
 			return r;
 		if (r == 1)
@@ -347,7 +347,6 @@ RPAL_EXPORT RPAL_HOT ssize_t rpal_recv(int fd, void *buf, size_t len, int flags)
 	if (s.len > len)
 		return rpal_fail(EMSGSIZE, "message of %u bytes does not fit in %zu", s.len, len);
 	if (s.flags == RPAL_SLOT_INLINE) {
-		copy_inline(buf, s.data, s.len);
 		ring_consume(c, s.len);
 		notify_peer_tx(c, false);
 	} else {
@@ -387,14 +386,13 @@ RPAL_EXPORT RPAL_WARM int rpal_recv_msg(int fd, struct rpal_msg *msgs, unsigned 
 		while (got < n) {
 			struct rpal_msg *m = &msgs[got];
 
-			r = ring_peek(c, &s);
+			r = ring_peek(c, &s, m->inline_copy, sizeof(m->inline_copy));
 			if (r < 0)
 				return got ? (int)got : r;   /* the error stays for the next call */
 			if (r == 0)
 				break;
 			m->len = s.len;
 			if (s.flags == RPAL_SLOT_INLINE) {
-				copy_inline(m->inline_copy, s.data, s.len);
 				m->data = m->inline_copy;
 				m->flags = 0;
 				m->token = 0;

@@ -149,10 +149,14 @@ static RPAL_WARM __attribute__((noinline)) int buf_pages_check(struct rpal_conn 
 }
 
 /*
- * Copy the next slot into *out and validate it.  1: a message; 0: empty;
- * -EPROTO: the peer broke the protocol (sticky).
+ * Copy the next slot's header (all but data[]) into *out and validate it;
+ * an inline payload goes straight to dst if it fits in room bytes (else the
+ * caller fails with EMSGSIZE and the message stays).  Not through out->data:
+ * reading a payload back from a copy on the stack, at offsets other than
+ * those it was stored at, stalls on store forwarding.  1: a message; 0:
+ * empty; -EPROTO: the peer broke the protocol (sticky).
  */
-RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
+RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out, void *dst, size_t room)
 {
 	const struct rpal_slot *s;
 	uint32_t seq, want = (uint32_t)(c->rx_head + 1);
@@ -178,7 +182,10 @@ RPAL_HOT int ring_peek(struct rpal_conn *c, struct rpal_slot *out)
 		}
 		return violation(c, "slot sequence out of order", seq);
 	}
-	memcpy(out, s, sizeof(*out));
+	memcpy(out, s, offsetof(struct rpal_slot, data));
+	/* The length as copied: the peer may change the slot meanwhile. */
+	if (out->flags == RPAL_SLOT_INLINE && out->len <= sizeof(s->data) && out->len <= room)
+		copy_inline(dst, s->data, out->len);
 	/* The nonce after the copy (as ring_check_buf_copy does): a block
 	 * freed and reused while we copied shows here (block_retire). */
 	atomic_thread_fence(memory_order_acquire);
