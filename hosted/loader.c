@@ -3,11 +3,14 @@
  * Steps for one program (hosted_load, hosted_start):
  *  1. Copy the executable into a memfd with DF_1_PIE cleared in DT_FLAGS_1 (glibc refuses to dlopen
  *     an object flagged PIE), validating every offset of the ELF header, program headers and the
- *     dynamic section against the file size.  The file is read, never mapped, and the memfd is
+ *     dynamic section against the file size, the tables the dynamic section names against its
+ *     loadable segments, and the version tables.  The file is read, never mapped, and the memfd is
  *     sealed: neither can be cut short under the launcher (SIGBUS).
  *     Its initializers (DT_INIT, DT_INIT_ARRAY, DT_PREINIT_ARRAY) are hidden from the dynamic linker,
  *     and $ORIGIN in its library names and search paths is expanded to its own directory.
- *  2. dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
+ *  2. Rehearse the load in a child (the dynamic linker in trace mode, binding every relocation but
+ *     running no constructor): a file that crashes the linker is refused there.
+ *     dlmopen(LM_ID_NEWLM, "/proc/self/fd/N", RTLD_NOW|RTLD_LOCAL): a fresh namespace with its own
  *     libc copy (own malloc, stdio, errno, exit handlers).  Its libraries' constructors run here.
  *  3. Look up the namespace's own main, exit, _exit, pthread_create/join, environ and
  *     program_invocation_name; set environ and the program name.
@@ -30,9 +33,11 @@
 #include <limits.h>
 #include <link.h>
 #include <linux/futex.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +51,7 @@
 #include <sys/xattr.h>
 #include <sys/wait.h>
 #include <sched.h>
+#include <time.h>
 #include <signal.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -197,6 +203,82 @@ static uint64_t dynsym_count(const unsigned char *buf, size_t size, const Elf64_
         nsyms = last;
     }
     return nsyms > (1u << 24) ? 0 : nsyms;
+}
+
+/* The NUL-terminated string at offset off of the string table str (strsz bytes), or NULL. */
+static const char *str_at(const char *str, uint64_t strsz, uint64_t off) {
+    return str && off < strsz && memchr(str + off, 0, strsz - off) ? str + off : NULL;
+}
+
+/*
+ * What is wrong with the version tables, or NULL.  The dynamic linker walks DT_VERNEED's and
+ * DT_VERDEF's entries by their next offsets until one is 0, reads their names, asserts that each
+ * library a version is needed from is a DT_NEEDED one, and indexes an array as long as the highest
+ * version index by every DT_VERSYM entry: none of it bounded by what the file holds.
+ */
+#define VERSION_ENTRIES_MAX 4096u
+static const char *versions_damaged(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
+                                    const unsigned char *dynp, size_t ndyn, uint64_t strtab,
+                                    uint64_t strsz, uint64_t nsyms) {
+    uint64_t verneed = 0, verdef = 0, versym = 0, ndx_high = 0;
+    Elf64_Dyn d;
+    for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++) {
+        if (d.d_tag == DT_VERNEED) verneed = d.d_un.d_ptr;
+        else if (d.d_tag == DT_VERDEF) verdef = d.d_un.d_ptr;
+        else if (d.d_tag == DT_VERSYM) versym = d.d_un.d_ptr;
+    }
+    if (!verneed && !verdef) return NULL;
+    const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
+    if (!str) return "its string table is outside the file";
+    unsigned budget = VERSION_ENTRIES_MAX;
+    for (uint64_t at = verneed; at; budget--) {
+        Elf64_Verneed vn;
+        const unsigned char *p = at_vaddr(buf, size, eh, at, sizeof vn);
+        if (!p || !budget) return "a needed-version entry (DT_VERNEED) is outside the file";
+        memcpy(&vn, p, sizeof vn);
+        const char *file = str_at(str, strsz, vn.vn_file);
+        if (!file) return "a needed-version entry names no string";
+        int needed = 0;
+        for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++) {
+            const char *name = d.d_tag == DT_NEEDED ? str_at(str, strsz, d.d_un.d_val) : NULL;
+            if (name && !strcmp(name, file)) needed = 1;
+        }
+        if (!needed) return "versions are needed from a library it does not need (DT_NEEDED)";
+        for (uint64_t a = at + vn.vn_aux;; budget--) {
+            Elf64_Vernaux va;
+            if (!budget || !(p = at_vaddr(buf, size, eh, a, sizeof va)))
+                return "a needed-version entry (DT_VERNEED) is outside the file";
+            memcpy(&va, p, sizeof va);
+            if (!str_at(str, strsz, va.vna_name)) return "a needed version names no string";
+            if ((va.vna_other & 0x7fff) > ndx_high) ndx_high = va.vna_other & 0x7fff;
+            if (!va.vna_next) break;
+            a += va.vna_next;
+        }
+        at = vn.vn_next ? at + vn.vn_next : 0;
+    }
+    for (uint64_t at = verdef; at; budget--) {
+        Elf64_Verdef vd;
+        Elf64_Verdaux vda;
+        const unsigned char *p = at_vaddr(buf, size, eh, at, sizeof vd);
+        if (!p || !budget) return "a version definition (DT_VERDEF) is outside the file";
+        memcpy(&vd, p, sizeof vd);
+        if (!(p = at_vaddr(buf, size, eh, at + vd.vd_aux, sizeof vda)))
+            return "a version definition (DT_VERDEF) is outside the file";
+        memcpy(&vda, p, sizeof vda);
+        if (!str_at(str, strsz, vda.vda_name)) return "a version definition names no string";
+        if ((vd.vd_ndx & 0x7fff) > ndx_high) ndx_high = vd.vd_ndx & 0x7fff;
+        at = vd.vd_next ? at + vd.vd_next : 0;
+    }
+    if (versym && nsyms) {
+        const unsigned char *v = at_vaddr(buf, size, eh, versym, nsyms * 2);
+        if (!v) return "its symbol versions (DT_VERSYM) are outside the file";
+        for (uint64_t i = 0; i < nsyms; i++) {
+            uint16_t x;
+            memcpy(&x, v + i * 2, 2);
+            if ((x & 0x7fff) > (ndx_high > 1 ? ndx_high : 1)) return "a symbol's version index is out of range";
+        }
+    }
+    return NULL;
 }
 
 /* 1 when the dynamic symbol table defines a global or weak function main of default visibility:
@@ -533,6 +615,50 @@ static int check_exe_tls(const unsigned char *buf, size_t size, const Elf64_Ehdr
     return 0;
 }
 
+/* Is [addr, addr + len) inside one loadable segment's memory? */
+static int in_segment(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t addr, uint64_t len) {
+    for (unsigned i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_LOAD && addr >= ph.p_vaddr && addr - ph.p_vaddr <= ph.p_memsz &&
+            len <= ph.p_memsz - (addr - ph.p_vaddr))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * The tag of the first table the dynamic section places outside the loadable segments, or -1.
+ * The dynamic linker reads each where the program is mapped plus its address, and one outside
+ * reads or writes whatever the launcher has mapped there.  A table's size, where a tag gives it,
+ * must fit too.
+ */
+static int64_t dyn_table_outside(const unsigned char *buf, const Elf64_Ehdr *eh, const Elf64_Dyn *dyn,
+                                 size_t ndyn) {
+    static const struct { int64_t tag, size_tag; } tables[] = {
+        { DT_STRTAB, DT_STRSZ },   { DT_SYMTAB, 0 },         { DT_RELA, DT_RELASZ },
+        { DT_REL, DT_RELSZ },      { DT_JMPREL, DT_PLTRELSZ }, { DT_RELR, DT_RELRSZ },
+        { DT_INIT_ARRAY, DT_INIT_ARRAYSZ }, { DT_FINI_ARRAY, DT_FINI_ARRAYSZ },
+        { DT_PREINIT_ARRAY, DT_PREINIT_ARRAYSZ }, { DT_HASH, 0 }, { DT_GNU_HASH, 0 },
+        { DT_VERSYM, 0 },          { DT_VERNEED, 0 },        { DT_VERDEF, 0 },
+        { DT_PLTGOT, 0 },          { DT_INIT, 0 },           { DT_FINI, 0 },
+    };
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        uint64_t addr = 0, len = 0;
+        int have = 0;
+        for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; i++) {
+            if (dyn[i].d_tag == tables[t].tag) {
+                addr = dyn[i].d_un.d_ptr;
+                have = 1;
+            } else if (tables[t].size_tag && dyn[i].d_tag == tables[t].size_tag) {
+                len = dyn[i].d_un.d_val;
+            }
+        }
+        if (have && !in_segment(buf, eh, addr, len)) return tables[t].tag;
+    }
+    return -1;
+}
+
 int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t errlen) {
     int fd = -1, mfd = -1;
     unsigned char *buf = MAP_FAILED;
@@ -661,6 +787,14 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         goto fail;
     }
     size_t ndyn = dph.p_filesz / sizeof(Elf64_Dyn);
+    /* Before the initializers' tags are hidden below. */
+    int64_t outside = dyn_table_outside(buf, &eh, (const Elf64_Dyn *)(buf + dph.p_offset), ndyn);
+    if (outside >= 0) {
+        seterr(err, errlen,
+               "%s: the file is damaged: its dynamic section places a table (tag %#llx) outside its "
+               "loadable segments", path, (unsigned long long)outside);
+        goto fail;
+    }
     int found_null = 0, needed = 0;
     uint64_t symtab = 0, strtab = 0, strsz = 0, hash = 0, gnu_hash = 0;
     for (size_t i = 0; i < ndyn; i++) {
@@ -696,6 +830,12 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
     if (!interp && !needed) {
         seterr(err, errlen, "%s: statically linked: a hosted program is linked dynamically (with -fPIE -pie)",
                path);
+        goto fail;
+    }
+    const char *bad_versions = versions_damaged(buf, size, &eh, buf + dph.p_offset, ndyn, strtab, strsz,
+                                                dynsym_count(buf, size, &eh, hash, gnu_hash));
+    if (bad_versions) {
+        seterr(err, errlen, "%s: the file is damaged: %s", path, bad_versions);
         goto fail;
     }
     if (!exports_main(buf, size, &eh, symtab, strtab, strsz, hash, gnu_hash)) {
@@ -1100,8 +1240,8 @@ int hosted_code_ranges(const hosted_prog *p, uintptr_t *lo, uintptr_t *hi, int m
  * lease from before the load until the program's process has started: an open for writing (cp,
  * truncate) then waits until then (a blocking open) or fails (a non-blocking one, as truncate(1)
  * makes), and the program, once running, is the only one its file can hurt.  A rename over a library, as package managers and
- * install(1) replace files, never touched the mapped one.  The list comes from the dynamic
- * linker's own --list in a child, with the launcher's environment: the one it searches with. */
+ * install(1) replace files, never touched the mapped one.  The list comes from the load rehearsed
+ * in a child (rehearse_load), with the launcher's environment: the one the linker searches with. */
 
 static void leases_release(struct leases *l) {
     for (int i = 0; i < l->n; i++) close(l->fd[i]); /* a lease ends with its descriptor */
@@ -1116,51 +1256,132 @@ static int find_ldso(struct dl_phdr_info *info, size_t size, void *data) {
     return 1;
 }
 
-/* The libraries of the executable at /proc/self/fd/mfd, by `ld.so --list`, into out (one path per
- * line, what follows "=> "); -1 where the list could not be had. */
-static int list_libraries(int mfd, char *out, size_t outlen) {
+#define REHEARSAL_SECONDS 10
+
+/* The dynamic linker's own report of a broken object: it then exits 127 where a dlmopen of the same
+ * object would abort the launcher. */
+static const char ldso_assert[] = "Inconsistency detected by ld.so";
+
+/*
+ * Rehearse the load of the executable at /proc/self/fd/mfd in a child: the dynamic linker run as a
+ * program in trace mode (ldd -r's LD_TRACE_LOADED_OBJECTS, LD_WARN, LD_BIND_NOW) maps it and its
+ * libraries, checks their versions and binds every relocation, as dlmopen will, but runs no
+ * constructor.  A file damaged in its dynamic tables, relocations or version data crashes the
+ * linker there instead of the launcher with every program in it.  Its list of libraries goes to
+ * out (one per line, "name => path (address)").  0; -1 where it could not be run or said nothing
+ * useful (the load goes on: dlmopen reports what is wrong); -2 with err where it crashed, failed
+ * an assertion or did not finish in REHEARSAL_SECONDS.
+ */
+static int rehearse_load(const char *path, int mfd, char *out, size_t outlen, char *err, size_t errlen) {
     char ldso[PATH_MAX] = "/lib64/ld-linux-x86-64.so.2", fdpath[64];
     dl_iterate_phdr(find_ldso, ldso);
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
+    static const char *const trace[] = { "LD_TRACE_LOADED_OBJECTS=1", "LD_WARN=yes", "LD_BIND_NOW=yes" };
+    extern char **environ;
+    size_t n = 0, k = 0;
+    while (environ[n]) n++;
+    char **envp = malloc((n + 4) * sizeof *envp);
+    if (!envp) return -1;
+    for (size_t i = 0; i < n; i++)
+        if (strncmp(environ[i], "LD_TRACE_", 9) && strncmp(environ[i], "LD_WARN=", 8) &&
+            strncmp(environ[i], "LD_BIND_", 8))
+            envp[k++] = environ[i];
+    for (size_t i = 0; i < 3; i++) envp[k++] = (char *)trace[i];
+    envp[k] = NULL;
+    int pfd[2], efd = memfd_create("rpal-rehearsal", MFD_CLOEXEC);
+    if (efd < 0 || pipe2(pfd, O_CLOEXEC) < 0) {
+        if (efd >= 0) close(efd);
+        free(envp);
+        return -1;
+    }
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
-    posix_spawn_file_actions_addopen(&fa, 2, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, efd, 2);
     posix_spawn_file_actions_adddup2(&fa, mfd, mfd); /* the same number, without close-on-exec */
-    char *argv[] = { ldso, "--list", fdpath, NULL };
-    extern char **environ;
+    char *argv[] = { ldso, fdpath, NULL };
     pid_t pid;
-    int e = posix_spawn(&pid, ldso, &fa, NULL, argv, environ);
+    int e = posix_spawn(&pid, ldso, &fa, NULL, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
+    free(envp);
     close(pfd[1]);
     if (e) {
         close(pfd[0]);
+        close(efd);
         return -1;
     }
+    /* Read to the end, keeping what fits: a child blocked on a full pipe would never exit. */
     size_t len = 0;
-    ssize_t r;
-    while ((r = read(pfd[0], out + len, outlen - 1 - len)) > 0 || (r < 0 && errno == EINTR))
-        if (r > 0 && (len += (size_t)r) == outlen - 1) break;
+    bool late = false;
+    struct timespec t0, now;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        long left = REHEARSAL_SECONDS * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000);
+        struct pollfd pf = { .fd = pfd[0], .events = POLLIN };
+        if (left <= 0 || (poll(&pf, 1, (int)left) == 0)) {
+            late = true;
+            kill(pid, SIGKILL);
+            break;
+        }
+        char sink[4096];
+        char *to = len < outlen - 1 ? out + len : sink;
+        size_t room = len < outlen - 1 ? outlen - 1 - len : sizeof sink;
+        ssize_t r = read(pfd[0], to, room);
+        if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (r <= 0) break;
+        if (to != sink) len += (size_t)r;
+    }
     close(pfd[0]);
     out[len] = '\0';
     int status = 0;
     pid_t w;
     while ((w = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {}
+    char msg[512] = "";
+    ssize_t m = pread(efd, msg, sizeof msg - 1, 0);
+    close(efd);
+    msg[m > 0 ? m : 0] = '\0';
+    if (late) {
+        seterr(err, errlen,
+               "%s: not loaded: the dynamic linker, rehearsing the load in a child, did not finish "
+               "in %d s (is the file damaged?)",
+               path, REHEARSAL_SECONDS);
+        return -2;
+    }
+    /* A library not found: trace mode goes on where dlmopen stops, with a clear error, before it
+     * binds anything; what trace mode does next says nothing of the load.  (Not so a version not
+     * found: dlmopen has crashed after saying so.) */
+    if (strstr(out, "=> not found")) return -1;
+    if (w == pid && WIFSIGNALED(status) && WTERMSIG(status) != SIGPIPE) {
+        seterr(err, errlen,
+               "%s: not loaded: the dynamic linker crashed with signal %d rehearsing the load in a "
+               "child: the file is damaged, and loading it could end the host with every program",
+               path, WTERMSIG(status));
+        return -2;
+    }
+    char *said = strstr(msg, ldso_assert);
+    if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) != 0 && said) {
+        said[strcspn(said, "\n")] = '\0';
+        seterr(err, errlen, "%s: not loaded: the file is damaged: the dynamic linker says \"%s\"", path,
+               said);
+        return -2;
+    }
     return w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
 }
 
-/* Lease every library the program at /proc/self/fd/mfd needs.  0, or -1 with err where one is
- * being written and stays so: loading it could end the launcher.  A library that cannot be leased
+/* Lease every library the program at /proc/self/fd/mfd needs, as its rehearsed load lists them.
+ * 0, or -1 with err where the rehearsal failed (rehearse_load) or a library is being written and
+ * stays so: loading either could end the launcher.  A library that cannot be leased
  * for any other reason (another owner, a file system without leases) loads as before. */
 static int lease_libraries(const char *path, int mfd, struct leases *l, char *err, size_t errlen) {
     size_t size = 64 << 10;
     char *list = malloc(size);
     l->n = 0;
-    if (!list || list_libraries(mfd, list, size) < 0) {
+    if (!list) return 0;
+    int rc = rehearse_load(path, mfd, list, size, err, errlen);
+    if (rc < 0) {
         free(list);
-        return 0;
+        return rc == -2 ? -1 : 0;
     }
     for (char *line = list, *next; *line && l->n < LEASED_MAX; line = next) {
         next = strchr(line, '\n');

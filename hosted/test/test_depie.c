@@ -41,6 +41,75 @@ static void write_file(const char *path, const void *data, size_t n) {
     }
 }
 
+/* The entry of the dynamic section of img with that tag, or NULL. */
+static Elf64_Dyn *dyn_entry(unsigned char *img, Elf64_Sxword tag) {
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)img;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr *ph = (Elf64_Phdr *)(img + eh->e_phoff + (size_t)i * sizeof *ph);
+        if (ph->p_type != PT_DYNAMIC) continue;
+        for (Elf64_Dyn *d = (Elf64_Dyn *)(img + ph->p_offset); d->d_tag != DT_NULL; d++)
+            if (d->d_tag == tag) return d;
+    }
+    return NULL;
+}
+
+/* The bytes of img at a virtual address of a loadable segment. */
+static unsigned char *at_addr(unsigned char *img, Elf64_Addr addr) {
+    Elf64_Ehdr *eh = (Elf64_Ehdr *)img;
+    for (int i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr *ph = (Elf64_Phdr *)(img + eh->e_phoff + (size_t)i * sizeof *ph);
+        if (ph->p_type == PT_LOAD && addr >= ph->p_vaddr && addr < ph->p_vaddr + ph->p_filesz)
+            return img + ph->p_offset + (addr - ph->p_vaddr);
+    }
+    return NULL;
+}
+
+/* Write img with one change made by damage(), and expect hosted_depie to refuse it as damaged. */
+static int refused_damaged(const char *path, const unsigned char *orig, size_t size,
+                           int (*damage)(unsigned char *), char *err, size_t errlen) {
+    unsigned char *img = malloc(size);
+    memcpy(img, orig, size);
+    int ok = damage(img) == 0;
+    write_file(path, img, size);
+    free(img);
+    int fd = hosted_depie(path, NULL, err, errlen);
+    if (fd >= 0) close(fd);
+    return ok && fd < 0 && strstr(err, "damaged") != NULL;
+}
+
+static int versym_far(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_VERSYM);
+    return d ? (d->d_un.d_ptr = 0x7ff000000, 0) : -1;
+}
+static int strsz_huge(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_STRSZ);
+    return d ? (d->d_un.d_val = 1u << 30, 0) : -1;
+}
+/* The first needed-version entry names its first version's string ("GLIBC_..."), not a library. */
+static int verneed_file(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_VERNEED);
+    Elf64_Verneed *vn = d ? (Elf64_Verneed *)at_addr(img, d->d_un.d_ptr) : NULL;
+    if (!vn) return -1;
+    vn->vn_file = ((Elf64_Vernaux *)((unsigned char *)vn + vn->vn_aux))->vna_name;
+    return 0;
+}
+/* The first needed version's chain goes on far past the file. */
+static int vernaux_next(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_VERNEED);
+    Elf64_Verneed *vn = d ? (Elf64_Verneed *)at_addr(img, d->d_un.d_ptr) : NULL;
+    if (!vn) return -1;
+    ((Elf64_Vernaux *)((unsigned char *)vn + vn->vn_aux))->vna_next = 0x100000;
+    return 0;
+}
+/* The last symbol's version index is one no table defines. */
+static int versym_index(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_VERSYM), *h = dyn_entry(img, DT_GNU_HASH);
+    Elf64_Half *v = d ? (Elf64_Half *)at_addr(img, d->d_un.d_ptr) : NULL;
+    if (!v || !h) return -1;
+    v[1] = 0x7ffe; /* the first symbol after the null one */
+    return 0;
+}
+
 int main(void) {
     char err[512];
     struct hosted_copy copy;
@@ -120,6 +189,30 @@ int main(void) {
     CHECK(hosted_depie(tmpl, NULL, err, sizeof err) < 0 && strstr(err, "-pie"),
           "a non-PIE executable is refused with advice: %s", err);
     *eh = save;
+
+    /* Dynamic tables the linker would read outside the file, at whatever the launcher has mapped
+     * beyond it, or that it would follow without a bound: refused as damaged. */
+    {
+        unsigned char *orig = malloc((size_t)st.st_size);
+        src = open(PROG_COUNTER, O_RDONLY);
+        if (!orig || pread(src, orig, (size_t)st.st_size, 0) != st.st_size) return 1;
+        close(src);
+        static const struct { int (*damage)(unsigned char *); const char *what; } cases[] = {
+            { versym_far, "DT_VERSYM far outside the segments" },
+            { strsz_huge, "DT_STRSZ of 1 GiB" },
+            { verneed_file, "versions needed from a library that is not DT_NEEDED" },
+            { vernaux_next, "a needed version's next entry far past the file" },
+            { versym_index, "a symbol's version index that no table defines" },
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+            CHECK(refused_damaged(tmpl, orig, (size_t)st.st_size, cases[i].damage, err, sizeof err),
+                  "%s: refused (%s)", cases[i].what, err);
+        write_file(tmpl, orig, (size_t)st.st_size);
+        int fd2 = hosted_depie(tmpl, NULL, err, sizeof err);
+        CHECK(fd2 >= 0, "the same file undamaged is taken (%s)", fd2 < 0 ? err : "");
+        if (fd2 >= 0) close(fd2);
+        free(orig);
+    }
 
     /* 5000 program headers, then 5000 section headers, appended: refused with the counts rather
      * than compared with one another (find_rooms). */
