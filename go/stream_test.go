@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"golang.org/x/net/nettest"
+	"golang.org/x/sys/unix"
 )
 
 // streamPair returns the two ends of one connection as byte streams.
@@ -310,5 +311,42 @@ func testCloseReadEndsBlockedPeerWrite(t *testing.T) {
 		}
 	case <-time.After(time.Second):
 		t.Fatal("the peer's Write still blocks a second after CloseRead")
+	}
+}
+
+// An empty message on the connection socket is no hang-up: the watcher
+// reads it as io.EOF, as the end, and must tell the two apart.
+func TestEmptyMessageOnSocketIsNoHangup(t *testing.T) {
+	c1, c2, stop, err := streamPair(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	a, b := c1.(*Stream).Conn(), c2.(*Stream).Conn()
+	raw, err := b.sock.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sendErr error
+	if err := raw.Control(func(fd uintptr) { _, sendErr = unix.SendmsgN(int(fd), nil, nil, nil, 0) }); err != nil || sendErr != nil {
+		t.Fatalf("sending an empty message on the socket: %v %v", err, sendErr)
+	}
+	time.Sleep(200 * time.Millisecond) // a's watcher has read it
+	if a.dead.Load() {
+		t.Fatal("an empty message on the socket marked the peer gone")
+	}
+	if err := b.Send([]byte("still here")); err != nil {
+		t.Fatalf("Send after the empty message: %v", err)
+	}
+	var buf [64]byte
+	n, err := a.Recv(buf[:])
+	if err != nil || string(buf[:n]) != "still here" {
+		t.Fatalf("Recv after an empty message on the socket: %q, %v", buf[:n], err)
+	}
+	if err := a.Send([]byte("and here")); err != nil {
+		t.Fatalf("Send to the peer that sent an empty message on its socket: %v", err)
+	}
+	if n, err = b.Recv(buf[:]); err != nil || string(buf[:n]) != "and here" {
+		t.Fatalf("Recv from the peer: %q, %v", buf[:n], err)
 	}
 }

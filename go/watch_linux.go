@@ -3,6 +3,9 @@
 package rpal
 
 import (
+	"errors"
+	"io"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -29,6 +32,11 @@ func (c *Conn) watch() {
 			if oobn > 0 {
 				closeFds(rightsOf(oob[:oobn]))
 			}
+			// An empty message reads as io.EOF on a seqpacket
+			// socket, as its end does: only a hang-up is the end.
+			if errors.Is(err, io.EOF) && !c.sockShut() {
+				continue
+			}
 			if err != nil {
 				if !c.closed.Load() {
 					c.markDead(false)
@@ -51,4 +59,18 @@ func (c *Conn) watch() {
 			c.markDead(true)
 		}
 	}()
+}
+
+// sockShut reports whether the connection socket is shut for reading: the
+// peer closed it or shut it down, or we did.
+func (c *Conn) sockShut() bool {
+	raw, err := c.sock.SyscallConn()
+	if err != nil {
+		return true
+	}
+	shut := true
+	if raw.Control(func(fd uintptr) { shut = peerShut(int(fd)) }) != nil {
+		return true
+	}
+	return shut
 }
