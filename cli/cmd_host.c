@@ -786,6 +786,19 @@ static void reap(struct rpal_host *h)
 		hosted_host_unmap_unread(h, host_rundir, 1);
 }
 
+/* A program that called execve() while one of its threads ran another program's receiver lost
+ * that receiver: that program fails now, not when the new image ends. */
+static void execd(struct rpal_host *h)
+{
+	char prefix[96];
+
+	snprintf(prefix, sizeof(prefix), "rpal host %s: ", host_name);
+	for (int i = 0; i < nprogs; i++)
+		if (progs[i].state == P_RUNNING)
+			hosted_print_exec_lost(stderr, prefix, hosted_path(progs[i].p), hosted_pid(progs[i].p),
+					       hosted_host_execd(h, progs[i].idx, hosted_pid(progs[i].p)));
+}
+
 /* Reap an ended program whose joiner has gone (or is no longer waited for). */
 static void release(struct hprog *hp)
 {
@@ -1054,7 +1067,7 @@ int cmd_host(int argc, char **argv)
 			pfd[npfd++] = (struct pollfd){ pending[i].queued ? -1 : pending[i].fd, POLLIN, 0 };
 		if (stopping)
 			pfd[1].fd = -1;
-		poll(pfd, (nfds_t)npfd, pending_timeout(stopping ? 100 : nprogs ? HOSTED_UNREAD_SWEEP_MS : -1));
+		poll(pfd, (nfds_t)npfd, pending_timeout(stopping ? 100 : nprogs ? HOSTED_EXEC_CHECK_MS : -1));
 		for (int k = 3; k < first_pending; k++)
 			if (pfd[k].revents)
 				joiner_said(&progs[who[k - 3]]);
@@ -1095,6 +1108,7 @@ int cmd_host(int argc, char **argv)
 		reap(h);
 		if (nprogs)
 			hosted_host_unmap_unread(h, host_rundir, 0);
+		execd(h);
 		if (!stopping && (pfd[1].revents & POLLIN)) {
 			/* Not blocking: nothing that a client does or does not send holds the loop. */
 			int c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);

@@ -28,6 +28,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <linux/kcmp.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <sched.h>
@@ -729,4 +730,12 @@ int hosted_host_ended(struct rpal_host *h, int prog) {
         }
     }
     return lost;
+}
+
+int hosted_host_execd(struct rpal_host *h, int prog, int pid) {
+    if (prog < 0 || prog >= (int)h->nprogs || pid <= 0 || atomic_load(&h->progs[prog].ended)) return -1;
+    /* 0: the same memory; < 0: it cannot be told (an ended process, no CONFIG_KCMP), which its
+     * reap settles. */
+    if (syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0) return -1;
+    return hosted_host_ended(h, prog);
 }

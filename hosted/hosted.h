@@ -192,7 +192,8 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
 /* How an RPAL call took part in a program's end, in the sentences rpal run, rpal host and rpal join
  * print on f, each line after prefix: lost, it ended while one of its threads ran another
  * program's receiver; failed, the signal of a fault inside a call into it (fault_addr), or SIGKILL
- * where a caller was killed while running its receiver.  Returns the number of lines. */
+ * where a caller's thread ended (killed, or ended by its execve) while running its receiver.
+ * Returns the number of lines. */
 int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid, int lost, int failed,
                           uint64_t fault_addr);
 
@@ -228,6 +229,15 @@ char **hosted_host_environ(struct rpal_host *h, int prog, char *const *base);
  * and a receiver of another program that one of its threads was running fails that program.
  * Returns how many such receivers were lost. */
 int hosted_host_ended(struct rpal_host *h, int prog);
+/* Program prog's process (pid) no longer shares our memory: it called execve(), which ended its
+ * other threads, and a receiver of another program that one of them ran is lost with it.  Then
+ * as hosted_host_ended (its new image talks to the others through connected mode) and returns the
+ * receivers lost; -1 while it shares our memory, where that cannot be told, or once ended. */
+int hosted_host_execd(struct rpal_host *h, int prog, int pid);
+/* How often rpal host looks for a program that called execve() (hosted_host_execd). */
+#define HOSTED_EXEC_CHECK_MS 1000
+/* What rpal run and rpal host print when hosted_host_execd() found receivers lost. */
+int hosted_print_exec_lost(FILE *f, const char *prefix, const char *path, int pid, int lost);
 
 /* ---------------------------------------------------------------------------------------------
  * User-mode context switch (switch_x86_64.S, ctx.c)

@@ -73,12 +73,18 @@ int hosted_print_call_end(FILE *f, const char *prefix, const char *path, int pid
                      prefix, path, pid) > 0;
     /* SIGKILL is never a fault: hosted_host_ended's mark of a receiver lost with its caller. */
     if (failed == SIGKILL)
-        n += fprintf(f, "%s%s (pid %d) failed: a caller was killed while its thread ran this program's "
-                     "receiver, which is lost with it\n", prefix, path, pid) > 0;
+        n += fprintf(f, "%s%s (pid %d) failed: a caller's thread ended (killed, or by an execve) while "
+                     "it ran this program's receiver, which is lost with it\n", prefix, path, pid) > 0;
     else if (failed)
         n += fprintf(f, "%s%s (pid %d) failed: signal %d (%s) inside an RPAL call, at address %#llx\n",
                      prefix, path, pid, failed, strsignal(failed), (unsigned long long)fault_addr) > 0;
     return n;
+}
+
+int hosted_print_exec_lost(FILE *f, const char *prefix, const char *path, int pid, int lost) {
+    if (lost <= 0) return 0;
+    return fprintf(f, "%s%s (pid %d) called execve inside an RPAL call: the receiver it was running is "
+                   "lost\n", prefix, path, pid) > 0;
 }
 
 int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host, const char *rundir, int quiet) {
@@ -150,6 +156,13 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             struct timespec ts = { 0, 5 * 1000 * 1000 };
             nanosleep(&ts, NULL);
             hosted_host_unmap_unread(host, rundir, 0);
+            for (int j = 0; j < nprog; j++) {
+                char prefix[64];
+                snprintf(prefix, sizeof prefix, "%s: [%d] ", me, j);
+                if (!reported[j])
+                    hosted_print_exec_lost(stderr, prefix, hosted_path(progs[j]), hosted_pid(progs[j]),
+                                           hosted_host_execd(host, j, hosted_pid(progs[j])));
+            }
             continue;
         }
         reported[k] = 1;

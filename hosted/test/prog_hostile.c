@@ -4,18 +4,24 @@
  *   prog_hostile server SERVICE          serve until a client sends "quit": each message is
  *                                        answered with itself; "syscall" makes the handler call
  *                                        getppid() first (inside an RPAL call: a trap, handed to
- *                                        the server's own thread)
+ *                                        the server's own thread); "spin" makes it spin 6e9 TSC
+ *                                        cycles (seconds) with no system call first
  *   prog_hostile client SERVICE STEP...  connect, then for each STEP: "blockall" blocks every
- *                                        signal on this thread, "ignsys" ignores SIGSYS, anything
+ *                                        signal on this thread, "ignsys" ignores SIGSYS,
+ *                                        "execspin" sends "spin" from another thread and, 0.3 s
+ *                                        later, execs `sleep 4` (the call still running), anything
  *                                        else is sent and its answer read; prints one line a step
  *   prog_hostile exec PROGRAM ARGS...    execv(PROGRAM, ARGS): a hosted program that becomes
  *                                        another (its pid and its parent stay, its memory does not) */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <x86intrin.h>
 #include <rpal.h>
 
 static int server(const char *service) {
@@ -52,9 +58,23 @@ static int server(const char *service) {
                 return 0;
             }
             if (!strcmp(buf, "syscall")) getppid();
+            if (!strcmp(buf, "spin"))
+                for (uint64_t t0 = __rdtsc(); __rdtsc() - t0 < 6000000000ull;)
+                    ;
             rpal_send(fd, buf, len, RPAL_NONBLOCK);
         }
     }
+}
+
+static atomic_int spin_sent;
+
+/* Send "spin" and wait for the answer that never comes: the call runs the handler on this thread. */
+static void *spin_thread(void *arg) {
+    int fd = *(int *)arg;
+    char buf[64];
+    atomic_store(&spin_sent, 1);
+    if (rpal_send(fd, "spin", 4, 0) == 4) rpal_recv(fd, buf, sizeof buf, 0);
+    return NULL;
 }
 
 static int client(const char *service, int n, char **steps) {
@@ -71,6 +91,18 @@ static int client(const char *service, int n, char **steps) {
             sigfillset(&all);
             printf("client: blockall %d\n", pthread_sigmask(SIG_BLOCK, &all, NULL));
             continue;
+        }
+        if (!strcmp(steps[i], "execspin")) {
+            pthread_t t;
+            usleep(100000); /* the server parks after its last answer */
+            if (pthread_create(&t, NULL, spin_thread, &fd)) return 1;
+            while (!atomic_load(&spin_sent)) usleep(1000);
+            usleep(300000);
+            printf("client: execspin: exec sleep 4\n");
+            fflush(stdout);
+            execlp("sleep", "sleep", "4", (char *)NULL);
+            perror("exec");
+            return 127;
         }
         if (!strcmp(steps[i], "ignsys")) {
             printf("client: ignsys %d\n", signal(SIGSYS, SIG_IGN) == SIG_ERR ? -1 : 0);

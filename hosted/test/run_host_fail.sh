@@ -5,7 +5,8 @@
 #     failed: signal 11 ... inside an RPAL call" and exits 139; the host's stderr says the same.
 #  2. kill -9 of a crasher whose thread spins in the server's handler: the crasher's joiner says it
 #     "ended inside an RPAL call: the receiver it was running is lost", the server's joiner that "a
-#     caller was killed while its thread ran this program's receiver"; the host names both.
+#     caller's thread ended (killed, or by an execve) while it ran this program's receiver"; the
+#     host names both.
 #  3. kill -9 of the server while its handler spins on a caller's thread, before the handler's
 #     system call: the call fails with ECONNRESET (-104), and so does the next send.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
@@ -70,12 +71,12 @@ sed 's/^/  | server: /' "$tmp/srv2.out"
 line=$(grep "^rpal join: $PROG (pid ${kpid:-none}) ended inside an RPAL call: the receiver it was running is lost" "$tmp/cr2.out")
 [ $crc -eq 137 ] && [ -n "$line" ] && ok "the killed caller's joiner exits 137 and says: $line" ||
 	bad "the killed caller's joiner: rc $crc"
-line=$(grep "^rpal join: $PROG (pid [0-9]*) failed: a caller was killed while its thread ran this program's receiver" "$tmp/srv2.out")
+line=$(grep "^rpal join: $PROG (pid [0-9]*) failed: a caller's thread ended (killed, or by an execve) while it ran this program's receiver" "$tmp/srv2.out")
 [ $src -ne 0 ] && [ -n "$line" ] && ok "the server's joiner exits $src and says: $line" ||
 	bad "the server's joiner: rc $src, no failure sentence"
 spid=$(named_pid "$tmp/srv2.out")
 grep -q "^rpal host f2: $PROG (pid ${kpid:-none}) ended inside an RPAL call" "$tmp/f2.err" &&
-	grep -q "^rpal host f2: $PROG (pid ${spid:-none}) failed: a caller was killed" "$tmp/f2.err" &&
+	grep -q "^rpal host f2: $PROG (pid ${spid:-none}) failed: a caller's thread ended" "$tmp/f2.err" &&
 	ok "the host's stderr names both" || bad "the host's stderr: $(cat "$tmp/f2.err")"
 
 kill -TERM $hpid

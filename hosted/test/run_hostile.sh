@@ -12,6 +12,11 @@
 #     send, sends into a handler that makes a system call: the kernel's SIGSYS for it would find
 #     the signal blocked or ignored and end the client, and the server with the receiver it ran.
 #     Both run on, the answers come, and the server quits when told.
+#  3. A client whose thread runs the server's handler in a call (it spins for seconds) while its
+#     main thread execs `sleep 4`: the exec ends that thread and the receiver with it.  The
+#     launcher sees the exec, says so, and fails the server at once, not when the new image
+#     ends: under rpal run the server's failure is reported before the client's exit; under
+#     rpal host the server's joiner ends within 3 s of the exec, with the client's still running.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2
@@ -65,6 +70,37 @@ rc=$?
 [ $rc -eq 0 ] && grep -q "server: quit" "$tmp/srv.out" && ok "the server quits when told, exit 0" ||
 	bad "the server's joiner: rc $rc: $(cat "$tmp/srv.out")"
 "$RPAL" ps hs | sed 's/^/  | /'
+
+# ---- 3. execve while a thread runs another program's receiver
+timeout 30 "$RPAL" run "$PROG" server "$svc-r" ::: "$PROG" client "$svc-r" ping execspin >"$tmp/run3.out" 2>&1
+sed 's/^/  | /' "$tmp/run3.out"
+lost=$(grep -n "called execve inside an RPAL call: the receiver it was running is lost" "$tmp/run3.out" | cut -d: -f1)
+failed=$(grep -n "failed: a caller's thread ended (killed, or by an execve)" "$tmp/run3.out" | cut -d: -f1)
+exited=$(grep -n "\[1\] .* exited with status 0" "$tmp/run3.out" | cut -d: -f1)
+[ -n "$lost" ] && [ -n "$failed" ] && [ -n "$exited" ] && [ "$failed" -lt "$exited" ] &&
+	ok "rpal run: the exec is reported and the server fails before the exec'd client ends" ||
+	bad "rpal run: lines $lost, $failed, $exited"
+
+timeout 60 "$RPAL" join hs "$PROG" server "$svc-h" >"$tmp/srv3.out" 2>&1 &
+sj=$!
+for _ in $(seq 1000); do grep -q "server: ready" "$tmp/srv3.out" && break; sleep 0.01; done
+timeout 60 "$RPAL" join hs "$PROG" client "$svc-h" ping execspin >"$tmp/cl3.out" 2>&1 &
+cj=$!
+for _ in $(seq 1000); do grep -q "exec sleep 4" "$tmp/cl3.out" && break; sleep 0.01; done
+for _ in $(seq 300); do kill -0 $sj 2>/dev/null || break; sleep 0.01; done
+if kill -0 $sj 2>/dev/null; then
+	bad "rpal host: the server's joiner still runs 3 s after the exec: $(cat "$tmp/srv3.out")"
+else
+	kill -0 $cj 2>/dev/null && ok "rpal host: the server's joiner ended within 3 s of the exec, the client's still runs" ||
+		bad "rpal host: the client's joiner ended too early: $(cat "$tmp/cl3.out")"
+	grep -q "failed: a caller's thread ended" "$tmp/srv3.out" && ok "its joiner says why: $(grep failed "$tmp/srv3.out")" ||
+		bad "the server's joiner: $(cat "$tmp/srv3.out")"
+fi
+grep -q "called execve inside an RPAL call" "$tmp/hs.err" && ok "the host names the client" ||
+	bad "the host: $(cat "$tmp/hs.err")"
+wait $cj
+rc=$?
+[ $rc -eq 0 ] && ok "the exec'd client's joiner exits 0 (sleep's status)" || bad "the client's joiner: rc $rc"
 
 kill -TERM $hpid
 wait $hpid
