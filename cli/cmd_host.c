@@ -973,7 +973,7 @@ int cmd_host(int argc, char **argv)
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	struct rpal_config cfg;
 	struct rpal_host *h;
-	char err[512], dir[108];
+	char err[512], dir[108], prefix[96];
 	sigset_t sigs;
 	int lfd, sfd, stopping = 0;
 	uint64_t stop_deadline = 0;
@@ -1041,6 +1041,8 @@ int cmd_host(int argc, char **argv)
 		unlink(a.sun_path);
 		return 2;
 	}
+	snprintf(prefix, sizeof(prefix), "rpal host %s: ", host_name);
+	hosted_linker_watch(prefix);
 	tsc_hz = tsc_calibrate(20);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);

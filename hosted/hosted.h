@@ -52,6 +52,14 @@ void hosted_reexec_with_tunables(int argc, char **argv);
  * in use.  Static TLS may run out earlier when glibc.rtld.nns / optional_static_tls are not raised. */
 int hosted_ns_limit(void);
 
+/* Watch the dynamic linker's locks (load, list, TLS) from a thread of their own: one whose owner
+ * thread has ended (a program killed while it held it, inside dlopen, dlclose, thread creation or
+ * C++ unwinding) would hold every later load for ever, the launcher's included; it is released
+ * within HOSTED_LINKER_WATCH_MS, with a line on stderr after prefix.  0, or -1 where this glibc
+ * keeps its locks otherwise (nothing is ever released then) or no thread could be started. */
+int hosted_linker_watch(const char *prefix);
+#define HOSTED_LINKER_WATCH_MS 1000
+
 /* The environment that hosted programs should see: the process environment minus what
  * hosted_reexec_with_tunables() added.  A NULL-terminated array owned by the library. */
 char **hosted_clean_environ(void);

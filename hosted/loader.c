@@ -940,6 +940,119 @@ static _Atomic int ns_in_use = 1; /* the base namespace */
 
 int hosted_ns_limit(void) { return HOSTED_NNS - ns_in_use; }
 
+/* ---------------------------------------------------------------- the linker's locks */
+
+/*
+ * The dynamic linker is one for the whole address space, and so are its locks: a program's thread
+ * killed while it holds one (inside dlopen or dlclose, a thread's TLS set-up, dl_iterate_phdr as
+ * C++ unwinding calls it) leaves it held by a thread that no longer exists, and every later load,
+ * dlopen and unwinding of every program waits for ever.  glibc keeps them, recursive mutexes
+ * without a robust owner, side by side in _rtld_global (its private symbol): the load lock, the
+ * list lock that dl_iterate_phdr holds, the TLS lock.  They are found by that layout and checked
+ * on the list lock, held by us inside a dl_iterate_phdr callback; where either fails, nothing is
+ * released.
+ */
+static const char *const linker_lock_name[3] = { "load lock", "list lock", "TLS lock" };
+static pthread_mutex_t *linker_locks;
+
+static int is_recursive_mutex(const unsigned char *p) {
+    pthread_mutex_t m;
+    memcpy(&m, p, sizeof m);
+    return m.__data.__kind == PTHREAD_MUTEX_RECURSIVE_NP && m.__data.__spins == 0 &&
+           (unsigned)m.__data.__lock <= 2 && !m.__data.__list.__prev && !m.__data.__list.__next;
+}
+
+static int list_lock_held_here(struct dl_phdr_info *info, size_t size, void *data) {
+    (void)info;
+    (void)size;
+    const pthread_mutex_t *m = data;
+    return m->__data.__owner == (int)syscall(SYS_gettid) && m->__data.__count >= 1 ? 1 : -1;
+}
+
+static int linker_locks_find(void) {
+    const ElfW(Sym) *sym = NULL;
+    Dl_info info;
+    unsigned char *g = dlsym(RTLD_DEFAULT, "_rtld_global");
+    if (!g || !dladdr1(g, &info, (void **)&sym, RTLD_DL_SYMENT) || !sym) return -1;
+    size_t size = sym->st_size, step = sizeof(pthread_mutex_t);
+    for (size_t off = 0; off + 3 * step <= size; off += sizeof(void *)) {
+        if (!is_recursive_mutex(g + off) || !is_recursive_mutex(g + off + step) ||
+            !is_recursive_mutex(g + off + 2 * step))
+            continue;
+        pthread_mutex_t *m = (pthread_mutex_t *)(g + off);
+        if (dl_iterate_phdr(list_lock_held_here, &m[1]) != 1) return -1;
+        linker_locks = m;
+        return 0;
+    }
+    return -1;
+}
+
+/* Has thread tid ended (no such task, or a zombie: a program's first task stays one until its
+ * launcher reaps it)? */
+static int thread_gone(int tid) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", tid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ESRCH;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    const char *paren = strrchr(buf, ')');
+    return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
+}
+
+static int linker_locks_recover(FILE *f, const char *prefix) {
+    int n = 0;
+    for (int i = 0; linker_locks && i < 3; i++) {
+        pthread_mutex_t *m = &linker_locks[i];
+        int owner = __atomic_load_n(&m->__data.__owner, __ATOMIC_ACQUIRE);
+        if (owner <= 0 || !thread_gone(owner)) continue;
+        /* Its owner has ended, so it cannot have let the lock go since: an owner read again as the
+         * same is still the holder, not a new one. */
+        if (__atomic_load_n(&m->__data.__owner, __ATOMIC_ACQUIRE) != owner) continue;
+        m->__data.__owner = 0;
+        m->__data.__count = 0;
+        if (m->__data.__nusers) m->__data.__nusers--;
+        if (__atomic_exchange_n(&m->__data.__lock, 0, __ATOMIC_RELEASE) > 1)
+            syscall(SYS_futex, &m->__data.__lock, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+        fprintf(f, "%sthe dynamic linker's %s was held by thread %d, which no longer exists (a program "
+                   "killed inside dlopen, dlclose, thread creation or unwinding): released, so that "
+                   "loads go on; what that thread was changing may be left half done\n",
+                prefix, linker_lock_name[i], owner);
+        n++;
+    }
+    return n;
+}
+
+static char linker_watch_prefix[128];
+
+/* Not the launcher's main loop: that thread may be the one waiting for the lock. */
+static void *linker_watch(void *arg) {
+    sigset_t all;
+    (void)arg;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL); /* the launcher's signals are its main thread's */
+    for (;;) {
+        struct timespec ts = { HOSTED_LINKER_WATCH_MS / 1000, (HOSTED_LINKER_WATCH_MS % 1000) * 1000000L };
+        nanosleep(&ts, NULL);
+        linker_locks_recover(stderr, linker_watch_prefix);
+    }
+    return NULL;
+}
+
+int hosted_linker_watch(const char *prefix) {
+    pthread_t t;
+    pthread_attr_t a;
+    if (linker_locks_find() < 0) return -1;
+    snprintf(linker_watch_prefix, sizeof linker_watch_prefix, "%s", prefix);
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&t, &a, linker_watch, NULL);
+    pthread_attr_destroy(&a);
+    return e ? -1 : 0;
+}
+
 char **hosted_clean_environ(void) {
     static char **clean;
     if (clean) return clean;
