@@ -1042,7 +1042,7 @@ int cmd_host(int argc, char **argv)
 		return 2;
 	}
 	snprintf(prefix, sizeof(prefix), "rpal host %s: ", host_name);
-	hosted_linker_watch(prefix);
+	hosted_linker_watch(h, prefix);
 	tsc_hz = tsc_calibrate(20);
 	sigemptyset(&sigs);
 	sigaddset(&sigs, SIGTERM);

@@ -89,7 +89,7 @@ int cmd_run(int argc, char **argv)
 		fprintf(stderr, "rpal run: %s\n", err);
 		return 2;
 	}
-	hosted_linker_watch("rpal run: ");
+	hosted_linker_watch(h, "rpal run: ");
 	rpal_runtime_dir(&cfg, dir, sizeof(dir));
 	ret = hosted_launch("rpal run", argc - i, argv + i, h, dir, quiet);
 	if (stat)

@@ -733,9 +733,20 @@ int hosted_host_ended(struct rpal_host *h, int prog) {
 }
 
 int hosted_host_execd(struct rpal_host *h, int prog, int pid) {
+    char path[64], exe[16];
     if (prog < 0 || prog >= (int)h->nprogs || pid <= 0 || atomic_load(&h->progs[prog].ended)) return -1;
-    /* 0: the same memory; < 0: it cannot be told (an ended process, no CONFIG_KCMP), which its
-     * reap settles. */
+    /* 0: the same memory; < 0: it cannot be told (no CONFIG_KCMP), which its reap settles. */
     if (syscall(SYS_kcmp, (long)getpid(), (long)pid, KCMP_VM, 0L, 0L) <= 0) return -1;
+    /* A process that is ending has let its memory go, and a zombie has none (ENOENT): no exec,
+     * its reap says how it ended.  A new image has an executable, if maybe not one we may read. */
+    snprintf(path, sizeof path, "/proc/%d/exe", pid);
+    if (readlink(path, exe, sizeof exe) < 0 && errno == ENOENT) return -1;
     return hosted_host_ended(h, prog);
+}
+
+int hosted_host_calls_in_flight(struct rpal_host *h) {
+    for (unsigned q = 0; q < h->nprogs; q++)
+        for (struct rpal_host_rcv *r = atomic_load(&h->progs[q].rcvs); r; r = r->next)
+            if (r->sender) return 1;
+    return 0;
 }

@@ -55,9 +55,11 @@ int hosted_ns_limit(void);
 /* Watch the dynamic linker's locks (load, list, TLS) from a thread of their own: one whose owner
  * thread has ended (a program killed while it held it, inside dlopen, dlclose, thread creation or
  * C++ unwinding) would hold every later load for ever, the launcher's included; it is released
- * within HOSTED_LINKER_WATCH_MS, with a line on stderr after prefix.  0, or -1 where this glibc
+ * within HOSTED_LINKER_WATCH_MS, with a line on stderr after prefix, unless a call is in flight in
+ * host h then (hosted_host_calls_in_flight).  0, or -1 where this glibc
  * keeps its locks otherwise (nothing is ever released then) or no thread could be started. */
-int hosted_linker_watch(const char *prefix);
+struct rpal_host;
+int hosted_linker_watch(struct rpal_host *h, const char *prefix);
 #define HOSTED_LINKER_WATCH_MS 1000
 
 /* The environment that hosted programs should see: the process environment minus what
@@ -242,6 +244,8 @@ int hosted_host_ended(struct rpal_host *h, int prog);
  * as hosted_host_ended (its new image talks to the others through connected mode) and returns the
  * receivers lost; -1 while it shares our memory, where that cannot be told, or once ended. */
 int hosted_host_execd(struct rpal_host *h, int prog, int pid);
+/* 1 while some thread runs a receiver of h in an RPAL call. */
+int hosted_host_calls_in_flight(struct rpal_host *h);
 /* How often rpal host looks for a program that called execve() (hosted_host_execd). */
 #define HOSTED_EXEC_CHECK_MS 1000
 /* What rpal run and rpal host print when hosted_host_execd() found receivers lost. */

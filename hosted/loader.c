@@ -205,6 +205,71 @@ static uint64_t dynsym_count(const unsigned char *buf, size_t size, const Elf64_
     return nsyms > (1u << 24) ? 0 : nsyms;
 }
 
+/* Is [addr, addr + len) inside one loadable segment's memory (with flags, where given)? */
+static int in_segment_with(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t addr, uint64_t len,
+                           uint32_t flags) {
+    for (unsigned i = 0; i < eh->e_phnum; i++) {
+        Elf64_Phdr ph;
+        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
+        if (ph.p_type == PT_LOAD && (ph.p_flags & flags) == flags && addr >= ph.p_vaddr &&
+            addr - ph.p_vaddr <= ph.p_memsz && len <= ph.p_memsz - (addr - ph.p_vaddr))
+            return 1;
+    }
+    return 0;
+}
+
+static int in_segment(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t addr, uint64_t len) {
+    return in_segment_with(buf, eh, addr, len, 0);
+}
+
+/*
+ * What is wrong with the executable's relocations and indirect functions, or NULL.  The dynamic
+ * linker writes where each relocation says, looks up the symbol it names by index with no bound,
+ * and calls the resolver of an indirect function (an IRELATIVE relocation's addend, an
+ * STT_GNU_IFUNC symbol's value) while it loads: in the launcher.  The trace-mode rehearsal calls
+ * no resolver.
+ */
+#define RELOCS_MAX (1u << 24)
+static const char *relocs_damaged(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
+                                  const unsigned char *dynp, size_t ndyn, uint64_t symtab, uint64_t nsyms) {
+    uint64_t rela = 0, relasz = 0, jmprel = 0, pltrelsz = 0, pltrel = DT_RELA;
+    Elf64_Dyn d;
+    for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++) {
+        if (d.d_tag == DT_RELA) rela = d.d_un.d_ptr;
+        else if (d.d_tag == DT_RELASZ) relasz = d.d_un.d_val;
+        else if (d.d_tag == DT_JMPREL) jmprel = d.d_un.d_ptr;
+        else if (d.d_tag == DT_PLTRELSZ) pltrelsz = d.d_un.d_val;
+        else if (d.d_tag == DT_PLTREL) pltrel = d.d_un.d_val;
+    }
+    const struct { uint64_t addr, size; } tables[2] = { { rela, relasz }, { pltrel == DT_RELA ? jmprel : 0, pltrelsz } };
+    for (int t = 0; t < 2; t++) {
+        if (!tables[t].addr || !tables[t].size) continue;
+        uint64_t n = tables[t].size / sizeof(Elf64_Rela);
+        const unsigned char *p = n <= RELOCS_MAX ? at_vaddr(buf, size, eh, tables[t].addr, n * sizeof(Elf64_Rela)) : NULL;
+        if (!p) return "its relocations are outside the file";
+        for (uint64_t i = 0; i < n; i++) {
+            Elf64_Rela r;
+            memcpy(&r, p + i * sizeof r, sizeof r);
+            uint32_t type = ELF64_R_TYPE(r.r_info);
+            uint64_t sym = ELF64_R_SYM(r.r_info);
+            if (type == R_X86_64_NONE) continue;
+            if (sym && nsyms && sym >= nsyms) return "a relocation names a symbol past the symbol table";
+            if (!in_segment(buf, eh, r.r_offset, 8)) return "a relocation writes outside its segments";
+            if (type == R_X86_64_IRELATIVE && !in_segment_with(buf, eh, (uint64_t)r.r_addend, 1, PF_X))
+                return "an indirect function's resolver (IRELATIVE) is outside its code";
+        }
+    }
+    const unsigned char *syms = nsyms ? at_vaddr(buf, size, eh, symtab, nsyms * sizeof(Elf64_Sym)) : NULL;
+    for (uint64_t i = 0; syms && i < nsyms; i++) {
+        Elf64_Sym st;
+        memcpy(&st, syms + i * sizeof st, sizeof st);
+        if (ELF64_ST_TYPE(st.st_info) == STT_GNU_IFUNC && st.st_shndx != SHN_UNDEF &&
+            !in_segment_with(buf, eh, st.st_value, 1, PF_X))
+            return "an indirect function's resolver (STT_GNU_IFUNC) is outside its code";
+    }
+    return NULL;
+}
+
 /* The NUL-terminated string at offset off of the string table str (strsz bytes), or NULL. */
 static const char *str_at(const char *str, uint64_t strsz, uint64_t off) {
     return str && off < strsz && memchr(str + off, 0, strsz - off) ? str + off : NULL;
@@ -615,18 +680,6 @@ static int check_exe_tls(const unsigned char *buf, size_t size, const Elf64_Ehdr
     return 0;
 }
 
-/* Is [addr, addr + len) inside one loadable segment's memory? */
-static int in_segment(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t addr, uint64_t len) {
-    for (unsigned i = 0; i < eh->e_phnum; i++) {
-        Elf64_Phdr ph;
-        memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
-        if (ph.p_type == PT_LOAD && addr >= ph.p_vaddr && addr - ph.p_vaddr <= ph.p_memsz &&
-            len <= ph.p_memsz - (addr - ph.p_vaddr))
-            return 1;
-    }
-    return 0;
-}
-
 /*
  * The tag of the first table the dynamic section places outside the loadable segments, or -1.
  * The dynamic linker reads each where the program is mapped plus its address, and one outside
@@ -753,6 +806,13 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh.e_phoff + (size_t)i * sizeof ph, sizeof ph);
         if (ph.p_type == PT_INTERP) interp = 1;
+        /* The linker maps it from the file and zeroes the rest of its last page: past the end of
+         * the copy, that is a SIGBUS in the launcher. */
+        if (ph.p_type == PT_LOAD &&
+            (ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_filesz > ph.p_memsz)) {
+            seterr(err, errlen, "%s: the file is damaged: a loadable segment reaches past its end", path);
+            goto fail;
+        }
         if (ph.p_type == PT_GNU_RELRO && info) {
             info->relro_vaddr = ph.p_vaddr;
             info->relro_memsz = ph.p_memsz;
@@ -832,10 +892,11 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
                path);
         goto fail;
     }
-    const char *bad_versions = versions_damaged(buf, size, &eh, buf + dph.p_offset, ndyn, strtab, strsz,
-                                                dynsym_count(buf, size, &eh, hash, gnu_hash));
-    if (bad_versions) {
-        seterr(err, errlen, "%s: the file is damaged: %s", path, bad_versions);
+    uint64_t nsyms = dynsym_count(buf, size, &eh, hash, gnu_hash);
+    const char *damage = versions_damaged(buf, size, &eh, buf + dph.p_offset, ndyn, strtab, strsz, nsyms);
+    if (!damage) damage = relocs_damaged(buf, size, &eh, buf + dph.p_offset, ndyn, symtab, nsyms);
+    if (damage) {
+        seterr(err, errlen, "%s: the file is damaged: %s", path, damage);
         goto fail;
     }
     if (!exports_main(buf, size, &eh, symtab, strtab, strsz, hash, gnu_hash)) {
@@ -987,14 +1048,20 @@ static int linker_locks_find(void) {
     return -1;
 }
 
-/* Has thread tid ended (no such task, or a zombie: a program's first task stays one until its
- * launcher reaps it)? */
+/* Has thread tid ended?  No such task (kill() asks in our own PID namespace, whatever /proc
+ * shows), or a zombie: a program's first task stays one until its launcher reaps it, which /proc
+ * tells where it is our namespace's. */
 static int thread_gone(int tid) {
     char path[64], buf[256];
+    if (kill(tid, 0) < 0 && errno == ESRCH) return 1;
+    ssize_t n = readlink("/proc/self", buf, sizeof buf - 1);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    if (atoi(buf) != getpid()) return 0;
     snprintf(path, sizeof path, "/proc/%d/stat", tid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return errno == ENOENT || errno == ESRCH;
-    ssize_t n = read(fd, buf, sizeof buf - 1);
+    if (fd < 0) return 0;
+    n = read(fd, buf, sizeof buf - 1);
     close(fd);
     if (n <= 0) return 0;
     buf[n] = 0;
@@ -1002,8 +1069,13 @@ static int thread_gone(int tid) {
     return paren && paren[1] == ' ' && (paren[2] == 'Z' || paren[2] == 'X');
 }
 
+static struct rpal_host *linker_watch_host;
+
 static int linker_locks_recover(FILE *f, const char *prefix) {
     int n = 0;
+    /* A receiver running in a call takes locks under its own thread's id, on its caller's thread:
+     * an owner that looks dead may be alive there.  Looked at again next time. */
+    if (linker_watch_host && hosted_host_calls_in_flight(linker_watch_host)) return 0;
     for (int i = 0; linker_locks && i < 3; i++) {
         pthread_mutex_t *m = &linker_locks[i];
         int owner = __atomic_load_n(&m->__data.__owner, __ATOMIC_ACQUIRE);
@@ -1041,10 +1113,11 @@ static void *linker_watch(void *arg) {
     return NULL;
 }
 
-int hosted_linker_watch(const char *prefix) {
+int hosted_linker_watch(struct rpal_host *h, const char *prefix) {
     pthread_t t;
     pthread_attr_t a;
     if (linker_locks_find() < 0) return -1;
+    linker_watch_host = h;
     snprintf(linker_watch_prefix, sizeof linker_watch_prefix, "%s", prefix);
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
@@ -1385,9 +1458,20 @@ static const char ldso_assert[] = "Inconsistency detected by ld.so";
  * useful (the load goes on: dlmopen reports what is wrong); -2 with err where it crashed, failed
  * an assertion or did not finish in REHEARSAL_SECONDS.
  */
-static int rehearse_load(const char *path, int mfd, char *out, size_t outlen, char *err, size_t errlen) {
+/* fd, or a close-on-exec copy of it above the standard descriptors (fd closed): a launcher
+ * started with one of them closed would otherwise hand the child this one as its stdout. */
+static int above_stdio(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    int copy = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    close(fd);
+    return copy;
+}
+
+static int rehearse_load(const char *path, int mfd_in, char *out, size_t outlen, char *err, size_t errlen) {
     char ldso[PATH_MAX] = "/lib64/ld-linux-x86-64.so.2", fdpath[64];
     dl_iterate_phdr(find_ldso, ldso);
+    int mfd = mfd_in > 2 ? mfd_in : fcntl(mfd_in, F_DUPFD_CLOEXEC, 3);
+    if (mfd < 0) return -1;
     snprintf(fdpath, sizeof fdpath, "/proc/self/fd/%d", mfd);
     static const char *const trace[] = { "LD_TRACE_LOADED_OBJECTS=1", "LD_WARN=yes", "LD_BIND_NOW=yes" };
     extern char **environ;
@@ -1397,16 +1481,28 @@ static int rehearse_load(const char *path, int mfd, char *out, size_t outlen, ch
     if (!envp) return -1;
     for (size_t i = 0; i < n; i++)
         if (strncmp(environ[i], "LD_TRACE_", 9) && strncmp(environ[i], "LD_WARN=", 8) &&
-            strncmp(environ[i], "LD_BIND_", 8))
+            strncmp(environ[i], "LD_BIND_", 8) && strncmp(environ[i], "LD_DEBUG", 8))
             envp[k++] = environ[i];
     for (size_t i = 0; i < 3; i++) envp[k++] = (char *)trace[i];
     envp[k] = NULL;
-    int pfd[2], efd = memfd_create("rpal-rehearsal", MFD_CLOEXEC);
-    if (efd < 0 || pipe2(pfd, O_CLOEXEC) < 0) {
+    int pfd[2] = { -1, -1 }, efd = above_stdio(memfd_create("rpal-rehearsal", MFD_CLOEXEC));
+    if (efd < 0 || pipe2(pfd, O_CLOEXEC) < 0 || (pfd[1] = above_stdio(pfd[1])) < 0) {
         if (efd >= 0) close(efd);
+        if (pfd[0] >= 0) close(pfd[0]);
+        if (mfd != mfd_in) close(mfd);
         free(envp);
         return -1;
     }
+    /* The child starts with no signal blocked or ignored: not the load thread's mask, where a
+     * stopping host's SIGTERM waits. */
+    posix_spawnattr_t sa;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    posix_spawnattr_init(&sa);
+    posix_spawnattr_setsigmask(&sa, &none);
+    posix_spawnattr_setsigdefault(&sa, &all);
+    posix_spawnattr_setflags(&sa, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, pfd[1], 1);
@@ -1414,15 +1510,20 @@ static int rehearse_load(const char *path, int mfd, char *out, size_t outlen, ch
     posix_spawn_file_actions_adddup2(&fa, mfd, mfd); /* the same number, without close-on-exec */
     char *argv[] = { ldso, fdpath, NULL };
     pid_t pid;
-    int e = posix_spawn(&pid, ldso, &fa, NULL, argv, envp);
+    int e = posix_spawn(&pid, ldso, &fa, &sa, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&sa);
     free(envp);
     close(pfd[1]);
+    if (mfd != mfd_in) close(mfd);
     if (e) {
         close(pfd[0]);
         close(efd);
         return -1;
     }
+    /* Bounded even where nobody waits for it any more (a host that abandons the load). */
+    struct rlimit cpu = { REHEARSAL_SECONDS, REHEARSAL_SECONDS + 1 };
+    prlimit(pid, RLIMIT_CPU, &cpu, NULL);
     /* Read to the end, keeping what fits: a child blocked on a full pipe would never exit. */
     size_t len = 0;
     bool late = false;
@@ -1432,7 +1533,9 @@ static int rehearse_load(const char *path, int mfd, char *out, size_t outlen, ch
         clock_gettime(CLOCK_MONOTONIC, &now);
         long left = REHEARSAL_SECONDS * 1000L - ((now.tv_sec - t0.tv_sec) * 1000L + (now.tv_nsec - t0.tv_nsec) / 1000000);
         struct pollfd pf = { .fd = pfd[0], .events = POLLIN };
-        if (left <= 0 || (poll(&pf, 1, (int)left) == 0)) {
+        int ready = left > 0 ? poll(&pf, 1, (int)left) : 0;
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready <= 0) {
             late = true;
             kill(pid, SIGKILL);
             break;

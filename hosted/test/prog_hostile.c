@@ -9,7 +9,8 @@
  *   prog_hostile client SERVICE STEP...  connect, then for each STEP: "blockall" blocks every
  *                                        signal on this thread, "ignsys" ignores SIGSYS,
  *                                        "execspin" sends "spin" from another thread and, 0.3 s
- *                                        later, execs `sleep 4` (the call still running), anything
+ *                                        later, execs `sleep 4` (the call still running), and
+ *                                        "killspin" kills its own process there instead, anything
  *                                        else is sent and its answer read; prints one line a step
  *   prog_hostile exec PROGRAM ARGS...    execv(PROGRAM, ARGS): a hosted program that becomes
  *                                        another (its pid and its parent stay, its memory does not) */
@@ -92,12 +93,13 @@ static int client(const char *service, int n, char **steps) {
             printf("client: blockall %d\n", pthread_sigmask(SIG_BLOCK, &all, NULL));
             continue;
         }
-        if (!strcmp(steps[i], "execspin")) {
+        if (!strcmp(steps[i], "execspin") || !strcmp(steps[i], "killspin")) {
             pthread_t t;
             usleep(100000); /* the server parks after its last answer */
             if (pthread_create(&t, NULL, spin_thread, &fd)) return 1;
             while (!atomic_load(&spin_sent)) usleep(1000);
             usleep(300000);
+            if (steps[i][0] == 'k') kill(getpid(), SIGKILL);
             printf("client: execspin: exec sleep 4\n");
             fflush(stdout);
             execlp("sleep", "sleep", "4", (char *)NULL);

@@ -17,6 +17,8 @@
 #     launcher sees the exec, says so, and fails the server at once, not when the new image
 #     ends: under rpal run the server's failure is reported before the client's exit; under
 #     rpal host the server's joiner ends within 3 s of the exec, with the client's still running.
+#     A client killed there instead is not taken for one that called execve: rpal run says it
+#     ended inside a call.
 # Prints what it checks; exits 0 pass, 1 fail, 77 skip.
 set -u
 RPAL=$1 PROG=$2
@@ -80,6 +82,12 @@ exited=$(grep -n "\[1\] .* exited with status 0" "$tmp/run3.out" | cut -d: -f1)
 [ -n "$lost" ] && [ -n "$failed" ] && [ -n "$exited" ] && [ "$failed" -lt "$exited" ] &&
 	ok "rpal run: the exec is reported and the server fails before the exec'd client ends" ||
 	bad "rpal run: lines $lost, $failed, $exited"
+
+timeout 30 "$RPAL" run "$PROG" server "$svc-k" ::: "$PROG" client "$svc-k" ping killspin >"$tmp/run4.out" 2>&1
+grep -q "ended inside an RPAL call: the receiver it was running is lost" "$tmp/run4.out" &&
+	! grep -q "called execve" "$tmp/run4.out" &&
+	ok "rpal run: a client killed inside the call ended inside it, no execve said" ||
+	bad "rpal run, a client killed inside the call: $(cat "$tmp/run4.out")"
 
 timeout 60 "$RPAL" join hs "$PROG" server "$svc-h" >"$tmp/srv3.out" 2>&1 &
 sj=$!

@@ -101,6 +101,29 @@ static int vernaux_next(unsigned char *img) {
     ((Elf64_Vernaux *)((unsigned char *)vn + vn->vn_aux))->vna_next = 0x100000;
     return 0;
 }
+/* The first relocation that names a symbol (GLOB_DAT), or NULL. */
+static Elf64_Rela *symbol_reloc(unsigned char *img) {
+    Elf64_Dyn *d = dyn_entry(img, DT_RELA), *sz = dyn_entry(img, DT_RELASZ);
+    Elf64_Rela *r = d && sz ? (Elf64_Rela *)at_addr(img, d->d_un.d_ptr) : NULL;
+    for (size_t i = 0; r && i < sz->d_un.d_val / sizeof *r; i++)
+        if (ELF64_R_TYPE(r[i].r_info) == R_X86_64_GLOB_DAT) return &r[i];
+    return NULL;
+}
+/* A symbol's relocation made an indirect one whose resolver is read-only data, not code. */
+static int irelative_data(unsigned char *img) {
+    Elf64_Rela *r = symbol_reloc(img);
+    if (!r) return -1;
+    r->r_info = ELF64_R_INFO(0, R_X86_64_IRELATIVE);
+    r->r_addend = 0x2000;
+    return 0;
+}
+/* A relocation naming symbol 3000 of a table of a few tens. */
+static int reloc_symbol_index(unsigned char *img) {
+    Elf64_Rela *r = symbol_reloc(img);
+    if (!r) return -1;
+    r->r_info = ELF64_R_INFO(3000, R_X86_64_GLOB_DAT);
+    return 0;
+}
 /* The last symbol's version index is one no table defines. */
 static int versym_index(unsigned char *img) {
     Elf64_Dyn *d = dyn_entry(img, DT_VERSYM), *h = dyn_entry(img, DT_GNU_HASH);
@@ -203,6 +226,8 @@ int main(void) {
             { verneed_file, "versions needed from a library that is not DT_NEEDED" },
             { vernaux_next, "a needed version's next entry far past the file" },
             { versym_index, "a symbol's version index that no table defines" },
+            { irelative_data, "an IRELATIVE relocation whose resolver is not code" },
+            { reloc_symbol_index, "a relocation naming symbol 3000" },
         };
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
             CHECK(refused_damaged(tmpl, orig, (size_t)st.st_size, cases[i].damage, err, sizeof err),
