@@ -281,7 +281,7 @@ static void check_sticky(struct fz *z)
 	struct rpal_slot s;
 
 	CHECK(z->c.err == EPROTO, "violation without a sticky EPROTO (err %d)", z->c.err);
-	CHECK(ring_peek(&z->c, &s) == -EPROTO, "error did not stick");
+	CHECK(ring_peek(&z->c, &s, s.data, sizeof(s.data)) == -EPROTO, "error did not stick");
 	/* Readable, so that a waiter wakes and reports the error. */
 	CHECK(ring_readable(&z->c), "a violation does not read as readable");
 	CHECK(!ring_published(&z->c, z->c.rx_head), "published after a violation");
@@ -329,7 +329,7 @@ static void op_recv(struct fz *z, unsigned count, uint8_t mode)
 	for (i = 0; i < count; i++) {
 		struct rpal_slot s;
 		uint64_t h = c->rx_head;
-		int r = ring_peek(c, &s);
+		int r = ring_peek(c, &s, s.data, sizeof(s.data));
 
 		CHECK(r == 1 || r == 0 || r == -EPROTO, "ring_peek returned %d", r);
 		if (r < 0) {
@@ -516,7 +516,7 @@ static void op_hints(struct fz *z, uint8_t ahead)
 	(void)peer_update(c);
 	if (ring_readable(c)) {
 		struct rpal_slot s;
-		int r = ring_peek(c, &s);
+		int r = ring_peek(c, &s, s.data, sizeof(s.data));
 		CHECK(r != 0, "readable but ring_peek says empty");
 		if (r < 0)
 			check_sticky(z);
