@@ -157,11 +157,11 @@ int hosted_launch(const char *me, int argc, char **argv, struct rpal_host *host,
             nanosleep(&ts, NULL);
             hosted_host_unmap_unread(host, rundir, 0);
             for (int j = 0; j < nprog; j++) {
+                int lost = reported[j] ? -1 : hosted_host_execd(host, j, hosted_pid(progs[j]));
                 char prefix[64];
+                if (lost <= 0) continue;
                 snprintf(prefix, sizeof prefix, "%s: [%d] ", me, j);
-                if (!reported[j])
-                    hosted_print_exec_lost(stderr, prefix, hosted_path(progs[j]), hosted_pid(progs[j]),
-                                           hosted_host_execd(host, j, hosted_pid(progs[j])));
+                hosted_print_exec_lost(stderr, prefix, hosted_path(progs[j]), hosted_pid(progs[j]), lost);
             }
             continue;
         }

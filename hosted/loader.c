@@ -205,6 +205,26 @@ static uint64_t dynsym_count(const unsigned char *buf, size_t size, const Elf64_
     return nsyms > (1u << 24) ? 0 : nsyms;
 }
 
+/* Does the dynamic section have an entry tag?  Its value (the last, as the linker takes it) in
+ * *val. */
+static int dyn_find(const unsigned char *dynp, size_t ndyn, int64_t tag, uint64_t *val) {
+    Elf64_Dyn d;
+    int found = 0;
+    for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++)
+        if (d.d_tag == tag) {
+            *val = d.d_un.d_val;
+            found = 1;
+        }
+    return found;
+}
+
+/* The value of the dynamic section's entry tag, or dflt. */
+static uint64_t dyn_value(const unsigned char *dynp, size_t ndyn, int64_t tag, uint64_t dflt) {
+    uint64_t v = dflt;
+    dyn_find(dynp, ndyn, tag, &v);
+    return v;
+}
+
 /* Is [addr, addr + len) inside one loadable segment's memory (with flags, where given)? */
 static int in_segment_with(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t addr, uint64_t len,
                            uint32_t flags) {
@@ -232,16 +252,11 @@ static int in_segment(const unsigned char *buf, const Elf64_Ehdr *eh, uint64_t a
 #define RELOCS_MAX (1u << 24)
 static const char *relocs_damaged(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
                                   const unsigned char *dynp, size_t ndyn, uint64_t symtab, uint64_t nsyms) {
-    uint64_t rela = 0, relasz = 0, jmprel = 0, pltrelsz = 0, pltrel = DT_RELA;
-    Elf64_Dyn d;
-    for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++) {
-        if (d.d_tag == DT_RELA) rela = d.d_un.d_ptr;
-        else if (d.d_tag == DT_RELASZ) relasz = d.d_un.d_val;
-        else if (d.d_tag == DT_JMPREL) jmprel = d.d_un.d_ptr;
-        else if (d.d_tag == DT_PLTRELSZ) pltrelsz = d.d_un.d_val;
-        else if (d.d_tag == DT_PLTREL) pltrel = d.d_un.d_val;
-    }
-    const struct { uint64_t addr, size; } tables[2] = { { rela, relasz }, { pltrel == DT_RELA ? jmprel : 0, pltrelsz } };
+    const struct { uint64_t addr, size; } tables[2] = {
+        { dyn_value(dynp, ndyn, DT_RELA, 0), dyn_value(dynp, ndyn, DT_RELASZ, 0) },
+        { dyn_value(dynp, ndyn, DT_PLTREL, DT_RELA) == DT_RELA ? dyn_value(dynp, ndyn, DT_JMPREL, 0) : 0,
+          dyn_value(dynp, ndyn, DT_PLTRELSZ, 0) },
+    };
     for (int t = 0; t < 2; t++) {
         if (!tables[t].addr || !tables[t].size) continue;
         uint64_t n = tables[t].size / sizeof(Elf64_Rela);
@@ -285,13 +300,9 @@ static const char *str_at(const char *str, uint64_t strsz, uint64_t off) {
 static const char *versions_damaged(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
                                     const unsigned char *dynp, size_t ndyn, uint64_t strtab,
                                     uint64_t strsz, uint64_t nsyms) {
-    uint64_t verneed = 0, verdef = 0, versym = 0, ndx_high = 0;
+    uint64_t verneed = dyn_value(dynp, ndyn, DT_VERNEED, 0), verdef = dyn_value(dynp, ndyn, DT_VERDEF, 0);
+    uint64_t versym = dyn_value(dynp, ndyn, DT_VERSYM, 0), ndx_high = 0;
     Elf64_Dyn d;
-    for (size_t i = 0; i < ndyn && (memcpy(&d, dynp + i * sizeof d, sizeof d), d.d_tag != DT_NULL); i++) {
-        if (d.d_tag == DT_VERNEED) verneed = d.d_un.d_ptr;
-        else if (d.d_tag == DT_VERDEF) verdef = d.d_un.d_ptr;
-        else if (d.d_tag == DT_VERSYM) versym = d.d_un.d_ptr;
-    }
     if (!verneed && !verdef) return NULL;
     const char *str = (const char *)at_vaddr(buf, size, eh, strtab, strsz);
     if (!str) return "its string table is outside the file";
@@ -686,7 +697,7 @@ static int check_exe_tls(const unsigned char *buf, size_t size, const Elf64_Ehdr
  * reads or writes whatever the launcher has mapped there.  A table's size, where a tag gives it,
  * must fit too.
  */
-static int64_t dyn_table_outside(const unsigned char *buf, const Elf64_Ehdr *eh, const Elf64_Dyn *dyn,
+static int64_t dyn_table_outside(const unsigned char *buf, const Elf64_Ehdr *eh, const unsigned char *dynp,
                                  size_t ndyn) {
     static const struct { int64_t tag, size_tag; } tables[] = {
         { DT_STRTAB, DT_STRSZ },   { DT_SYMTAB, 0 },         { DT_RELA, DT_RELASZ },
@@ -697,17 +708,8 @@ static int64_t dyn_table_outside(const unsigned char *buf, const Elf64_Ehdr *eh,
         { DT_PLTGOT, 0 },          { DT_INIT, 0 },           { DT_FINI, 0 },
     };
     for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
-        uint64_t addr = 0, len = 0;
-        int have = 0;
-        for (size_t i = 0; i < ndyn && dyn[i].d_tag != DT_NULL; i++) {
-            if (dyn[i].d_tag == tables[t].tag) {
-                addr = dyn[i].d_un.d_ptr;
-                have = 1;
-            } else if (tables[t].size_tag && dyn[i].d_tag == tables[t].size_tag) {
-                len = dyn[i].d_un.d_val;
-            }
-        }
-        if (have && !in_segment(buf, eh, addr, len)) return tables[t].tag;
+        uint64_t addr, len = tables[t].size_tag ? dyn_value(dynp, ndyn, tables[t].size_tag, 0) : 0;
+        if (dyn_find(dynp, ndyn, tables[t].tag, &addr) && !in_segment(buf, eh, addr, len)) return tables[t].tag;
     }
     return -1;
 }
@@ -848,7 +850,7 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
     }
     size_t ndyn = dph.p_filesz / sizeof(Elf64_Dyn);
     /* Before the initializers' tags are hidden below. */
-    int64_t outside = dyn_table_outside(buf, &eh, (const Elf64_Dyn *)(buf + dph.p_offset), ndyn);
+    int64_t outside = dyn_table_outside(buf, &eh, buf + dph.p_offset, ndyn);
     if (outside >= 0) {
         seterr(err, errlen,
                "%s: the file is damaged: its dynamic section places a table (tag %#llx) outside its "
