@@ -1587,6 +1587,24 @@ static int rehearse_load(const char *path, int mfd_in, char *out, size_t outlen,
     return w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
 }
 
+/* Whether the library open at fd, size bytes long, holds every segment its program headers
+ * map: one cut short after the rehearsal and before its lease would fault when the linker or
+ * the library's code touches the part past its end. */
+static int library_whole(int fd, off_t size) {
+    Elf64_Ehdr eh;
+    if (pread(fd, &eh, sizeof eh, 0) != (ssize_t)sizeof eh || memcmp(eh.e_ident, ELFMAG, SELFMAG) ||
+        eh.e_phentsize != sizeof(Elf64_Phdr))
+        return 0;
+    for (unsigned i = 0; i < eh.e_phnum; i++) {
+        Elf64_Phdr ph;
+        if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph)
+            return 0;
+        if (ph.p_type == PT_LOAD && (ph.p_offset > (uint64_t)size || ph.p_filesz > (uint64_t)size - ph.p_offset))
+            return 0;
+    }
+    return 1;
+}
+
 /* Lease every library the program at /proc/self/fd/mfd needs, as its rehearsed load lists them.
  * 0, or -1 with err where the rehearsal failed (rehearse_load) or a library is being written and
  * stays so: loading either could end the launcher.  A library that cannot be leased
@@ -1638,6 +1656,15 @@ static int lease_libraries(const char *path, int mfd, struct leases *l, char *er
             continue;
         }
         l->fd[l->n++] = fd;
+        if (fstat(fd, &st) < 0 || !library_whole(fd, st.st_size)) {
+            leases_release(l);
+            seterr(err, errlen,
+                   "%s: its library %s was cut short while the program loaded (%lld bytes now, less "
+                   "than its segments): not loaded",
+                   path, lib, (long long)st.st_size);
+            free(list);
+            return -1;
+        }
     }
     free(list);
     return 0;
