@@ -116,6 +116,16 @@ static uint64_t set_received(const struct rpal_ep *ep)
 	return n;
 }
 
+/* Whether a peer of the set's connections still sleeps the sleep we woke
+ * it from (peer_waking). */
+static RPAL_HOT bool set_peer_waking(const struct rpal_ep *ep)
+{
+	for (unsigned i = 0; i < ep->nregs; i++)
+		if (peer_waking(ep->regs[i]->c))
+			return true;
+	return false;
+}
+
 /* Collect ready connections, starting from the round-robin point.  Lock held. */
 static RPAL_HOT int scan(struct rpal_ep *ep, struct epoll_event *out, int max)
 {
@@ -469,6 +479,10 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 		t0 = now_ns();
 	if (budget)
 		tsc0 = cycles_now();
+	/* As in conn_wait(): a peer we woke is spun out first. */
+	bool waking = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE &&
+		      spin_waking(&ep->spin, !yield && set_peer_waking(ep), budget);
+	bool learn = true;
 	for (i = 1; budget && ep->nregs; i++) {
 		if (yield) {
 			lock_give(&ep->lock);
@@ -491,12 +505,16 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 		}
 		if (n) {
 			spin_count(ep, tsc0);
-			spin_caught(&ep->spin, t0);
+			spin_caught(&ep->spin, waking ? now_ns() : t0);
 			return n;
 		}
 		if (yield || !(i & 63)) {
 			uint64_t now = now_ns();
-			if (now - t0 > budget || now >= deadline) {
+			if (waking && !set_peer_waking(ep)) {
+				waking = false;
+				t0 = now;
+			} else if ((waking ? now - t0 > ep->spin.max_ns : now - t0 > budget) || now >= deadline) {
+				learn = !waking;
 				spin_count(ep, tsc0);
 				break;
 			}
@@ -533,7 +551,7 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 			return k;
 		n = k + scan(ep, events + k, max - k);
 		if (n) {
-			if (budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE)
+			if ((budget || ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE) && learn)
 				spin_update(&ep->spin, now_ns() - t0);
 			return n;
 		}

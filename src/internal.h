@@ -77,6 +77,9 @@ struct rpal_spin {
 	uint32_t budget_ns; /* the spin of waits that do not probe; UINT32_MAX: the cap */
 	uint32_t this_ns;   /* this wait's budget */
 	uint16_t caught_share; /* of waits that spun the whole cap, those it caught (/65536) */
+	uint16_t waking_pays; /* of recent spin-outs of a waking peer, those that paid (/65536) */
+	uint16_t waking_left;   /* waits with one to go before such a spin-out regardless */
+	uint8_t since_spun_out; /* waits since the last one, up to WAKING_RUN (spin.c) */
 	uint16_t untimed;   /* waits counted but not timed while the cap pays */
 	/* Of recent waits, per bucket of length: those that reached it, ended in it. */
 	uint16_t reached[RPAL_SPIN_BUCKETS], ended[RPAL_SPIN_BUCKETS];
@@ -92,6 +95,10 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
  * count of messages handled so far (received, or sent for a wait for
  * room), which tells how many each kind of wait brings. */
 uint64_t spin_budget(struct rpal_spin *s, uint64_t msgs);
+/* This wait, of budget ns (spin_budget), began with the peer still waking
+ * from a sleep we woke it from (waking) or not: whether to spin that
+ * wake-up out before the budget. */
+bool spin_waking(struct rpal_spin *s, bool waking, uint64_t budget);
 /* The waiter's count of messages now means something else (an epoll set
  * gained or lost a connection): the next wait starts counting afresh. */
 void spin_recount(struct rpal_spin *s);
@@ -178,13 +185,13 @@ struct rpal_conn {
 	uint64_t tail;                /* P */
 	uint64_t head_cache;          /* P: last peer rx_head seen */
 	uint64_t published;           /* P: tail at the last wake-up check */
-	uint64_t last_rung_rx;        /* P: peer's waiting word when I last woke it */
+	_Atomic uint64_t last_rung_rx; /* P: peer's waiting word when I last woke it */
 
 	/* Consumer state. */
 	uint64_t rx_head;             /* C */
 	uint64_t rx_checked;          /* C: rx_head at the last TX-waiter check */
 	uint64_t ack_tail;            /* C: acks I have produced */
-	uint64_t last_rung_tx;        /* C: peer's waiting word when I last woke it */
+	_Atomic uint64_t last_rung_tx; /* C: peer's waiting word when I last woke it */
 
 	struct rpal_lock out_lock;    /* ack_head, out, out_bytes */
 	_Atomic uint64_t ack_head;    /* peer acks I have consumed (written under out_lock) */
@@ -627,6 +634,7 @@ static inline bool send_ready(const struct rpal_conn *c, uint64_t *head)
 enum { WANT_RX = 1, WANT_SLOT = 2, WANT_QUOTA = 4 };
 void notify_wake_rx(struct rpal_conn *c, uint64_t w);
 void notify_peer_tx_now(struct rpal_conn *c);
+bool peer_waking(const struct rpal_conn *c);
 void notify_peer_tx_closed(struct rpal_conn *c);
 bool conn_sleeps_in_poll(const struct rpal_conn *c);
 

@@ -65,11 +65,11 @@ static void doorbell_write(int fd)
  * was rung already.  count: the statistics page's counter of the calling
  * side (one writer). */
 static RPAL_HOT bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t futex_bit, uint32_t bell_bit,
-			  uint64_t *last, _Atomic uint64_t *count)
+			  _Atomic uint64_t *last, _Atomic uint64_t *count)
 {
-	if (w == *last)
+	if (w == load_relaxed(last))
 		return false;
-	*last = w;
+	store_relaxed(last, w);
 	/* A sample of wake-ups is timed: what a sleep costs its waker. */
 	uint64_t t0 = spin_cost_sample(load_relaxed(count)) ? now_ns() : 0;
 
@@ -220,12 +220,29 @@ RPAL_HOT void notify_peer_tx_now(struct rpal_conn *c)
  */
 void notify_peer_tx_closed(struct rpal_conn *c)
 {
-	uint64_t w, never = UINT64_MAX;
+	uint64_t w;
+	_Atomic uint64_t never = UINT64_MAX;
 
 	smp_mb();       /* W1: our state store before the load of its flag */
 	w = load_relaxed(&c->pb->waiting);
 	if (w & RPAL_WAIT_TX)
 		ring_doorbell(c, w, RPAL_WAIT_TX_FUTEX, RPAL_WAIT_TX_BELL, &never, &c->st->rx.wakeups);
+}
+
+/*
+ * Whether the peer still sleeps the sleep we last woke it from.  What we
+ * wait for next then comes from a thread the scheduler has yet to run,
+ * tens of µs away across CPUs on a VM: that part of a wait is the peer's
+ * wake-up, not its pace: the adaptive policy may spin it out
+ * (spin_waking) and time the wait from when the peer runs.  A peer can
+ * fake this state, and gain at most a spin of spin_us per wait by it.
+ */
+RPAL_HOT bool peer_waking(const struct rpal_conn *c)
+{
+	uint64_t w = load_relaxed(&c->pb->waiting);
+
+	return (w & (RPAL_WAIT_RX | RPAL_WAIT_TX)) &&
+	       (w == load_relaxed(&c->last_rung_rx) || w == load_relaxed(&c->last_rung_tx));
 }
 
 /*
@@ -314,6 +331,11 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	 * all the time the budget measured. */
 	tsc0 = budget ? cycles_now() : 0;
 	t0 = budget || spin->policy == RPAL_WAIT_POLICY_ADAPTIVE ? now_ns() : 0;
+	/* A peer we woke is on its way: spin that out (up to the ceiling)
+	 * before the budget, which counts from when it runs, where that
+	 * pays (spin_waking). */
+	bool waking = spin->policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_waking(spin, !yield && peer_waking(c), budget);
+	bool learn = true;
 	for (i = 1; budget; i++) {
 		if (yield)
 			sched_yield();
@@ -321,10 +343,19 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			cpu_relax();
 		if (wait_done(c, what)) {
 			stat_add_shared(spun, cycles_now() - tsc0);
-			spin_caught(spin, t0);
+			spin_caught(spin, waking ? now_ns() : t0);
 			return wait_left(c);
 		}
-		if ((yield || !(i & 63)) && now_ns() - t0 > budget) {
+		if (!yield && (i & 63))
+			continue;
+		uint64_t now = now_ns();
+		if (waking && !peer_waking(c)) {
+			waking = false;
+			t0 = now;
+		} else if (waking ? now - t0 > spin->max_ns : now - t0 > budget) {
+			/* A wake-up that outlasts the ceiling says nothing of
+			 * the peer's pace: not learnt. */
+			learn = !waking;
 			stat_add_shared(spun, cycles_now() - tsc0);
 			break;
 		}
@@ -413,7 +444,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		if (wait_done(c, what))
 			break;
 	}
-	if (t0)
+	if (t0 && learn)
 		spin_update(spin, now_ns() - t0);
 	return wait_left(c);
 }

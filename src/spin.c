@@ -36,6 +36,9 @@
  * over one wait each: sleeping is cheaper per message than C says, and
  * both C and the cap are scaled by the messages handled after a caught
  * wait over those handled after a sleep (averaged; see batch_cost).
+ *
+ * A wait that begins with the peer waking from a sleep we woke it from is
+ * a case apart (spin_waking).
  */
 #include <string.h>
 #include <time.h>
@@ -52,6 +55,10 @@
  * count, the step of the average), counting at most BATCH_MAX a wait. */
 #define BATCH_ONE 256
 #define BATCH_MAX 64
+/* A spin-out of a waking peer pays if this many waits after it find none;
+ * where they do not, one waking wait in WAKING_PROBE is spun out. */
+#define WAKING_RUN 8
+#define WAKING_PROBE 256
 
 /* Until measured: a futex sleep and its wake-up on a VM. */
 #define SLEEP_COST_DEFAULT_NS 3000
@@ -150,6 +157,9 @@ void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy)
 	s->policy = (uint8_t)policy;
 	whole_cap(s);   /* spin at first: a new connection is usually busy */
 	s->probe_gap = s->probe_left = 1;
+	s->waking_pays = UINT16_MAX;    /* until a spin-out says otherwise */
+	s->waking_left = WAKING_PROBE;
+	s->since_spun_out = WAKING_RUN;
 	s->per_catch = s->per_sleep = BATCH_ONE;
 }
 
@@ -167,6 +177,34 @@ static RPAL_HOT void count_batch(struct rpal_spin *s, uint64_t msgs)
 	s->mark = msgs;
 	s->marked = true;
 	s->slept = true;        /* until a catch says otherwise */
+}
+
+/*
+ * A wait begun while the peer still wakes from a sleep we woke it from
+ * lasts at least that wake-up, tens of µs across CPUs on a VM: more than
+ * a sleep costs.  Yet in a stream, where each side answers the other at
+ * once, a side that sleeps through it makes the peer sleep through its
+ * own in turn, and so on: after one hiccup the two wake each other on
+ * every wait for ever, at a tenth of the pace.  Spinning it out ends such
+ * a chain, and pays while the waits after it find the peer awake; where
+ * the next wait finds it waking again (a peer that sleeps between
+ * requests whatever we do) it only adds the wake-up to the sleep's cost.
+ * So a waking peer is spun out while the recent spin-outs were followed
+ * by WAKING_RUN waits without one, and else once in WAKING_PROBE waits
+ * that find one, which is how a chain that began anyway ends.
+ */
+RPAL_HOT bool spin_waking(struct rpal_spin *s, bool waking, uint64_t budget)
+{
+	if (s->since_spun_out < WAKING_RUN && (waking || ++s->since_spun_out == WAKING_RUN)) {
+		/* One that ended a chain is reason enough to go on. */
+		s->waking_pays = waking ? s->waking_pays - s->waking_pays / 4 : UINT16_MAX;
+		s->since_spun_out = WAKING_RUN;
+	}
+	if (!waking || !budget || (s->waking_pays < UINT16_MAX / 2 && --s->waking_left))
+		return false;
+	s->waking_left = WAKING_PROBE;
+	s->since_spun_out = 0;
+	return true;
 }
 
 void spin_recount(struct rpal_spin *s)

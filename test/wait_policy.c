@@ -8,7 +8,8 @@
  * grow rarer (at most one wait in 256 once idle), spins again after a few
  * waits that a spin caught, and on waits of known lengths costs about what
  * the better of never spinning and spinning a sleep's cost would: short
- * where waits end quickly or not at all.
+ * where waits end quickly or not at all.  A waking peer is spun out while
+ * that ends chains of wake-ups, and rarely where it does not.
  */
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -309,6 +310,48 @@ static void check_yield(void)
 }
 
 /*
+ * Spin-outs of a waking peer (spin_waking): kept while each ends a chain of
+ * mutual wake-ups (the waits after it find the peer awake), dropped after
+ * a few that do not (the next wait finds it waking again), then tried once
+ * in 256 waits that find one, and kept again after one that pays.
+ */
+static void check_waking(void)
+{
+	struct rpal_spin s;
+	int spun = 0, tried;
+
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	t_check(!spin_waking(&s, false, 1000), "spun out a peer that is not waking");
+	t_check(!spin_waking(&s, true, 0), "spun out a waking peer on a budget of 0");
+	/* A stream: a hiccup now and then, every wait after it finds the peer awake. */
+	for (int i = 0; i < 1000; i++) {
+		bool waking = i % 50 == 0;
+		bool out = spin_waking(&s, waking, 1000);
+
+		t_check(!out || waking, "spun out a peer that is not waking");
+		spun += out;
+	}
+	t_check(spun == 20, "a stream: %d spin-outs of 20 waking peers", spun);
+	/* A peer that sleeps between requests: every wait finds it waking. */
+	for (tried = 0; tried < 20 && spin_waking(&s, true, 1000); tried++)
+		;
+	t_check(tried <= 4, "a peer waking on every wait still spun out after %d tries", tried);
+	spun = 0;
+	for (int i = 0; i < 2560; i++)
+		spun += spin_waking(&s, true, 1000);
+	t_check(spun == 10, "a peer waking on every wait: %d spin-outs in 2560 waits, want one in 256", spun);
+	/* A stream again: the next try that pays restores them. */
+	int waits = 0;
+	while (!spin_waking(&s, true, 1000) && waits < 300)
+		waits++;
+	for (int i = 0; i < 8; i++)
+		spin_waking(&s, false, 1000);
+	t_check(spin_waking(&s, true, 1000), "a spin-out that ended a chain was not tried again");
+	printf("adaptive: a waking peer spun out 20 of 20 times in a stream, %d tries where it sleeps between "
+	       "requests, then one in 256\n", tried);
+}
+
+/*
  * A set that also holds an ordinary descriptor sleeps in epoll_wait(); that
  * sleep is timed for the adaptive wait's costs as a futex sleep is (the
  * first sleep is one of the samples).
@@ -343,6 +386,7 @@ int main(void)
 	check_costs();
 	check_batching();
 	check_yield();
+	check_waking();
 	check_epoll_sample();
 	printf("PASS\n");
 	return T_EXIT_PASS;
