@@ -1573,15 +1573,18 @@ static int rehearse_load(const char *path, int mfd_in, char *out, size_t outlen,
     if (w == pid && WIFSIGNALED(status) && WTERMSIG(status) != SIGPIPE) {
         seterr(err, errlen,
                "%s: not loaded: the dynamic linker crashed with signal %d rehearsing the load in a "
-               "child: the file is damaged, and loading it could end the host with every program",
+               "child: the file or one of its libraries is damaged, and loading it could end the host "
+               "with every program",
                path, WTERMSIG(status));
         return -2;
     }
     char *said = strstr(msg, ldso_assert);
     if (w == pid && WIFEXITED(status) && WEXITSTATUS(status) != 0 && said) {
         said[strcspn(said, "\n")] = '\0';
-        seterr(err, errlen, "%s: not loaded: the file is damaged: the dynamic linker says \"%s\"", path,
-               said);
+        seterr(err, errlen,
+               "%s: not loaded: the file or one of its libraries is damaged: the dynamic linker says "
+               "\"%s\"",
+               path, said);
         return -2;
     }
     return w == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0 && len < outlen - 1 ? 0 : -1;
