@@ -153,12 +153,13 @@ wait $hpid
 	wait_line "$tmp/a6.out" "serving" || { bad "setup: $(cat "$tmp/a6.out")"; exit 1; }
 	RPAL_RUNTIME_DIR=$tmp/rt6b "$RPAL" join s6 "$ECHO" in-b >"$tmp/b6.out" 2>&1 &
 	wait_line "$tmp/b6.out" "serving" || { bad "setup: $(cat "$tmp/b6.out")"; exit 1; }
-	slots=$( (RPAL_RUNTIME_DIR=$tmp/rt6a "$RPAL" stat --json; RPAL_RUNTIME_DIR=$tmp/rt6b "$RPAL" stat --json) |
-		grep -o '"slot": [0-9]*' | sed 's/.*: //' | sort -u | wc -l)
+	stats=$( (RPAL_RUNTIME_DIR=$tmp/rt6a "$RPAL" stat --json; RPAL_RUNTIME_DIR=$tmp/rt6b "$RPAL" stat --json) |
+		grep -oE '"(pid|slot|name)": ("[^"]*"|[0-9]*)' | tr '\n' ' ')
+	slots=$(echo "$stats" | grep -oE '"slot": [0-9]+' | sort -u | wc -l)
 	a=$(timeout 30 "$RPAL" join s6 "$(dirname "$ECHO")/echo_client" in-a 2>&1) &&
 		b=$(RPAL_RUNTIME_DIR=$tmp/rt6b timeout 30 "$RPAL" join s6 "$(dirname "$ECHO")/echo_client" in-b 2>&1) &&
 		[ "$slots" = 2 ] && ok "programs with runtime directories of their own hold two slots, and both serve" ||
-		bad "two runtime directories: $slots slot(s); $a; ${b:-}"
+		bad "two runtime directories: $slots slot(s) ($stats); $a; ${b:-}"
 	kill -TERM $hpid
 	wait $hpid
 	exit $fail
