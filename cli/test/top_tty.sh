@@ -21,7 +21,12 @@ cleanup() {
 	t kill-server 2>/dev/null
 	[ -n "${pair:-}" ] && kill "$pair" 2>/dev/null
 	wait 2>/dev/null
+	rm -rf "$work"
 }
+# Its files (pids, stty states) in a directory of its own: a file left by an earlier run
+# would be read before the new writer's redirection empties it.
+work=$(mktemp -d)
+cd "$work" || exit 1
 trap cleanup EXIT
 # Wait until the pane shows $1 (an extended regex), at most ~5 s, or $2 tenths of a second.
 await() {
