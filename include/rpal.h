@@ -75,10 +75,12 @@ struct rpal_config {
 };
 
 /*
- * wait_policy: what a waiter does before it sleeps (see rpal(7), "Waiting").
- * ADAPTIVE spins only while that costs less CPU than a sleep and its
- * wake-up, judged from how soon recent waits ended and from what sleeps
- * and wake-ups cost this process; never longer than spin_us.
+ * wait_policy: what a waiter does before it sleeps (see rpal(7), "Wake-ups
+ * and spinning").  ADAPTIVE spins only while that costs less CPU than a
+ * sleep and its wake-up, judged from how soon recent waits ended and from
+ * what sleeps and wake-ups cost this process, and through the wake-up of a
+ * peer it has just woken while that keeps the two from waking each other
+ * on every wait; never longer than spin_us.
  */
 #define RPAL_WAIT_POLICY_ADAPTIVE 0u  /* the default */
 #define RPAL_WAIT_POLICY_SPIN     1u  /* spin up to spin_us every time, then sleep */
