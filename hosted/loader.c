@@ -156,6 +156,12 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 
 /* ---------------------------------------------------------------- ELF: clear DF_1_PIE */
 
+/* Whether segment ph's file part lies within a file of size bytes: the linker maps a loadable
+ * one from there, and a part past the end faults (SIGBUS) when touched. */
+static int phdr_in_file(const Elf64_Phdr *ph, uint64_t size) {
+    return ph->p_offset <= size && ph->p_filesz <= size - ph->p_offset;
+}
+
 /* The file bytes at vaddr..vaddr+len of a mapped segment, or NULL. */
 static const unsigned char *at_vaddr(const unsigned char *buf, size_t size, const Elf64_Ehdr *eh,
                                      uint64_t vaddr, uint64_t len) {
@@ -163,8 +169,7 @@ static const unsigned char *at_vaddr(const unsigned char *buf, size_t size, cons
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
         if (ph.p_type != PT_LOAD || vaddr < ph.p_vaddr || vaddr - ph.p_vaddr > ph.p_filesz ||
-            len > ph.p_filesz - (vaddr - ph.p_vaddr) || ph.p_offset > size ||
-            ph.p_filesz > size - ph.p_offset)
+            len > ph.p_filesz - (vaddr - ph.p_vaddr) || !phdr_in_file(&ph, size))
             continue;
         return buf + ph.p_offset + (vaddr - ph.p_vaddr);
     }
@@ -520,7 +525,7 @@ static int find_rooms(const unsigned char *buf, size_t size, const Elf64_Ehdr *e
         Elf64_Phdr ph;
         memcpy(&ph, buf + eh->e_phoff + (size_t)i * sizeof ph, sizeof ph);
         if (ph.p_type != PT_LOAD || !(ph.p_flags & PF_R) || !ph.p_filesz || ph.p_memsz != ph.p_filesz ||
-            ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_offset % page != ph.p_vaddr % page)
+            !phdr_in_file(&ph, size) || ph.p_offset % page != ph.p_vaddr % page)
             continue;
         if (wraps(ph.p_vaddr, ph.p_memsz, page)) continue; /* no room is trusted there */
         uint64_t off = ph.p_offset + ph.p_filesz;
@@ -810,8 +815,7 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
         if (ph.p_type == PT_INTERP) interp = 1;
         /* The linker maps it from the file and zeroes the rest of its last page: past the end of
          * the copy, that is a SIGBUS in the launcher. */
-        if (ph.p_type == PT_LOAD &&
-            (ph.p_offset > size || ph.p_filesz > size - ph.p_offset || ph.p_filesz > ph.p_memsz)) {
+        if (ph.p_type == PT_LOAD && (!phdr_in_file(&ph, size) || ph.p_filesz > ph.p_memsz)) {
             seterr(err, errlen, "%s: the file is damaged: a loadable segment reaches past its end", path);
             goto fail;
         }
@@ -844,7 +848,7 @@ int hosted_depie(const char *path, struct hosted_copy *info, char *err, size_t e
     }
     Elf64_Phdr dph;
     memcpy(&dph, dyn_ph, sizeof dph);
-    if (dph.p_offset > size || dph.p_filesz > size - dph.p_offset || dph.p_offset % 8 != 0) {
+    if (!phdr_in_file(&dph, size) || dph.p_offset % 8 != 0) {
         seterr(err, errlen, "%s: PT_DYNAMIC outside the file", path);
         goto fail;
     }
@@ -1602,8 +1606,7 @@ static int library_whole(int fd, off_t size) {
         Elf64_Phdr ph;
         if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + (uint64_t)i * sizeof ph)) != (ssize_t)sizeof ph)
             return 0;
-        if (ph.p_type == PT_LOAD && (ph.p_offset > (uint64_t)size || ph.p_filesz > (uint64_t)size - ph.p_offset))
-            return 0;
+        if (ph.p_type == PT_LOAD && !phdr_in_file(&ph, (uint64_t)size)) return 0;
     }
     return 1;
 }
