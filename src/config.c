@@ -128,8 +128,8 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: region_base %#" PRIx64 " must be non-zero and slot_size aligned%s",
 				 c->region_base, env_note("RPAL_REGION_BASE", c->region_base));
 	if (c->slot_size > user_top / c->nr_slots || c->region_base > user_top - c->slot_size * c->nr_slots)
-		return rpal_fail(EINVAL, "config: region %#" PRIx64 " + %u x %#" PRIx64 " passes the 47-bit user address limit",
-				 c->region_base, c->nr_slots, c->slot_size);
+		return rpal_fail(EINVAL, "config: region %#" PRIx64 " + %u x %#" PRIx64 " passes the 47-bit user address limit%s",
+				 c->region_base, c->nr_slots, c->slot_size, env_note("RPAL_REGION_BASE", c->region_base));
 	if (c->arena_size < (1ULL << 20) || c->arena_size > c->slot_size || c->arena_size % RPAL_PAGE)
 		return rpal_fail(EINVAL, "config: arena_size %" PRIu64 " (%#" PRIx64 ") must be a page multiple in 1 MiB..slot_size%s",
 				 c->arena_size, c->arena_size, env_note("RPAL_ARENA_SIZE", c->arena_size));
@@ -137,7 +137,8 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: ring_entries %u must be a power of two in 8..65536%s", c->ring_entries,
 				 env_note("RPAL_RING_ENTRIES", c->ring_entries));
 	if (c->spin_us > 10u * 1000 * 1000)
-		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s", c->spin_us);
+		return rpal_fail(EINVAL, "config: spin_us %u must be at most 10 s%s", c->spin_us,
+				 env_note("RPAL_SPIN_US", c->spin_us));
 	if (c->wait_policy > RPAL_WAIT_POLICY_SLEEP)
 		return rpal_fail(EINVAL, "config: wait_policy %u must be 0 (adaptive), 1 (spin) or 2 (sleep)",
 				 c->wait_policy);
@@ -151,7 +152,7 @@ int rpal_config_check(const struct rpal_config *c)
 		return rpal_fail(EINVAL, "config: runtime_dir is not NUL-terminated");
 	if (c->protect_peers > RPAL_PROTECT_REQUIRE)
 		return rpal_fail(EINVAL, "config: protect_peers %u must be 0 (off), 1 (where the CPU has PKU) "
-				 "or 2 (required)", c->protect_peers);
+				 "or 2 (required)%s", c->protect_peers, env_note("RPAL_PROTECT_PEERS", c->protect_peers));
 	return 0;
 }
 

@@ -98,6 +98,28 @@ static void config_checks(void)
 	t_check(e == -EINVAL && strstr(rpal_strerror(e), "(from RPAL_HANDSHAKE_MS=0)"), "RPAL_HANDSHAKE_MS=0: %s",
 		rpal_strerror(e));
 	unsetenv("RPAL_HANDSHAKE_MS");
+	/* Out of range, not malformed: refused by the field's check, which
+	 * names the variable.  The base: aligned, its last slot past 2^47. */
+	char top_base[32];
+	rpal_config_default(&c);
+	snprintf(top_base, sizeof(top_base), "%#llx", (unsigned long long)((1ULL << 47) - c.slot_size));
+	const char *const out_of_range[][3] = {
+		{ "RPAL_SPIN_US", "10000001", "at most 10 s" },
+		{ "RPAL_PROTECT_PEERS", "3", "must be 0 (off)" },
+		{ "RPAL_REGION_BASE", top_base, "47-bit" },
+	};
+	for (unsigned i = 0; i < sizeof(out_of_range) / sizeof(out_of_range[0]); i++) {
+		char want[64];
+
+		setenv(out_of_range[i][0], out_of_range[i][1], 1);
+		rpal_config_default(&c);
+		e = rpal_init(&c);
+		snprintf(want, sizeof(want), "(from %s=%s)", out_of_range[i][0], out_of_range[i][1]);
+		t_check(e == -EINVAL && strstr(rpal_strerror(e), want) && strstr(rpal_strerror(e), out_of_range[i][2]),
+			"%s=%s: %s", out_of_range[i][0], out_of_range[i][1], rpal_strerror(e));
+		printf("  %s=%s -> %s\n", out_of_range[i][0], out_of_range[i][1], rpal_strerror(e));
+		unsetenv(out_of_range[i][0]);
+	}
 
 	printf("under an RLIMIT_AS smaller than the region, the error names the limit\n");
 	pid_t pid = 0;
