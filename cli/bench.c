@@ -414,8 +414,8 @@ static int parse(int argc, char **argv, struct bench_opts *o)
 			o->timeout_s = (unsigned)v;
 			break;
 		case OPT_SPIN_US:
-			if (parse_u64(optarg, &v) || v > 100000000) {
-				fprintf(stderr, "rpal bench: --spin-us must be 0..1e8\n");
+			if (parse_u64(optarg, &v) || v > 10000000) {
+				fprintf(stderr, "rpal bench: --spin-us must be 0..10000000 (10 s, librpal's limit)\n");
 				return -1;
 			}
 			o->spin_us = (unsigned)v;

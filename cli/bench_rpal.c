@@ -5,7 +5,8 @@
  * rpal epoll set with EPOLLIN, waits in rpal_epoll_wait(), reads with
  * rpal_recv() and echoes with rpal_send(); the client rpal_send()s and
  * blocks in rpal_recv().  --wait spin sets spin_us to --spin-us (1 s: a
- * waiter never sleeps, the consumer is awake); --wait sleep sets it to 0.
+ * waiter never sleeps, the consumer is awake); --wait sleep and adaptive
+ * set the wait policy and keep the default spin_us.
  * Zero copy uses rpal_buf_alloc/rpal_send_buf and rpal_recv_msg/release.
  */
 #include <errno.h>
