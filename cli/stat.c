@@ -323,7 +323,7 @@ static void print_table(const struct snap *s)
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (double)p->callee_ns / 1e6);
 		if (p->sleep_cost_ns || p->wake_cost_ns)
-			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait spins at most their sum)\n",
+			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait's budget is at most their sum)\n",
 			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
 		for (j = 0; j < snap_listeners_listed(p); j++)
 			printf("  listening on %s (fd %d): %llu accepted, %llu refused or failed\n", p->listeners[j].service,

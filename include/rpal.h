@@ -66,8 +66,9 @@ struct rpal_config {
 	unsigned ring_entries;    /* slots per ring direction, power of two 8..65536 */
 	unsigned spin_us;         /* longest spin before a waiter sleeps; 0 = never spin */
 	unsigned handshake_ms;    /* bound on each handshake step */
-	char runtime_dir[108];    /* sockets and locks; "" = $RPAL_RUNTIME_DIR,
-	                             $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid> */
+	char runtime_dir[108];    /* sockets and locks; "" = $XDG_RUNTIME_DIR/rpal, else
+	                             /tmp/rpal-<euid> (rpal_config_default() copies
+	                             $RPAL_RUNTIME_DIR here) */
 	unsigned protect_peers;   /* RPAL_PROTECT_*; RPAL_PROTECT_PEERS */
 	uint64_t conn_budget;     /* bytes of our arena one peer may hold, 64 KiB..arena_size;
 	                             0 = arena_size / 4; RPAL_CONN_BUDGET (see rpal(7)) */
@@ -78,9 +79,9 @@ struct rpal_config {
  * wait_policy: what a waiter does before it sleeps (see rpal(7), "Wake-ups
  * and spinning").  ADAPTIVE spins only while that costs less CPU than a
  * sleep and its wake-up, judged from how soon recent waits ended and from
- * what sleeps and wake-ups cost this process, and through the wake-up of a
- * peer it has just woken while that keeps the two from waking each other
- * on every wait; never longer than spin_us.
+ * what sleeps and wake-ups cost this process, never longer than spin_us;
+ * and before that, through the wake-up of a peer it has just woken (up to
+ * spin_us) while that keeps the two from waking each other on every wait.
  */
 #define RPAL_WAIT_POLICY_ADAPTIVE 0u  /* the default */
 #define RPAL_WAIT_POLICY_SPIN     1u  /* spin up to spin_us every time, then sleep */
