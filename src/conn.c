@@ -493,16 +493,8 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 	if (!ret && nfds != want)
 		ret = (snprintf(why, whylen, "%s carried %d descriptors, expected %d", type == RPAL_HS_HELLO ? "hello" : "welcome",
 				nfds, want), -EPROTO);
-	if (!ret && want == 3) {
+	if (!ret && want == 3)
 		ret = wake_page_check(fds[2], why, whylen);
-		if (!ret && !(page = wake_page_map(fds[2]))) {
-			char note[96];
-
-			ret = errno ? -errno : -ENOMEM;
-			snprintf(why, whylen, "cannot map the wake page%s", map_count_note(-ret, note, sizeof(note)));
-		}
-		mapped = !ret;
-	}
 	if (!ret) {
 		struct rpal_geom g;
 
@@ -513,6 +505,16 @@ int hello_accept(int sock, const void *buf, int len, int *fds, int nfds, uint16_
 		ret = memfd_check(fds[0], h.arena_size, why, whylen);
 	if (!ret)
 		ret = doorbell_check(fds[1], why, whylen);
+	/* Mapped only once everything the peer sent has passed. */
+	if (!ret && want == 3) {
+		if (!(page = wake_page_map(fds[2]))) {
+			char note[96];
+
+			ret = errno ? -errno : -ENOMEM;
+			snprintf(why, whylen, "cannot map the wake page%s", map_count_note(-ret, note, sizeof(note)));
+		}
+		mapped = !ret;
+	}
 	if (!ret) {
 		pthread_mutex_lock(&rpal_g.lock);
 		ret = conn_create(sock, me, bell, fds[1], &h, uc, fds[0], page, type == RPAL_HS_HELLO, service,

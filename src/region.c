@@ -291,6 +291,7 @@ static int arena_create(void)
 	}
 	if (getrandom(&nonce, sizeof(nonce), 0) != sizeof(nonce))
 		nonce = (uint64_t)now_ns() ^ ((uint64_t)getpid() << 32);
+	nonce |= !nonce;        /* PROTOCOL.md: random, non-zero */
 
 	h = p;
 	h->magic = RPAL_ARENA_MAGIC;
