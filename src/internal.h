@@ -458,12 +458,15 @@ int conn_hung_up(const struct rpal_conn *c);
 static inline bool conn_dead(const struct rpal_conn *c) { return load_acquire(&c->dead); }
 static inline int conn_err(const struct rpal_conn *c) { return load_relaxed(&c->err); }
 
-/* The peer broke the protocol: the connection is closed for I/O (sticky).
- * The sender (acks) and the receiver (slots) may both find one at once:
- * the count is an atomic add, off the message path. */
+/* The peer broke the protocol: the connection is closed for I/O (sticky),
+ * and our block says so, so that the peer's sends fail and its receives
+ * end instead of waiting on us.  The sender (acks) and the receiver
+ * (slots) may both find one at once: the count is an atomic add, off the
+ * message path. */
 static inline void conn_violation(struct rpal_conn *c)
 {
 	store_relaxed(&c->err, EPROTO);
+	atomic_fetch_or_explicit(&c->me->state, RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED, memory_order_release);
 	atomic_fetch_add_explicit(&c->st->rx.violations, 1, memory_order_relaxed);
 	atomic_fetch_or_explicit(&c->st->status, RPAL_STAT_ERROR, memory_order_relaxed);
 }

@@ -1,20 +1,22 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Description: a connected peer that writes garbage into its own ring
- * (pointers outside its arena, lying lengths, bad flags, out-of-order and
- * wrapped sequence numbers, a reused block, forged acks, a buffer over
- * pages it never wrote, which we would pay for) gets that one
- * connection closed with EPROTO and a clear reason; the victim keeps
- * serving another connection.  A peer that never acknowledges exhausts its
- * quota (EAGAIN) or our arena (ENOMEM), never crashes us, and everything
- * comes back when it goes.  A peer that scribbles on the shared wake page
- * causes spurious wake-ups, nothing else; one that holds our word still
- * cannot keep a set of its connection alone asleep through another
- * thread's rpal_epoll_ctl() or that connection's removal.  A peer that
- * makes the doorbell it gave us blocking, fills it and ties it up in
- * waiting splices cannot make a send that rings it block; one that floods
- * ours, passes descriptors through it and ties it up cannot make our waits
- * hang or leak; one that shuts it down cannot make a blocking receive spin.
+ * (pointers outside its arena, lying lengths, bad flags, out-of-order
+ * and wrapped sequence numbers, a reused block, forged acks, a buffer
+ * over pages it never wrote, which we would pay for) gets that one
+ * connection closed with EPROTO and a clear reason (our block says so
+ * to the peer); the victim keeps serving another connection.  A peer
+ * that never acknowledges exhausts its quota (EAGAIN) or our arena
+ * (ENOMEM), never crashes us, and everything comes back when it goes.
+ * A peer that scribbles on the shared wake page causes spurious
+ * wake-ups, nothing else; one that holds our word still cannot keep a
+ * set of its connection alone asleep through another thread's
+ * rpal_epoll_ctl() or that connection's removal.  A peer that makes the
+ * doorbell it gave us blocking, fills it and ties it up in waiting
+ * splices cannot make a send that rings it block; one that floods ours,
+ * passes descriptors through it and ties it up cannot make our waits
+ * hang or leak; one that shuts it down cannot make a blocking receive
+ * spin.
  */
 #include <arpa/inet.h>
 #include <limits.h>
@@ -310,6 +312,10 @@ int main(void)
 		t_check(n == -EPROTO, "%s: got %ld (%s), want EPROTO", fault_name[f], n, rpal_strerror((int)n));
 		printf("  %-34s -> %s\n", fault_name[f], rpal_strerror((int)n));
 		t_check(rpal_recv(fd, b, sizeof(b), RPAL_NONBLOCK) == -EPROTO, "%s: error not sticky", fault_name[f]);
+		/* Before our close: the peer can see that we neither read nor write. */
+		uint32_t st_bits = load_acquire(&conn_of(fd)->me->state);
+		t_check((st_bits & (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED)) == (RPAL_STATE_SHUT_WR | RPAL_STATE_CLOSED),
+			"%s: our block's state is %#x, not SHUT_WR|CLOSED", fault_name[f], st_bits);
 		check_other(good);
 		rpal_close(fd);
 		t_wait_ok(pid, fault_name[f]);
