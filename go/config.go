@@ -35,16 +35,17 @@ type Config struct {
 	Spin             time.Duration // longest spin before a waiter sleeps (RPAL_SPIN_US); 0 never spins
 	StreamSpin       time.Duration // the same for a Stream's reader (RPAL_STREAM_SPIN_US); see Stream
 	Wait             WaitPolicy    // what a waiter does before it sleeps (RPAL_WAIT=adaptive|spin|sleep)
-	HandshakeTimeout time.Duration // bound on each handshake step (RPAL_HANDSHAKE_MS)
+	HandshakeTimeout time.Duration // bound on the whole handshake (RPAL_HANDSHAKE_MS)
 	ConnBudget       uint64        // bytes of our arena one connection's peer may hold (RPAL_CONN_BUDGET); 64 KiB..ArenaSize, 0 means ArenaSize/4
-	RuntimeDir       string        // "" means $RPAL_RUNTIME_DIR, $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<uid>
+	RuntimeDir       string        // "" means $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<euid>; DefaultConfig sets $RPAL_RUNTIME_DIR
 
 	envErr string // the first malformed RPAL_* variable
 }
 
 // DefaultConfig returns the defaults with the RPAL_* environment overrides
-// applied, exactly as rpal_config_default() does: decimal, or hexadecimal
-// with 0x.  A malformed variable keeps the default and makes Init fail.
+// applied, as rpal_config_default() does (which also reads
+// RPAL_PROTECT_PEERS, for memory protection keys this package does not
+// use): decimal, or hexadecimal with 0x.  A malformed variable keeps the default and makes Init fail.
 func DefaultConfig() Config {
 	c := Config{
 		RegionBase:       DefaultRegionBase,

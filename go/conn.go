@@ -438,7 +438,7 @@ type ConnInfo struct {
 	PeerSlot                  uint32
 	PeerAlive                 bool
 	TxMsgs, RxMsgs            uint64
-	Wakeups                   uint64 // doorbell rings made for the peer
+	Wakeups                   uint64 // wake-ups made for the peer (futex or doorbell)
 	Sleeps                    uint64 // times we slept waiting on this connection
 	BufsOutstanding           int    // our buffers the peer holds
 	BytesOutstanding          uint64 // the arena those buffers take (allocator blocks); see Config.ConnBudget

@@ -16,7 +16,8 @@ const (
 	// waits lasted (see Stream and docs/GO.md, "Waiting").
 	WaitAdaptive WaitPolicy = iota
 	// WaitSpin spins the whole ceiling (Config.Spin, or StreamSpin) every
-	// time, then sleeps.
+	// time, then sleeps; for a peer on this process's one CPU it yields a
+	// sixteenth of the ceiling instead (docs/GO.md, "CPU hints").
 	WaitSpin
 	// WaitSleep sleeps at once.
 	WaitSleep

@@ -480,7 +480,8 @@ func (s *Stream) CloseRead() error { return s.c.CloseRead() }
 // first (the peer's writes fail with EPIPE meanwhile): it waits for that
 // until the write deadline, and 10 s at most (a deadline set further off,
 // for the writes before, does not hold Close longer), and returns an
-// error wrapping ETIMEDOUT that says how many bytes were never sent.
+// error that says how many bytes were never sent: it wraps ETIMEDOUT,
+// or the error the sending met (the peer closed or died).
 func (s *Stream) Close() error {
 	c := s.c
 	if s.closing.Swap(true) {

@@ -59,8 +59,6 @@ export RPAL_INTEROP_BIN="$OUT"
 RUNDIR=$(mktemp -d /tmp/rpal-go-test.XXXXXX)
 trap 'rm -rf "$RUNDIR"' EXIT
 export RPAL_RUNTIME_DIR="$RUNDIR"
-# The race detector's shadow memory sits at the default region base.
-export RPAL_REGION_BASE=${RPAL_REGION_BASE:-0x600000000000}
 export GOFLAGS=${GOFLAGS:-}
 
 build_c() {
