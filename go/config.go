@@ -37,7 +37,7 @@ type Config struct {
 	Wait             WaitPolicy    // what a waiter does before it sleeps (RPAL_WAIT=adaptive|spin|sleep)
 	HandshakeTimeout time.Duration // bound on the whole handshake (RPAL_HANDSHAKE_MS)
 	ConnBudget       uint64        // bytes of our arena one connection's peer may hold (RPAL_CONN_BUDGET); 64 KiB..ArenaSize, 0 means ArenaSize/4
-	RuntimeDir       string        // "" means $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<euid>; DefaultConfig sets $RPAL_RUNTIME_DIR
+	RuntimeDir       string        // "" means $XDG_RUNTIME_DIR/rpal, else /tmp/rpal-<euid>; DefaultConfig copies $RPAL_RUNTIME_DIR in
 
 	envErr string // the first malformed RPAL_* variable
 }
@@ -45,7 +45,8 @@ type Config struct {
 // DefaultConfig returns the defaults with the RPAL_* environment overrides
 // applied, as rpal_config_default() does (which also reads
 // RPAL_PROTECT_PEERS, for memory protection keys this package does not
-// use): decimal, or hexadecimal with 0x.  A malformed variable keeps the default and makes Init fail.
+// use): decimal, or hexadecimal with 0x.  A malformed variable keeps the
+// default and makes Init fail.
 func DefaultConfig() Config {
 	c := Config{
 		RegionBase:       DefaultRegionBase,
