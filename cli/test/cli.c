@@ -54,6 +54,8 @@ int main(int argc, char **argv)
 	expect((char *[]){ r, "bench", "--placement", "far", NULL }, 2, 1, "placement");
 	expect((char *[]){ r, "bench", "--bogus", NULL }, 2, 1, "--help");
 	expect((char *[]){ r, "bench", "--rates", "10,fast", NULL }, 2, 1, "--rates");
+	/* librpal refuses a spin_us over 10 s: so does the option, before any run. */
+	expect((char *[]){ r, "bench", "--spin-us", "10000001", NULL }, 2, 1, "--spin-us must be 0..10000000");
 	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "65", NULL }, 2, 1, "--concurrency");
 	expect((char *[]){ r, "bench", "--suite", "rpc", "--concurrency", "64", "--size", "2k", NULL }, 2, 1,
 	       "--concurrency x --size");
