@@ -80,8 +80,10 @@ struct rpal_config {
  * and spinning").  ADAPTIVE spins only while that costs less CPU than a
  * sleep and its wake-up, judged from how soon recent waits ended and from
  * what sleeps and wake-ups cost this process, never longer than spin_us;
- * and before that, through the wake-up of a peer it has just woken (up to
- * spin_us) while that keeps the two from waking each other on every wait.
+ * where the peer's gaps are shorter than a wake-up takes, the wake-up's
+ * latency counts as CPU too (a sleeper would fall behind); and before
+ * that, through the wake-up of a peer it has just woken (up to spin_us)
+ * while that keeps the two from waking each other on every wait.
  */
 #define RPAL_WAIT_POLICY_ADAPTIVE 0u  /* the default */
 #define RPAL_WAIT_POLICY_SPIN     1u  /* spin up to spin_us every time, then sleep */

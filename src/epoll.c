@@ -295,6 +295,23 @@ static RPAL_HOT bool lone_claim(struct rpal_ep *ep)
 	return atomic_compare_exchange_strong(&ep->lone_gen, &gen, gen + 1);
 }
 
+/* After a futex sleep that began at t0: the wake-up latency from the
+ * first ring of the sleep (rung_ask() asked each wake page).  Lock held. */
+static void wake_lat_learn(struct rpal_ep *ep, uint64_t t0, enum wait_pace pace)
+{
+	uint64_t now = now_ns(), first = 0;
+
+	for (unsigned i = 0; i < ep->nregs; i++) {
+		struct rpal_conn *c = ep->regs[i]->c;
+		uint64_t r = c->wake_mine ? rung_within(c->wake_mine, t0, now) : 0;
+
+		if (r && (!first || r < first))
+			first = r;
+	}
+	if (first)
+		spin_note_wake_lat(&ep->spin, now - first, first - t0, pace);
+}
+
 /*
  * A set of rpal connections only sleeps on futexes: the peers' wake_seq (or
  * our words of the connections' wake pages), sampled before advertising the
@@ -304,9 +321,12 @@ static RPAL_HOT bool lone_claim(struct rpal_ep *ep)
  * is watched while no rpal_epoll_ctl()-added one is there).  FUTEX_WAKE is
  * cheaper than a doorbell write plus an epoll wake-up, and no timeout is
  * needed.  Returns the events it put in events[] (>= 0) or -errno; the
- * caller scans for more.  Lock held (dropped while asleep).
+ * caller scans for more.  t0: when the wait began, to learn the wake-up's
+ * latency from the wake pages (0: not), pace: what the wait measures.
+ * Lock held (dropped while asleep).
  */
-static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline)
+static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, int max, uint64_t deadline,
+			       uint64_t t0, enum wait_pace pace)
 {
 	/* Sized to the set (at most FUTEX_SLEEP_MAX, see the caller): a set
 	 * of one takes two entries of the caller's stack instead of 3 KiB. */
@@ -339,6 +359,8 @@ static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, 
 		const _Atomic uint32_t *w = c->wake_mine ? c->wake_mine : &c->pb->wake_seq;
 
 		wv[nw++] = fwv(w, load_acquire(w), true);
+		if (t0 && c->wake_mine)
+			rung_ask(c->wake_mine);
 	}
 	sleep_begin(ep, true, false);
 	r = scan(ep, events, max);      /* the re-check after W0 */
@@ -367,6 +389,8 @@ static RPAL_HOT int futex_sleep(struct rpal_ep *ep, struct epoll_event *events, 
 	if (cpu0)
 		spin_note_sleep_cpu(thread_cpu_ns() - cpu0);
 	lock_take(&ep->lock);
+	if (t0)
+		wake_lat_learn(ep, t0, pace);
 	mpk_all_sync();
 	sleep_end(ep);
 	if (err == EINTR)
@@ -480,9 +504,10 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 	if (budget)
 		tsc0 = cycles_now();
 	/* As in conn_wait(): a peer we woke is spun out first. */
-	bool waking = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE &&
-		      spin_waking(&ep->spin, !yield && set_peer_waking(ep), budget);
+	bool woke = !yield && set_peer_waking(ep);
+	bool waking = ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_waking(&ep->spin, woke, budget);
 	bool learn = true;
+	enum wait_pace pace = yield ? PACE_OURS : woke ? PACE_WAKING : PACE_PEER;  /* as in conn_wait() */
 	for (i = 1; budget && ep->nregs; i++) {
 		if (yield) {
 			lock_give(&ep->lock);
@@ -505,13 +530,14 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 		}
 		if (n) {
 			spin_count(ep, tsc0);
-			spin_caught(&ep->spin, waking ? now_ns() : t0);
+			spin_caught(&ep->spin, waking ? now_ns() : t0, waking ? PACE_WAKING : pace);
 			return n;
 		}
 		if (yield || !(i & 63)) {
 			uint64_t now = now_ns();
 			if (waking && !set_peer_waking(ep)) {
 				waking = false;
+				pace = PACE_PEER;
 				t0 = now;
 			} else if ((waking ? now - t0 > ep->spin.max_ns : now - t0 > budget) || now >= deadline) {
 				learn = !waking;
@@ -529,7 +555,8 @@ static RPAL_HOT int ep_wait(struct rpal_ep *ep, struct epoll_event *events, int 
 		if (now >= deadline)
 			return 0;
 		if (atomic_load(&ep->nuser) == 0 && ep->nregs && ep->nregs <= FUTEX_SLEEP_MAX) {
-			k = futex_sleep(ep, events, max, deadline);
+			k = futex_sleep(ep, events, max, deadline,
+					ep->spin.policy == RPAL_WAIT_POLICY_ADAPTIVE && learn ? t0 : 0, pace);
 		} else {
 			left = deadline == UINT64_MAX ? -1 : (int)((deadline - now + 999999) / 1000000);
 			sleep_begin(ep, false, false);

@@ -89,6 +89,11 @@ struct rpal_spin {
 	uint16_t per_catch, per_sleep;
 	bool slept, marked;
 	uint64_t mark;
+	/* How long this waiter's wake-ups take, from the peer's ring to our
+	 * running (recent average, ns; 0: not measured), and the share of
+	 * recent waits that ended sooner than that (/65536). */
+	uint32_t wake_lat_ns;
+	uint16_t short_share;
 };
 void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
 /* This wait's spin budget, ns (0: sleep at once).  msgs: the waiter's
@@ -102,9 +107,13 @@ bool spin_waking(struct rpal_spin *s, bool waking, uint64_t budget);
 /* The waiter's count of messages now means something else (an epoll set
  * gained or lost a connection): the next wait starts counting afresh. */
 void spin_recount(struct rpal_spin *s);
+/* What a wait's length says (spin.c, "wake-up latency"): the gap the peer
+ * left; the peer's wake-up from a sleep we woke it from; or nothing of
+ * either (it yielded to a peer on our CPU). */
+enum wait_pace { PACE_PEER, PACE_WAKING, PACE_OURS };
 /* After a wait that began at t0 (now_ns()) and a spin caught; or one that
  * ended after waited_ns, caught or not. */
-void spin_caught(struct rpal_spin *s, uint64_t t0);
+void spin_caught(struct rpal_spin *s, uint64_t t0, enum wait_pace pace);
 /* After a wait the first yield to a peer on our CPU ended: it cost this
  * thread one system call, whatever the peer ran meanwhile, and is learnt
  * as a wait of no length. */
@@ -115,6 +124,28 @@ void spin_update(struct rpal_spin *s, uint64_t waited_ns);
 void spin_note_sleep_cpu(uint64_t ns);
 void spin_note_wake(uint64_t ns);
 uint64_t thread_cpu_ns(void);
+/* The wake page's ring time beside a word (RPAL_WAKE_RUNG_OFF). */
+static inline _Atomic uint64_t *wake_rung(const _Atomic uint32_t *word)
+{
+	return (_Atomic uint64_t *)(uintptr_t)((uintptr_t)word + RPAL_WAKE_RUNG_OFF);
+}
+/* Before a sleep on a wake page word: ask the waker for its ring time. */
+static inline void rung_ask(const _Atomic uint32_t *word)
+{
+	store_relaxed(wake_rung(word), 0);
+}
+/* After it, for a wait that began at t0 and ended at now (now_ns()): when
+ * the waker rang, or 0 if not within the wait (the peer wrote nothing, or
+ * nonsense). */
+static inline uint64_t rung_within(const _Atomic uint32_t *word, uint64_t t0, uint64_t now)
+{
+	uint64_t r = load_relaxed(wake_rung(word));
+
+	return r > t0 && r <= now ? r : 0;
+}
+/* A sleep of the waiter s whose wake-up took lat_ns from the peer's ring,
+ * rung gap_ns into the wait. */
+void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, enum wait_pace pace);
 /*
  * Is the n-th sleep or wake-up one to time?  One in 256: the sleeper's
  * CPU clock is a system call each side of the sleep, so sampling more

@@ -78,6 +78,10 @@ static RPAL_HOT bool ring_doorbell(struct rpal_conn *c, uint64_t w, uint32_t fut
 		 * comes later sees the change and does not sleep. */
 		_Atomic uint32_t *word = c->wake_peer ? c->wake_peer : &c->me->wake_seq;
 
+		/* Asked for (a sleeper that learns its wake-up latency): when
+		 * we rang, stored before the bump that it wakes to. */
+		if (c->wake_peer && !load_relaxed(wake_rung(word)))
+			store_relaxed(wake_rung(word), t0 ? t0 : now_ns());
 		atomic_fetch_add(word, 1);
 		syscall(SYS_futex, (uint32_t *)word, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 	}
@@ -334,8 +338,10 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 	/* A peer we woke is on its way: spin that out (up to the ceiling)
 	 * before the budget, which counts from when it runs, where that
 	 * pays (spin_waking). */
-	bool waking = spin->policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_waking(spin, !yield && peer_waking(c), budget);
+	bool woke = !yield && peer_waking(c);
+	bool waking = spin->policy == RPAL_WAIT_POLICY_ADAPTIVE && spin_waking(spin, woke, budget);
 	bool learn = true;
+	enum wait_pace pace = yield ? PACE_OURS : woke ? PACE_WAKING : PACE_PEER;
 	for (i = 1; budget; i++) {
 		if (yield)
 			sched_yield();
@@ -343,7 +349,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			cpu_relax();
 		if (wait_done(c, what)) {
 			stat_add_shared(spun, cycles_now() - tsc0);
-			spin_caught(spin, waking ? now_ns() : t0);
+			spin_caught(spin, waking ? now_ns() : t0, waking ? PACE_WAKING : pace);
 			return wait_left(c);
 		}
 		if (!yield && (i & 63))
@@ -351,6 +357,7 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		uint64_t now = now_ns();
 		if (waking && !peer_waking(c)) {
 			waking = false;
+			pace = PACE_PEER;       /* timed from when it runs */
 			t0 = now;
 		} else if (waking ? now - t0 > spin->max_ns : now - t0 > budget) {
 			/* A wake-up that outlasts the ceiling says nothing of
@@ -396,6 +403,10 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 		_Atomic uint32_t *asleep = futex && c->wake_mine ? &c->asleep_mine[bit != RPAL_WAIT_RX] : NULL;
 		if (asleep)
 			atomic_fetch_add(asleep, 1);
+		/* The adaptive policy prices a sleep's wake-up latency too. */
+		bool lat = asleep && spin->policy == RPAL_WAIT_POLICY_ADAPTIVE;
+		if (lat)
+			rung_ask(c->wake_mine);
 		wait_begin(c, bits);
 		if (wait_done(c, what)) {
 			wait_end(c, bits);
@@ -414,6 +425,11 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			 * us, and so does the watcher when the peer dies. */
 			syscall(SYS_futex, (uint32_t *)c->wake_mine, FUTEX_WAIT, seq, NULL, NULL, 0);
 			atomic_fetch_sub(asleep, 1);
+			if (lat && learn) {
+				uint64_t now = now_ns(), rung = rung_within(c->wake_mine, t0, now);
+				if (rung)
+					spin_note_wake_lat(spin, now - rung, rung - t0, pace);
+			}
 			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);
 		} else if (futex) {

@@ -39,6 +39,25 @@
  *
  * A wait that begins with the peer waking from a sleep we woke it from is
  * a case apart (spin_waking).
+ *
+ * A sleep also delays the message it waits for by the wake-up's latency W
+ * (from the peer's ring to our running: tens of µs across CPUs on a VM, a
+ * few on one), which the sleeper measures from the ring time the waker
+ * leaves beside the wake page's word.  Where most of the gaps the peer
+ * leaves are shorter than W, a sleeper would fall behind a peer that
+ * waits for it (a client that sends its next request when the reply
+ * comes, at a rate a spinner keeps up with): each sleep adds W to a gap
+ * shorter than W, and a queue builds until waits turn short enough to
+ * catch.  So there W counts in a sleep's price, as if it were CPU, and
+ * the waiter spins through such gaps, up to spin_us.  Not where sleeps
+ * gather more messages than catches: a peer that keeps sending while we
+ * sleep (requests that overlap) is not held up by our wake-up, and a
+ * sleep that batches is the cheaper way to keep up.  Nor where the gaps
+ * are longer than W: W says nothing of the CPU such a wait would burn,
+ * and spinning through the gaps of a moderate rate would also keep two
+ * processes that could share a CPU apart.  Waits that yielded to a peer
+ * on our CPU, or that began with the peer waking, measure our CPU or its
+ * wake-up, not its gaps (note_gap).
  */
 #include <string.h>
 #include <time.h>
@@ -59,6 +78,9 @@
  * where they do not, one waking wait in WAKING_PROBE is spun out. */
 #define WAKING_RUN 8
 #define WAKING_PROBE 256
+/* A sleep's price includes its wake-up latency while at least this share
+ * of the recent waits (out of 65536) ended sooner than a wake-up takes. */
+#define SHORT_KEEP 32768
 
 /* Until measured: a futex sleep and its wake-up on a VM. */
 #define SLEEP_COST_DEFAULT_NS 3000
@@ -83,6 +105,37 @@ static uint32_t average_in(_Atomic uint32_t *avg, uint64_t x)
 
 void spin_note_sleep_cpu(uint64_t ns) { stat_note_cost(false, average_in(&sleep_cost_ns, ns)); }
 void spin_note_wake(uint64_t ns) { stat_note_cost(true, average_in(&wake_cost_ns, ns)); }
+
+/*
+ * Count a wait that ended gap_ns in among those shorter than a wake-up or
+ * not (weight 1/16), if it measured the gap the peer left.  One that began
+ * with the peer waking from a sleep we woke it from measured that wake-up
+ * instead, and says the peer's gaps were long enough to sleep in: such
+ * waits wear the share down slowly (a pair that sleeps between requests
+ * keeps no share it learnt while busy).  One that yielded to a peer on
+ * our CPU says nothing either way.
+ */
+static RPAL_HOT void note_gap(struct rpal_spin *s, uint64_t gap_ns, enum wait_pace pace)
+{
+	int32_t share = s->short_share;
+
+	if (pace == PACE_PEER && s->wake_lat_ns)
+		share += ((gap_ns < s->wake_lat_ns ? UINT16_MAX : 0) - share) / 16;
+	else if (pace == PACE_WAKING)
+		share -= share / 64;
+	s->short_share = (uint16_t)share;
+}
+
+void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, enum wait_pace pace)
+{
+	int64_t a = s->wake_lat_ns;
+
+	if (lat_ns > 1000000)
+		return;         /* preempted: says nothing of a wake-up */
+	/* The waiter's own average (weight 1/8), from its first sample on. */
+	s->wake_lat_ns = a ? (uint32_t)(a + ((int64_t)lat_ns - a) / 8) : (uint32_t)lat_ns;
+	note_gap(s, gap_ns, pace);
+}
 
 uint64_t thread_cpu_ns(void)
 {
@@ -112,8 +165,11 @@ static RPAL_HOT uint64_t batch_cost(const struct rpal_spin *s)
 	uint64_t c = sleep_cost();
 	uint32_t per_catch = s->per_catch > BATCH_ONE ? s->per_catch : BATCH_ONE;
 
+	/* A sleep that gathers no more than a catch: the peer waits for us,
+	 * and where its gaps are shorter than our wake-up, it would fall
+	 * behind (see "wake-up latency" above). */
 	if (s->per_sleep <= per_catch)
-		return c;
+		return c + (s->short_share >= SHORT_KEEP ? s->wake_lat_ns : 0);
 	return s->per_sleep >= 2 * per_catch ? c / 2 : c * per_catch / s->per_sleep;
 }
 
@@ -326,11 +382,15 @@ static RPAL_HOT bool counted_only(struct rpal_spin *s, bool caught)
 	return whole && !s->probing && s->caught_share >= CATCH_KEEP_CAP && (++s->untimed & 15);
 }
 
-RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0)
+RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0, enum wait_pace pace)
 {
 	s->slept = false;
-	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true))
-		learn(s, now_ns() - t0, true);
+	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true)) {
+		uint64_t waited = now_ns() - t0;
+
+		note_gap(s, waited, pace);
+		learn(s, waited, true);
+	}
 }
 
 RPAL_HOT void spin_caught_at_once(struct rpal_spin *s)

@@ -184,6 +184,15 @@ enum {
 struct rpal_wake_page {
 	_Atomic uint32_t word[2][RPAL_GUARD / 4];  /* [0][0]: the connecting side's; [1][0]: the accepting side's */
 };
+/*
+ * Beside each word, 8 bytes into its side's line: when the word was last
+ * rung (u64, CLOCK_MONOTONIC ns).  A sleeper that wants to learn how long
+ * its wake-ups take stores 0 there before it sleeps; a waker that finds 0
+ * stores the time before it increments the word.  Advisory: a sleeper
+ * ignores a time outside its sleep, and a peer that never writes it only
+ * leaves the sleeper without the figure.
+ */
+#define RPAL_WAKE_RUNG_OFF 8u
 _Static_assert(sizeof(struct rpal_wake_page) == 2 * RPAL_GUARD, "wake page layout");
 
 struct rpal_hello {

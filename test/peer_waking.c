@@ -130,7 +130,7 @@ static void check(unsigned policy)
 	struct rpal_spin *spin = &conn_of(fd)->rx_spin;
 	for (int i = 0; i < 64; i++) {
 		spin_budget(spin, i);
-		spin_caught(spin, now_ns());
+		spin_caught(spin, now_ns(), PACE_PEER);
 	}
 	slept = spun_out(fd, -1);
 	t_check(slept == 0, "rpal_recv: slept through a peer waking %d ms, %d tries of %d", WAKE_FAST, TRIES, TRIES);

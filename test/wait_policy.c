@@ -9,7 +9,9 @@
  * waits that a spin caught, and on waits of known lengths costs about what
  * the better of never spinning and spinning a sleep's cost would: short
  * where waits end quickly or not at all.  A waking peer is spun out while
- * that ends chains of wake-ups, and rarely where it does not.
+ * that ends chains of wake-ups, and rarely where it does not.  Waits that
+ * the peer paces shorter than a wake-up takes are spun through, others
+ * not.
  */
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -55,7 +57,7 @@ static void check_fixed(void)
 	spin_init(&s, 50, RPAL_WAIT_POLICY_SLEEP);
 	for (int i = 0; i < 100; i++) {
 		t_check(spin_budget(&s, ++msgs) == 0, "sleep policy spins");
-		spin_caught(&s, now_ns() - 100);
+		spin_caught(&s, now_ns() - 100, PACE_PEER);
 	}
 	spin_init(&s, 50, RPAL_WAIT_POLICY_SPIN);
 	for (int i = 0; i < 100; i++) {
@@ -103,7 +105,7 @@ static void check_adaptive(void)
 		uint64_t b = spin_budget(&s, ++msgs);
 		waits++;
 		if (b) {
-			spin_caught(&s, now_ns() - 1000);
+			spin_caught(&s, now_ns() - 1000, PACE_PEER);
 			spinning++;
 		} else {
 			spinning = 0;
@@ -269,7 +271,7 @@ static void check_yield(void)
 		if (i % 50)
 			spin_caught_at_once(&s);
 		else
-			spin_caught(&s, now_ns() - 4000);
+			spin_caught(&s, now_ns() - 4000, PACE_PEER);
 	}
 	t_check(s.budget_ns >= cost, "closed loop on one CPU: budget %u ns, want the whole %llu", s.budget_ns,
 		(unsigned long long)cost);
@@ -378,6 +380,87 @@ static void check_epoll_sample(void)
 	rpal_fini();
 }
 
+/*
+ * Waits of gap_ns each, whose sleeps wake lat_ns after the peer's ring
+ * (the wake page's ring time says so), each measuring what pace says; a
+ * sleep finds batch messages queued.  Of the last half of the n waits: how
+ * many spun through the gap (the return), and how many spun at all
+ * (*spun).
+ */
+static int lat_batched(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum wait_pace pace, unsigned batch,
+		       int n, int *spun)
+{
+	int through = 0;
+
+	*spun = 0;
+	for (int i = 0; i < n; i++) {
+		uint64_t b = spin_budget(s, msgs);
+
+		if (gap_ns <= b) {
+			spin_caught(s, now_ns() - gap_ns, pace);
+			msgs += 1;
+		} else {
+			spin_update(s, gap_ns + lat_ns);
+			spin_note_wake_lat(s, lat_ns, gap_ns, pace);
+			msgs += batch;
+		}
+		t_check(b <= s->max_ns, "budget %llu ns over spin_us", (unsigned long long)b);
+		if (i >= n / 2) {
+			through += gap_ns <= b;
+			*spun += b > 0;
+		}
+	}
+	return through;
+}
+
+static int lat_run(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum wait_pace pace, int n, int *spun)
+{
+	return lat_batched(s, gap_ns, lat_ns, pace, 1, n, spun);
+}
+
+/*
+ * A sleep delays its message by the wake-up's latency.  Where the gaps the
+ * peer leaves are shorter than that, the waiter spins through them (a
+ * sleeper would fall behind a peer that keeps its pace); where they are
+ * longer, the gaps only measure our yields, the waits begin with the
+ * peer waking from a sleep (a pair that sleeps between requests), or a
+ * sleep finds several messages (the peer does not wait for us), a sleep
+ * is priced by its CPU alone, as before: at most a probe now and then
+ * spins.
+ */
+static void check_latency(void)
+{
+	struct rpal_spin s;
+	const int n = 4000, half = n / 2;
+	int fast, after, waking, slow, ours, batched, capped, spun;
+
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	fast = lat_run(&s, 20000, 30000, PACE_PEER, n, &spun);
+	t_check(fast >= half * 9 / 10, "20 us gaps, 30 us wake-ups: spun through %d of %d", fast, half);
+	lat_run(&s, 60000, 30000, PACE_PEER, n, &after);
+	t_check(after <= half / 20, "60 us gaps after 20 us ones: spun in %d of %d", after, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_run(&s, 20000, 30000, PACE_PEER, n, &spun);
+	lat_run(&s, 20000, 30000, PACE_WAKING, n, &waking);
+	t_check(waking <= half / 20, "20 us waits for a waking peer after 20 us gaps: spun in %d of %d", waking, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_run(&s, 60000, 30000, PACE_PEER, n, &slow);
+	t_check(slow <= half / 20, "60 us gaps, 30 us wake-ups: spun in %d of %d", slow, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_run(&s, 20000, 30000, PACE_OURS, n, &ours);
+	t_check(ours <= half / 20, "20 us waits that only measured our yields: spun in %d of %d", ours, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_batched(&s, 20000, 30000, PACE_PEER, 3, n, &batched);
+	t_check(batched <= half / 20, "20 us gaps, sleeps finding 3 messages: spun in %d of %d", batched, half);
+	spin_init(&s, 10, RPAL_WAIT_POLICY_ADAPTIVE);
+	capped = lat_run(&s, 8000, 30000, PACE_PEER, n, &spun);
+	t_check(capped >= half * 9 / 10, "8 us gaps under spin_us 10: spun through %d of %d", capped, half);
+	printf("adaptive, wake-ups of 30 us: 20 us gaps spun through in %d of %d waits; then spun in %d of 60 us gaps, "
+	       "in %d of 20 us waits for a waking peer; 60 us gaps alone %d; 20 us yields %d; "
+	       "20 us gaps with sleeps of 3 messages %d; 8 us gaps under spin_us 10 spun through %d\n",
+	       fast, half, after, waking, slow, ours, batched, capped);
+}
+
 int main(void)
 {
 	check_env();
@@ -387,6 +470,7 @@ int main(void)
 	check_batching();
 	check_yield();
 	check_waking();
+	check_latency();
 	check_epoll_sample();
 	printf("PASS\n");
 	return T_EXIT_PASS;
