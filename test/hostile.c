@@ -8,10 +8,11 @@
  * to the peer); the victim keeps serving another connection.  A peer
  * that never acknowledges exhausts its quota (EAGAIN) or our arena
  * (ENOMEM), never crashes us, and everything comes back when it goes.
- * A peer that scribbles on the shared wake page causes spurious
- * wake-ups, nothing else; one that holds our word still cannot keep a
- * set of its connection alone asleep through another thread's
- * rpal_epoll_ctl() or that connection's removal.  A peer that makes the
+ * A peer that scribbles on the shared wake page (its words and ring
+ * times) causes spurious wake-ups and spins of at most spin_us, nothing
+ * else; one that holds our word still cannot keep a set of its
+ * connection alone asleep through another thread's rpal_epoll_ctl() or
+ * that connection's removal.  A peer that makes the
  * doorbell it gave us blocking, fills it and ties it up in waiting
  * splices cannot make a send that rings it block; one that floods ours,
  * passes descriptors through it and ties it up cannot make our waits
@@ -402,10 +403,13 @@ int main(void)
 			int fd = child_connect();
 			struct rpal_conn *c = conn_of(fd);
 			t_check(c && c->wake_page, "no wake page was negotiated");
-			/* Both words, for 300 ms, while the victim sleeps in rpal_recv. */
+			/* Both words and their ring times, for 300 ms, while the
+			 * victim sleeps in rpal_recv. */
 			for (uint64_t t0 = t_now_ns(), i = 0; t_now_ns() - t0 < 300000000ull; i++) {
 				atomic_store(c->wake_mine, (uint32_t)(i * 7919));
 				atomic_store(c->wake_peer, (uint32_t)(i * 104729));
+				atomic_store(wake_rung(c->wake_mine), i * 0x9e3779b97f4a7c15ull);
+				atomic_store(wake_rung(c->wake_peer), t_now_ns() - (i & 1023) * 1000);
 				syscall(SYS_futex, c->wake_peer, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
 			}
 			t_ok(rpal_send(fd, "after", 5, 0));
@@ -419,6 +423,11 @@ int main(void)
 		long n = rpal_recv(fd, b, sizeof(b), 0);
 		t_check(n == 5 && !memcmp(b, "after", 5), "got %ld bytes (%s)", n, n < 0 ? rpal_strerror((int)n) : "");
 		t_check(t_now_ns() - t0 >= 250000000ull, "rpal_recv returned before the message was sent");
+		/* Ring times it made up: at most a spin of spin_us a wait. */
+		struct rpal_spin *spin = &conn_of(fd)->rx_spin;
+		t_check(spin->wake_lat_ns <= 1000000, "learnt a wake-up of %u ns", spin->wake_lat_ns);
+		t_check(spin_budget(spin, ring_head(conn_of(fd))) <= spin->max_ns, "a budget of %u ns over spin_us",
+			spin->this_ns);
 		t_ok(rpal_send(fd, "ok", 2, 0));
 		check_other(good);
 		t_wait_ok(pid, "scribbler");
