@@ -12,12 +12,11 @@
  * times) causes spurious wake-ups and spins of at most spin_us, nothing
  * else; one that holds our word still cannot keep a set of its
  * connection alone asleep through another thread's rpal_epoll_ctl() or
- * that connection's removal.  A peer that makes the
- * doorbell it gave us blocking, fills it and ties it up in waiting
- * splices cannot make a send that rings it block; one that floods ours,
- * passes descriptors through it and ties it up cannot make our waits
- * hang or leak; one that shuts it down cannot make a blocking receive
- * spin.
+ * that connection's removal.  A peer that makes the doorbell it gave us
+ * blocking, fills it and ties it up in waiting splices cannot make a
+ * send that rings it block; one that floods ours, passes descriptors
+ * through it and ties it up cannot make our waits hang or leak; one that
+ * shuts it down cannot make a blocking receive spin.
  */
 #include <arpa/inet.h>
 #include <limits.h>

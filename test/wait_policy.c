@@ -9,9 +9,9 @@
  * waits that a spin caught, and on waits of known lengths costs about what
  * the better of never spinning and spinning a sleep's cost would: short
  * where waits end quickly or not at all.  A waking peer is spun out while
- * that ends chains of wake-ups, and rarely where it does not.  Waits that
- * the peer paces shorter than a wake-up takes are spun through, others
- * not.
+ * that ends chains of wake-ups, and rarely where it does not.  Gaps
+ * shorter than a wake-up, left by a peer that waits for us, are spun
+ * through; others are not.
  */
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -421,7 +421,7 @@ static int lat_run(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum w
 /*
  * A sleep delays its message by the wake-up's latency.  Where the gaps the
  * peer leaves are shorter than that, the waiter spins through them (a
- * sleeper would fall behind a peer that keeps its pace); where they are
+ * sleeper would fall behind a peer that waits for it); where they are
  * longer, the gaps only measure our yields, the waits begin with the
  * peer waking from a sleep (a pair that sleeps between requests), or a
  * sleep finds several messages (the peer does not wait for us), a sleep
