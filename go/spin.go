@@ -58,7 +58,9 @@ func (w WaitPolicy) String() string {
 // (chooseBudget).
 //
 // librpal's adaptive policy (src/spin.c) spins no longer than a sleep
-// costs.  In Go that rule, with the cost a process measures for its own
+// costs (its CPU, and its wake-up's latency where the peer's gaps are
+// shorter than that; Go has no wake page to measure it on).  In Go that
+// rule, with the cost a process measures for its own
 // sleeps (a few µs), settles gRPC request/response in the slow state where
 // both sides sleep: neither side's short spin catches a reply that comes a
 // wake-up later, so neither side ever sees the short waits that spinning
