@@ -60,11 +60,11 @@ func (w WaitPolicy) String() string {
 // librpal's adaptive policy (src/spin.c) spins no longer than a sleep
 // costs (its CPU, and its wake-up's latency where the peer's gaps are
 // shorter than that; Go has no wake page to measure it on).  In Go that
-// rule, with the cost a process measures for its own
-// sleeps (a few µs), settles gRPC request/response in the slow state where
-// both sides sleep: neither side's short spin catches a reply that comes a
-// wake-up later, so neither side ever sees the short waits that spinning
-// on both sides would give.  Hence the ceiling here.
+// rule, with the cost a process measures for its own sleeps (a few µs),
+// settles gRPC request/response in the slow state where both sides sleep:
+// neither side's short spin catches a reply that comes a wake-up later, so
+// neither side ever sees the short waits that spinning on both sides would
+// give.  Hence the ceiling here.
 type spinner struct {
 	max, cur, avg time.Duration
 	longAt        time.Duration // a wait beyond it is long in hist and follows
