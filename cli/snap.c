@@ -252,6 +252,7 @@ int snap_read_page(int fd, const char *path, struct snap_proc *p, char *why, siz
 		p->nr_open = UINT32_MAX;
 	p->sleep_cost_ns = atomic_load_explicit(&h.sleep_cost_ns, memory_order_relaxed);
 	p->wake_cost_ns = atomic_load_explicit(&h.wake_cost_ns, memory_order_relaxed);
+	p->wake_lat_ns = atomic_load_explicit(&h.wake_lat_ns, memory_order_relaxed);
 	if (p->flags & RPAL_STAT_HOSTED) {
 		p->calls_in = atomic_load_explicit(&h.calls_in, memory_order_relaxed);
 		p->calls_out = atomic_load_explicit(&h.calls_out, memory_order_relaxed);

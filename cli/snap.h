@@ -53,7 +53,7 @@ struct snap_proc {
 	 * threads, system calls handed back to it, its code's time on callers' threads. */
 	uint64_t calls_in, calls_out, handoffs, callee_ns;
 	/* What its adaptive wait counts for a sleep and a wake-up (0: none sampled). */
-	uint32_t sleep_cost_ns, wake_cost_ns;
+	uint32_t sleep_cost_ns, wake_cost_ns, wake_lat_ns;
 	char name[64];                /* printable ASCII only */
 	struct snap_conn *conns;
 	unsigned nconns;

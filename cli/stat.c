@@ -104,8 +104,8 @@ static void print_json(const struct snap *s)
 			printf(", \"calls_in\": %llu, \"calls_out\": %llu, \"handoffs\": %llu, \"callee_cpu_ns\": %llu",
 			       (unsigned long long)p->calls_in, (unsigned long long)p->calls_out,
 			       (unsigned long long)p->handoffs, (unsigned long long)p->callee_ns);
-		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u, \"listeners\": [", p->sleep_cost_ns,
-		       p->wake_cost_ns);
+		printf(", \"sleep_cost_ns\": %u, \"wake_cost_ns\": %u, \"wake_latency_ns\": %u, \"listeners\": [",
+		       p->sleep_cost_ns, p->wake_cost_ns, p->wake_lat_ns);
 		for (j = 0; j < snap_listeners_listed(p); j++) {
 			const struct snap_listener *l = &p->listeners[j];
 
@@ -276,6 +276,8 @@ static void print_prometheus(const struct snap *s)
 	  s->procs[i].sleep_cost_ns)
 	P(wake_cost_ns, "wait_wake_cost_ns", "Nanoseconds the adaptive wait counts for the system call that wakes a peer (a moving average of samples)",
 	  s->procs[i].wake_cost_ns)
+	P(wake_lat_ns, "wait_wake_latency_ns", "Nanoseconds from a peer's ring to the sleeper's running, as its sleepers measure them (a moving average)",
+	  s->procs[i].wake_lat_ns)
 	P(started, "process_start_time_seconds", "When the process initialised rpal, in seconds since the epoch", true)
 #undef P
 }
@@ -325,6 +327,9 @@ static void print_table(const struct snap *s)
 		if (p->sleep_cost_ns || p->wake_cost_ns)
 			printf("  a sleep costs %s us of CPU, a wake-up %s us (the adaptive wait's budget is at most their sum)\n",
 			       cost_us(p->sleep_cost_ns, cost[0]), cost_us(p->wake_cost_ns, cost[1]));
+		if (p->wake_lat_ns)
+			printf("  a sleeper runs %s us after its peer rings (it spins through shorter gaps of a peer that waits for it)\n",
+			       cost_us(p->wake_lat_ns, cost[0]));
 		for (j = 0; j < snap_listeners_listed(p); j++)
 			printf("  listening on %s (fd %d): %llu accepted, %llu refused or failed\n", p->listeners[j].service,
 			       p->listeners[j].fd, (unsigned long long)p->listeners[j].accepted,

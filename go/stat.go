@@ -54,7 +54,8 @@ type statHdr struct {
 	_           [4]uint64 // the hosted programs' call counters
 	sleepCostNs atomic.Uint32
 	wakeCostNs  atomic.Uint32
-	_           [88]byte
+	wakeLatNs   atomic.Uint32 // stays 0: no wake page here to measure it on
+	_           [84]byte
 }
 
 // statTX is what the sending side writes (one cache line).

@@ -37,6 +37,7 @@ func TestStatLayout(t *testing.T) {
 		{"clock_ns", unsafe.Offsetof(h.clockNs), 48},
 		{"name", unsafe.Offsetof(h.name), 64},
 		{"sleep_cost_ns", unsafe.Offsetof(h.sleepCostNs), 160},
+		{"wake_lat_ns", unsafe.Offsetof(h.wakeLatNs), 168},
 		{"entry size", unsafe.Sizeof(e), statEntrySize},
 		{"id", unsafe.Offsetof(e.id), 8},
 		{"fd", unsafe.Offsetof(e.fd), 16},

@@ -404,6 +404,7 @@ void stat_conn_close(struct rpal_stat_conn *e);
 void stat_conn_forget(struct rpal_stat_conn *e);
 uint64_t stat_spin_ns(uint64_t cycles);
 void stat_note_cost(bool wake, uint32_t ns);
+void stat_note_wake_lat(uint32_t ns);
 
 /* Inline: a quota check runs on every buffer send. */
 /* Unallocated bytes of our arena's heap. */

@@ -88,6 +88,9 @@
 
 static _Atomic uint32_t sleep_cost_ns = SLEEP_COST_DEFAULT_NS;
 static _Atomic uint32_t wake_cost_ns = WAKE_COST_DEFAULT_NS;
+/* The process's view of its wake-up latency, for the statistics page
+ * only: each waiter prices its sleeps with its own. */
+static _Atomic uint32_t wake_lat_ns;
 
 /* A moving average (weight 1/8) that threads may update at once: a lost
  * update only delays it.  Returns the new average. */
@@ -135,6 +138,9 @@ void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, e
 	/* The waiter's own average (weight 1/8), from its first sample on. */
 	s->wake_lat_ns = a ? (uint32_t)(a + ((int64_t)lat_ns - a) / 8) : (uint32_t)lat_ns;
 	note_gap(s, gap_ns, pace);
+	if (!load_relaxed(&wake_lat_ns))
+		store_relaxed(&wake_lat_ns, (uint32_t)lat_ns);
+	stat_note_wake_lat(average_in(&wake_lat_ns, lat_ns));
 }
 
 uint64_t thread_cpu_ns(void)

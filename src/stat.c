@@ -249,6 +249,15 @@ void stat_note_cost(bool wake, uint32_t ns)
 		store_relaxed(wake ? &h->wake_cost_ns : &h->sleep_cost_ns, ns ? ns : 1);
 }
 
+/* The wake-up latency its sleepers measure, for observers. */
+void stat_note_wake_lat(uint32_t ns)
+{
+	struct rpal_stat_hdr *h = rpal_g.stat;
+
+	if (h)
+		store_relaxed(&h->wake_lat_ns, ns ? ns : 1);
+}
+
 /* Spin cycles of a counter to ns, for rpal_conn_stats(). */
 uint64_t stat_spin_ns(uint64_t cycles)
 {

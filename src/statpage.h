@@ -62,7 +62,11 @@ struct rpal_stat_hdr {
 	 * wake-ups; 0 until the first sample. */
 	_Atomic uint32_t sleep_cost_ns;
 	_Atomic uint32_t wake_cost_ns;
-	uint8_t reserved2[88];
+	/* How long its sleepers took to run after a peer rang them (a moving
+	 * average over its waiters' samples, from the wake pages' ring
+	 * times); 0 until the first. */
+	_Atomic uint32_t wake_lat_ns;
+	uint8_t reserved2[84];
 };
 _Static_assert(sizeof(struct rpal_stat_hdr) == 256, "stat header layout");
 #define RPAL_STAT_HOSTED 0x1u        /* a program under `rpal run` */

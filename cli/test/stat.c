@@ -7,7 +7,8 @@
  *     server with no client is found by its service, its listener counting
  *     the clients it accepted and refused; one
  *     whose receiver slept for a message shows the costs of a sleep and a
- *     wake-up (--json, the table and --prometheus); a busy pair's counters
+ *     wake-up, and how long after the ring it ran (--json, the table and
+ *     --prometheus); a busy pair's counters
  *     grow between two calls a second apart; --prometheus has a HELP and
  *     TYPE line before every metric's samples, and the process's open
  *     connections and start time; a process that died without
@@ -266,9 +267,9 @@ static void exact(const char *rpal)
 			      "%.0f wake-ups and %.0f avoided for %d sends", num(a, "wakeups_sent"),
 			      num(a, "wakeups_avoided"), N);
 		}
-		CHECK(num(p, "sleep_cost_ns") == 0 && num(p, "wake_cost_ns") == 0,
-		      "wait costs %.0f and %.0f ns, where nothing slept", num(p, "sleep_cost_ns"),
-		      num(p, "wake_cost_ns"));
+		CHECK(num(p, "sleep_cost_ns") == 0 && num(p, "wake_cost_ns") == 0 && num(p, "wake_latency_ns") == 0,
+		      "wait costs %.0f and %.0f ns and a wake-up latency of %.0f, where nothing slept",
+		      num(p, "sleep_cost_ns"), num(p, "wake_cost_ns"), num(p, "wake_latency_ns"));
 		json_free(doc);
 		out_free(&o);
 	}
@@ -529,7 +530,7 @@ static void costs(const char *rpal)
 	struct out o;
 	struct jval *doc;
 	const struct jval *p;
-	double sleep_ns, wake_ns;
+	double sleep_ns, wake_ns, lat_ns;
 	int ctl;
 	pid_t pid;
 
@@ -540,25 +541,28 @@ static void costs(const char *rpal)
 	p = doc ? proc_of(doc, pid) : NULL;
 	sleep_ns = p ? num(p, "sleep_cost_ns") : -1;
 	wake_ns = p ? num(p, "wake_cost_ns") : -1;
-	printf("stat: a receiver that slept for a message: a sleep costs %.0f ns, a wake-up %.0f ns\n", sleep_ns,
-	       wake_ns);
-	CHECK(sleep_ns > 0 && sleep_ns < 1e6 && wake_ns > 0 && wake_ns < 1e6,
-	      "sleep_cost_ns %.0f and wake_cost_ns %.0f, want both in (0, 1 ms)\n%s", sleep_ns, wake_ns, o.buf[0]);
+	lat_ns = p ? num(p, "wake_latency_ns") : -1;
+	printf("stat: a receiver that slept for a message: a sleep costs %.0f ns, a wake-up %.0f ns, "
+	       "and it ran %.0f ns after the ring\n", sleep_ns, wake_ns, lat_ns);
+	CHECK(sleep_ns > 0 && sleep_ns < 1e6 && wake_ns > 0 && wake_ns < 1e6 && lat_ns > 0 && lat_ns < 1e6,
+	      "sleep_cost_ns %.0f, wake_cost_ns %.0f and wake_latency_ns %.0f, want all in (0, 1 ms)\n%s", sleep_ns,
+	      wake_ns, lat_ns, o.buf[0]);
 	json_free(doc);
 	out_free(&o);
 	{
 		char *argv[] = { (char *)rpal, "stat", pidarg, NULL };
 
 		CHECK(!runcmd(argv, &o) && o.status == 0 && strstr(o.buf[0], "a sleep costs ") &&
-		      strstr(o.buf[0], " us of CPU, a wake-up "), "the table does not show the costs:\n%s", o.buf[0]);
+		      strstr(o.buf[0], " us of CPU, a wake-up ") && strstr(o.buf[0], " us after its peer rings"),
+		      "the table does not show the costs:\n%s", o.buf[0]);
 		out_free(&o);
 	}
 	{
 		char *argv[] = { (char *)rpal, "stat", "--prometheus", NULL };
-		const char *gauges[] = { "rpal_wait_sleep_cost_ns", "rpal_wait_wake_cost_ns" };
+		const char *gauges[] = { "rpal_wait_sleep_cost_ns", "rpal_wait_wake_cost_ns", "rpal_wait_wake_latency_ns" };
 
 		CHECK(!runcmd(argv, &o) && o.status == 0, "rpal stat --prometheus failed");
-		for (unsigned i = 0; i < 2; i++) {
+		for (unsigned i = 0; i < 3; i++) {
 			char want[96];
 			const char *at, *end;
 			double v = 0;
