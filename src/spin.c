@@ -92,16 +92,24 @@ static _Atomic uint32_t wake_cost_ns = WAKE_COST_DEFAULT_NS;
  * only: each waiter prices its sleeps with its own. */
 static _Atomic uint32_t wake_lat_ns;
 
-/* A moving average (weight 1/8) that threads may update at once: a lost
- * update only delays it.  Returns the new average. */
+/* One step of a moving average (weight 1/8); 0 is no average yet, and
+ * the first sample becomes it. */
+static uint32_t average_step(uint32_t avg, uint64_t x)
+{
+	int64_t a = avg;
+
+	return a ? (uint32_t)(a + ((int64_t)x - a) / 8) : (uint32_t)x;
+}
+
+/* A moving average that threads may update at once: a lost update only
+ * delays it.  Returns the new average. */
 static uint32_t average_in(_Atomic uint32_t *avg, uint64_t x)
 {
-	int64_t a = load_relaxed(avg);
 	uint32_t now;
 
 	if (x > 1000000)
 		x = 1000000;    /* a preempted sample says nothing of the cost */
-	now = (uint32_t)(a + ((int64_t)x - a) / 8);
+	now = average_step(load_relaxed(avg), x);
 	store_relaxed(avg, now);
 	return now;
 }
@@ -131,15 +139,10 @@ static RPAL_HOT void note_gap(struct rpal_spin *s, uint64_t gap_ns, enum wait_pa
 
 void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, enum wait_pace pace)
 {
-	int64_t a = s->wake_lat_ns;
-
 	if (lat_ns > 1000000)
 		return;         /* preempted: says nothing of a wake-up */
-	/* The waiter's own average (weight 1/8), from its first sample on. */
-	s->wake_lat_ns = a ? (uint32_t)(a + ((int64_t)lat_ns - a) / 8) : (uint32_t)lat_ns;
+	s->wake_lat_ns = average_step(s->wake_lat_ns, lat_ns);
 	note_gap(s, gap_ns, pace);
-	if (!load_relaxed(&wake_lat_ns))
-		store_relaxed(&wake_lat_ns, (uint32_t)lat_ns);
 	stat_note_wake_lat(average_in(&wake_lat_ns, lat_ns));
 }
 
