@@ -102,6 +102,10 @@ static inline uint32_t this_cpu(void)
 	return this_cpu_slow();
 }
 
+/* Whether the calling thread's affinity lets it run on cpu (read again
+ * every 256 asks: a system call).  Not an id it could run on: false. */
+bool cpu_allowed(uint32_t cpu);
+
 /* Publish the CPU we run on in a hint slot of our block, if it changed. */
 static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 {

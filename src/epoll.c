@@ -300,16 +300,19 @@ static RPAL_HOT bool lone_claim(struct rpal_ep *ep)
 static void wake_lat_learn(struct rpal_ep *ep, uint64_t t0, enum wait_pace pace)
 {
 	uint64_t now = now_ns(), first = 0;
+	struct rpal_conn *by = NULL;
 
 	for (unsigned i = 0; i < ep->nregs; i++) {
 		struct rpal_conn *c = ep->regs[i]->c;
 		uint64_t r = c->wake_mine ? rung_within(c->wake_mine, t0, now) : 0;
 
-		if (r && (!first || r < first))
+		if (r && (!first || r < first)) {
 			first = r;
+			by = c;
+		}
 	}
 	if (first)
-		spin_note_wake_lat(&ep->spin, now - first, first - t0, pace);
+		spin_note_wake_lat(&ep->spin, t0, first, now, pace, !cpu_allowed(load_relaxed(&by->pb->tx_cpu)));
 }
 
 /*

@@ -94,6 +94,11 @@ struct rpal_spin {
 	 * recent waits that ended sooner than that (/65536). */
 	uint32_t wake_lat_ns;
 	uint16_t short_share;
+	/* When this wait and the one before ended, where timed (0: not). */
+	uint64_t end_ns, last_end_ns;
+	/* At the last sleep the wake page timed, the peer ran on a CPU the
+	 * waiter may not run on. */
+	bool apart;
 };
 void spin_init(struct rpal_spin *s, unsigned max_us, unsigned policy);
 /* This wait's spin budget, ns (0: sleep at once).  msgs: the waiter's
@@ -143,9 +148,11 @@ static inline uint64_t rung_within(const _Atomic uint32_t *word, uint64_t t0, ui
 
 	return r > t0 && r <= now ? r : 0;
 }
-/* A sleep of the waiter s whose wake-up took lat_ns from the peer's ring,
- * rung gap_ns into the wait. */
-void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, enum wait_pace pace);
+/* A sleep of the waiter s in a wait that began at t0, rung at rung, and
+ * running again at now (now_ns()); apart: the peer runs on a CPU this
+ * thread may not run on. */
+void spin_note_wake_lat(struct rpal_spin *s, uint64_t t0, uint64_t rung, uint64_t now, enum wait_pace pace,
+			bool apart);
 /*
  * Is the n-th sleep or wake-up one to time?  One in 256: the sleeper's
  * CPU clock is a system call each side of the sleep, so sampling more

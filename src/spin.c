@@ -56,8 +56,13 @@
  * are longer than W: W says nothing of the CPU such a wait would burn,
  * and spinning through the gaps of a moderate rate would also keep two
  * processes that could share a CPU apart.  Waits that yielded to a peer
- * on our CPU, or that began with the peer waking, measure our CPU or its
- * wake-up, not its gaps (note_gap).
+ * on our CPU measure our CPU, not its gaps; those that began with the
+ * peer waking measure its wake-up too, and count as short only where its
+ * answer came within a wake-up and a quarter of our last message, from a
+ * CPU we may not run on: of two that wake each other in turn, with
+ * nothing else between, each one's sleep lies on the other's path
+ * (note_gap).  Once behind its schedule, such a pair stays behind until
+ * one of them spins.
  */
 #include <string.h>
 #include <time.h>
@@ -121,28 +126,48 @@ void spin_note_wake(uint64_t ns) { stat_note_cost(true, average_in(&wake_cost_ns
  * Count a wait that ended gap_ns in among those shorter than a wake-up or
  * not (weight 1/16), if it measured the gap the peer left.  One that began
  * with the peer waking from a sleep we woke it from measured that wake-up
- * instead, and says the peer's gaps were long enough to sleep in: such
- * waits wear the share down slowly (a pair that sleeps between requests
- * keeps no share it learnt while busy).  One that yielded to a peer on
- * our CPU says nothing either way.
+ * too.  Where the peer's message came within a wake-up and a quarter of
+ * the end of our last wait (since_ns: our own turn, then its wake-up and
+ * answer), the two wake each other in turn with nothing else between, and
+ * the wait counts as short if the peer runs where we may not: two that
+ * may share a CPU are better brought together by the scheduler, on which
+ * a wake-up costs a few µs, than kept apart by a spin.  Else it says the
+ * peer's gaps, or ours, were long enough to sleep in: such waits wear the
+ * share down slowly (a pair that sleeps between requests keeps no share
+ * it learnt while busy).  One that yielded to a peer on our CPU says
+ * nothing either way.
  */
-static RPAL_HOT void note_gap(struct rpal_spin *s, uint64_t gap_ns, enum wait_pace pace)
+static RPAL_HOT void note_gap(struct rpal_spin *s, uint64_t gap_ns, uint64_t since_ns, enum wait_pace pace)
 {
 	int32_t share = s->short_share;
+	uint64_t w = s->wake_lat_ns;
 
-	if (pace == PACE_PEER && s->wake_lat_ns)
-		share += ((gap_ns < s->wake_lat_ns ? UINT16_MAX : 0) - share) / 16;
-	else if (pace == PACE_WAKING)
+	if (pace == PACE_WAKING && since_ns < w + w / 4 && s->apart) {
+		share += (UINT16_MAX - share) / 16;
+		/* Such a pair falls further behind with every wait: once a
+		 * sleep is priced with its wake-up, the next wait probes
+		 * rather than waiting its turn (probe_gap). */
+		if (share >= SHORT_KEEP && s->short_share < SHORT_KEEP)
+			s->probe_left = 1;
+	} else if (pace == PACE_PEER && w) {
+		share += ((gap_ns < w ? UINT16_MAX : 0) - share) / 16;
+	} else if (pace == PACE_WAKING) {
 		share -= share / 64;
+	}
 	s->short_share = (uint16_t)share;
 }
 
-void spin_note_wake_lat(struct rpal_spin *s, uint64_t lat_ns, uint64_t gap_ns, enum wait_pace pace)
+void spin_note_wake_lat(struct rpal_spin *s, uint64_t t0, uint64_t rung, uint64_t now, enum wait_pace pace,
+			bool apart)
 {
+	uint64_t lat_ns = now - rung, gap_ns = rung - t0, last = s->last_end_ns;
+
+	s->end_ns = now;
 	if (lat_ns > 1000000)
 		return;         /* preempted: says nothing of a wake-up */
 	s->wake_lat_ns = average_step(s->wake_lat_ns, lat_ns);
-	note_gap(s, gap_ns, pace);
+	s->apart = apart;
+	note_gap(s, gap_ns, last && last <= t0 ? rung - last : UINT64_MAX, pace);
 	stat_note_wake_lat(average_in(&wake_lat_ns, lat_ns));
 }
 
@@ -286,6 +311,8 @@ RPAL_HOT uint64_t spin_budget(struct rpal_spin *s, uint64_t msgs)
 	if (s->policy == RPAL_WAIT_POLICY_SPIN)
 		return s->max_ns;
 	count_batch(s, msgs);
+	s->last_end_ns = s->end_ns;
+	s->end_ns = 0;
 	cap = spin_cap(s);
 	s->probing = --s->probe_left == 0;
 	if (s->probing) {
@@ -395,10 +422,11 @@ RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0, enum wait_pace pace)
 {
 	s->slept = false;
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true)) {
-		uint64_t waited = now_ns() - t0;
+		uint64_t now = now_ns(), last = s->last_end_ns;
 
-		note_gap(s, waited, pace);
-		learn(s, waited, true);
+		note_gap(s, now - t0, last && last <= t0 ? now - last : UINT64_MAX, pace);
+		learn(s, now - t0, true);
+		s->end_ns = now;
 	}
 }
 

@@ -11,7 +11,8 @@
  * where waits end quickly or not at all.  A waking peer is spun out while
  * that ends chains of wake-ups, and rarely where it does not.  Gaps
  * shorter than a wake-up, left by a peer that waits for us, are spun
- * through; others are not.
+ * through, and so are the waits of two that wake each other in turn;
+ * others are not.
  */
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -382,26 +383,33 @@ static void check_epoll_sample(void)
 
 /*
  * Waits of gap_ns each, whose sleeps wake lat_ns after the peer's ring
- * (the wake page's ring time says so), each measuring what pace says; a
- * sleep finds batch messages queued.  Of the last half of the n waits: how
- * many spun through the gap (the return), and how many spun at all
- * (*spun).
+ * (the wake page's ring time says so), each measuring what pace says and
+ * beginning think_ns after the one before ended, the peer on a CPU the
+ * waiter may not run on (apart) or not; a sleep finds batch messages
+ * queued.  Each wait is laid out to end now (the clock the policy
+ * reads), its predecessor's end set to match.  Of the last half of the n
+ * waits: how many spun through the gap (the return), and how many spun at
+ * all (*spun).
  */
-static int lat_batched(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum wait_pace pace, unsigned batch,
-		       int n, int *spun)
+static int lat_paced(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, uint64_t think_ns, enum wait_pace pace,
+		     bool apart, unsigned batch, int n, int *spun)
 {
 	int through = 0;
 
 	*spun = 0;
 	for (int i = 0; i < n; i++) {
-		uint64_t b = spin_budget(s, msgs);
+		uint64_t b = spin_budget(s, msgs), now = now_ns();
 
 		if (gap_ns <= b) {
-			spin_caught(s, now_ns() - gap_ns, pace);
+			s->last_end_ns = now - gap_ns - think_ns;
+			spin_caught(s, now - gap_ns, pace);
 			msgs += 1;
 		} else {
-			spin_update(s, gap_ns + lat_ns);
-			spin_note_wake_lat(s, lat_ns, gap_ns, pace);
+			uint64_t rung = now - lat_ns, t0 = rung - gap_ns;
+
+			s->last_end_ns = t0 - think_ns;
+			spin_note_wake_lat(s, t0, rung, now, pace, apart);
+			spin_update(s, now - t0);
 			msgs += batch;
 		}
 		t_check(b <= s->max_ns, "budget %llu ns over spin_us", (unsigned long long)b);
@@ -413,6 +421,12 @@ static int lat_batched(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, en
 	return through;
 }
 
+static int lat_batched(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum wait_pace pace, unsigned batch,
+		       int n, int *spun)
+{
+	return lat_paced(s, gap_ns, lat_ns, 0, pace, true, batch, n, spun);
+}
+
 static int lat_run(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum wait_pace pace, int n, int *spun)
 {
 	return lat_batched(s, gap_ns, lat_ns, pace, 1, n, spun);
@@ -421,18 +435,22 @@ static int lat_run(struct rpal_spin *s, uint64_t gap_ns, uint64_t lat_ns, enum w
 /*
  * A sleep delays its message by the wake-up's latency.  Where the gaps the
  * peer leaves are shorter than that, the waiter spins through them (a
- * sleeper would fall behind a peer that waits for it); where they are
- * longer, the gaps only measure our yields, the waits begin with the
- * peer waking from a sleep (a pair that sleeps between requests), or a
- * sleep finds several messages (the peer does not wait for us), a sleep
- * is priced by its CPU alone, as before: at most a probe now and then
- * spins.
+ * sleeper would fall behind a peer that waits for it), and so it does
+ * where the two wake each other in turn from CPUs they may not share:
+ * each wait begins with the peer waking and ends with its answer, less
+ * than a wake-up and a quarter after our own; a connection that had gone
+ * idle does so within a few dozen waits.  Where the gaps are longer, the
+ * gaps only measure our yields, the waits begin with the peer waking from
+ * a sleep and we paused since our last message (a pair that sleeps
+ * between requests), or a sleep finds several messages (the peer does not
+ * wait for us), a sleep is priced by its CPU alone, as before: at most a
+ * probe now and then spins.
  */
 static void check_latency(void)
 {
 	struct rpal_spin s;
 	const int n = 4000, half = n / 2;
-	int fast, after, waking, slow, ours, batched, capped, spun;
+	int fast, after, waking, chain, paused, near, slow, ours, batched, capped, spun;
 
 	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
 	fast = lat_run(&s, 20000, 30000, PACE_PEER, n, &spun);
@@ -441,8 +459,31 @@ static void check_latency(void)
 	t_check(after <= half / 20, "60 us gaps after 20 us ones: spun in %d of %d", after, half);
 	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
 	lat_run(&s, 20000, 30000, PACE_PEER, n, &spun);
-	lat_run(&s, 20000, 30000, PACE_WAKING, n, &waking);
-	t_check(waking <= half / 20, "20 us waits for a waking peer after 20 us gaps: spun in %d of %d", waking, half);
+	lat_paced(&s, 20000, 30000, 1000000, PACE_WAKING, true, 1, n, &waking);
+	t_check(waking <= half / 20, "20 us waits for a waking peer, 1 ms after our last, after 20 us gaps: "
+		"spun in %d of %d", waking, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	chain = lat_paced(&s, 20000, 30000, 5000, PACE_WAKING, true, 1, n, &spun);
+	t_check(chain >= half * 9 / 10, "20 us waits for a waking peer, 5 us after our last (mutual wake-ups): "
+		"spun through %d of %d", chain, half);
+	/* Idle first (probes one wait in 256), then mutual wake-ups. */
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	for (int i = 0; i < 5000; i++) {
+		spin_budget(&s, ++msgs);
+		spin_update(&s, 10000000);
+	}
+	int joined = 0;
+	while (joined < 1000 && !lat_paced(&s, 20000, 30000, 5000, PACE_WAKING, true, 1, 1, &spun))
+		joined++;
+	t_check(joined <= 32, "mutual wake-ups after an idle spell: first spun through after %d waits", joined);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_paced(&s, 20000, 30000, 20000, PACE_WAKING, true, 1, n, &paused);
+	t_check(paused <= half / 20, "20 us waits for a waking peer, 20 us after our last: spun in %d of %d",
+		paused, half);
+	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
+	lat_paced(&s, 20000, 30000, 5000, PACE_WAKING, false, 1, n, &near);
+	t_check(near <= half / 20, "mutual wake-ups with a peer on a CPU we may run on: spun in %d of %d",
+		near, half);
 	spin_init(&s, 50, RPAL_WAIT_POLICY_ADAPTIVE);
 	lat_run(&s, 60000, 30000, PACE_PEER, n, &slow);
 	t_check(slow <= half / 20, "60 us gaps, 30 us wake-ups: spun in %d of %d", slow, half);
@@ -456,9 +497,11 @@ static void check_latency(void)
 	capped = lat_run(&s, 8000, 30000, PACE_PEER, n, &spun);
 	t_check(capped >= half * 9 / 10, "8 us gaps under spin_us 10: spun through %d of %d", capped, half);
 	printf("adaptive, wake-ups of 30 us: 20 us gaps spun through in %d of %d waits; then spun in %d of 60 us gaps, "
-	       "in %d of 20 us waits for a waking peer; 60 us gaps alone %d; 20 us yields %d; "
-	       "20 us gaps with sleeps of 3 messages %d; 8 us gaps under spin_us 10 spun through %d\n",
-	       fast, half, after, waking, slow, ours, batched, capped);
+	       "in %d of 20 us waits for a waking peer 1 ms after our last; mutual wake-ups 5 us apart spun through "
+	       "%d (after an idle spell, from the %dth wait), 20 us apart spun in %d, from a CPU we may share in %d; "
+	       "60 us gaps alone %d; 20 us yields %d; 20 us gaps with sleeps of 3 messages %d; 8 us gaps under "
+	       "spin_us 10 spun through %d\n",
+	       fast, half, after, waking, chain, joined + 1, paused, near, slow, ours, batched, capped);
 }
 
 int main(void)
