@@ -106,6 +106,13 @@ static inline uint32_t this_cpu(void)
  * every 256 asks: a system call).  Not an id it could run on: false. */
 bool cpu_allowed(uint32_t cpu);
 
+/* Whether a peer's CPU hint (tx_cpu, rx_cpu) names a CPU the calling
+ * thread may not run on; UINT32_MAX, not known yet, does not. */
+static inline bool cpu_apart(uint32_t hint)
+{
+	return hint != UINT32_MAX && !cpu_allowed(hint);
+}
+
 /* Publish the CPU we run on in a hint slot of our block, if it changed. */
 static inline uint32_t cpu_note(_Atomic uint32_t *slot)
 {

@@ -312,7 +312,7 @@ static void wake_lat_learn(struct rpal_ep *ep, uint64_t t0, enum wait_pace pace)
 		}
 	}
 	if (first)
-		spin_note_wake_lat(&ep->spin, t0, first, now, pace, !cpu_allowed(load_relaxed(&by->pb->tx_cpu)));
+		spin_note_wake_lat(&ep->spin, t0, first, now, pace, cpu_apart(load_relaxed(&by->pb->tx_cpu)));
 }
 
 /*

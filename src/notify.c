@@ -427,10 +427,10 @@ RPAL_HOT int conn_wait(struct rpal_conn *c, uint32_t what, int flags)
 			atomic_fetch_sub(asleep, 1);
 			if (lat && learn) {
 				uint64_t now = now_ns(), rung = rung_within(c->wake_mine, t0, now);
-				uint32_t at = load_relaxed(bit == RPAL_WAIT_RX ? &c->pb->tx_cpu : &c->pb->rx_cpu);
+				const _Atomic uint32_t *hint = bit == RPAL_WAIT_RX ? &c->pb->tx_cpu : &c->pb->rx_cpu;
 
 				if (rung)
-					spin_note_wake_lat(spin, t0, rung, now, pace, !cpu_allowed(at));
+					spin_note_wake_lat(spin, t0, rung, now, pace, cpu_apart(load_relaxed(hint)));
 			}
 			if (load_acquire(&watch_seq) != wseq)
 				conn_poll_peer(c);

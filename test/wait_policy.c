@@ -11,9 +11,11 @@
  * where waits end quickly or not at all.  A waking peer is spun out while
  * that ends chains of wake-ups, and rarely where it does not.  Gaps
  * shorter than a wake-up, left by a peer that waits for us, are spun
- * through, and so are the waits of two that wake each other in turn;
- * others are not.
+ * through, and so are the waits of two that wake each other in turn
+ * from CPUs they may not share (the peer's CPU hint against our
+ * affinity); others are not.
  */
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 
@@ -504,6 +506,41 @@ static void check_latency(void)
 	       fast, half, after, waking, chain, joined + 1, paused, near, slow, ours, batched, capped);
 }
 
+/*
+ * Whether a peer runs where we may not (cpu_apart): from its CPU hint and
+ * our affinity, read again within 256 asks of a change.  A hint that is
+ * not yet known says no; one no CPU could have (a peer's nonsense) says
+ * yes, which at most lets mutual wake-ups be spun through.
+ */
+static void check_apart(void)
+{
+	uint32_t me = this_cpu();
+	cpu_set_t all, one;
+	int other = -1, asks = 0;
+
+	t_check(sched_getaffinity(0, sizeof(all), &all) == 0, "sched_getaffinity: %s", strerror(errno));
+	t_check(cpu_allowed(me) && !cpu_apart(me), "our own CPU %u taken as apart", me);
+	t_check(!cpu_apart(UINT32_MAX), "an unknown CPU hint taken as apart");
+	t_check(cpu_apart(CPU_SETSIZE) && cpu_apart(UINT32_MAX - 1), "an impossible CPU hint not taken as apart");
+	for (int i = 0; i < CPU_SETSIZE && other < 0; i++)
+		if (CPU_ISSET(i, &all) && (uint32_t)i != me)
+			other = i;
+	if (other < 0) {
+		printf("cpu_apart: own CPU no, unknown no, impossible yes; one allowed CPU, no narrowing to check\n");
+		return;
+	}
+	t_check(!cpu_apart((uint32_t)other), "allowed CPU %d taken as apart", other);
+	CPU_ZERO(&one);
+	CPU_SET(me, &one);
+	t_check(sched_setaffinity(0, sizeof(one), &one) == 0, "sched_setaffinity: %s", strerror(errno));
+	while (asks < 256 && !cpu_apart((uint32_t)other))
+		asks++;
+	t_check(sched_setaffinity(0, sizeof(all), &all) == 0, "sched_setaffinity back: %s", strerror(errno));
+	t_check(asks < 256, "pinned to CPU %u, CPU %d still not apart after 256 asks", me, other);
+	printf("cpu_apart: own CPU no, unknown no, impossible yes; CPU %d apart %d asks after pinning to %u\n",
+	       other, asks, me);
+}
+
 int main(void)
 {
 	check_env();
@@ -515,6 +552,7 @@ int main(void)
 	check_waking();
 	check_latency();
 	check_epoll_sample();
+	check_apart();
 	printf("PASS\n");
 	return T_EXIT_PASS;
 }
