@@ -157,17 +157,26 @@ static RPAL_HOT void note_gap(struct rpal_spin *s, uint64_t gap_ns, uint64_t sin
 	s->short_share = (uint16_t)share;
 }
 
+/* From the end of the waiter's last timed wait to at, in a wait that
+ * began at t0; UINT64_MAX where that end is not known. */
+static RPAL_HOT uint64_t since_last(const struct rpal_spin *s, uint64_t t0, uint64_t at)
+{
+	uint64_t last = s->last_end_ns;
+
+	return last && last <= t0 ? at - last : UINT64_MAX;
+}
+
 void spin_note_wake_lat(struct rpal_spin *s, uint64_t t0, uint64_t rung, uint64_t now, enum wait_pace pace,
 			bool apart)
 {
-	uint64_t lat_ns = now - rung, gap_ns = rung - t0, last = s->last_end_ns;
+	uint64_t lat_ns = now - rung, gap_ns = rung - t0;
 
 	s->end_ns = now;
 	if (lat_ns > 1000000)
 		return;         /* preempted: says nothing of a wake-up */
 	s->wake_lat_ns = average_step(s->wake_lat_ns, lat_ns);
 	s->apart = apart;
-	note_gap(s, gap_ns, last && last <= t0 ? rung - last : UINT64_MAX, pace);
+	note_gap(s, gap_ns, since_last(s, t0, rung), pace);
 	stat_note_wake_lat(average_in(&wake_lat_ns, lat_ns));
 }
 
@@ -422,9 +431,9 @@ RPAL_HOT void spin_caught(struct rpal_spin *s, uint64_t t0, enum wait_pace pace)
 {
 	s->slept = false;
 	if (s->policy == RPAL_WAIT_POLICY_ADAPTIVE && !counted_only(s, true)) {
-		uint64_t now = now_ns(), last = s->last_end_ns;
+		uint64_t now = now_ns();
 
-		note_gap(s, now - t0, last && last <= t0 ? now - last : UINT64_MAX, pace);
+		note_gap(s, now - t0, since_last(s, t0, now), pace);
 		learn(s, now - t0, true);
 		s->end_ns = now;
 	}
